@@ -1,0 +1,89 @@
+"""The one node class of the sglc IR."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple, Optional
+
+from sglc.ir.ops import Op
+from sglc.ir.types import AttrValue, ValueType
+
+if TYPE_CHECKING:
+    from sglc.ir.graph import Graph
+
+
+class Guard(NamedTuple):
+    """A node with a guard runs only when `branch` took case number `case`."""
+
+    branch: "Node"
+    case: int
+
+
+class Node:
+    """One operation of an LM program. What each op means:
+
+    - ``argument``: attrs ``name`` (and ``default`` if the Python parameter had one). No inputs.
+      Output: the value bound to that argument for a run (type ANY unless annotated).
+    - ``constant_text``: attrs ``text``. Appends the literal to the node's stream.
+    - ``append``: one input (a text-like value). Appends its string form to the stream.
+    - ``role_begin`` / ``role_end``: attrs ``role`` (system/user/assistant). The backend turns them
+      into the chat template's text for that role.
+    - ``image`` / ``video``: one input or attr ``path`` (a file path or URL); ``video`` also has
+      ``num_frames``. Appends the media to the stream.
+    - ``gen``: attrs ``name`` (the variable) and sampling parameters (``max_tokens``, ``stop``,
+      ``temperature``, ...), optional constraint attrs (``regex``, ``json_schema``, ``dtype``,
+      ``choices``, and after lowering ``fsm``). Generates after the stream's text, appends the
+      result, and outputs it (STR, or INT/FLOAT/BOOL for typed gens).
+    - ``select``: attrs ``name``, ``choices`` (list of str), ``temperature``, ``choices_method``.
+      Scores each choice after the stream's text, appends the chosen one, outputs it.
+    - ``variable``: one input (the producer: a gen/select/var_scope_end, or a join for gathered
+      lists), attrs ``name``. Outputs the producer's value; waits for it (cross-stream edge).
+    - ``stream_text``: no inputs. Outputs the stream's text at this point.
+    - ``var_scope_begin`` / ``var_scope_end``: attrs ``name``. Text appended between them is
+      captured; ``var_scope_end`` outputs it as the variable ``name``.
+    - ``fork``: attrs ``n``. Output: a FORK handle. Each child stream starts with a copy of this
+      stream's text.
+    - ``get_fork_item``: one input (the fork), attrs ``index``. The first node of the child
+      stream (its ``stream`` is the child's id); output: the STREAM handle.
+    - ``join``: inputs: the fork, then the last node of each child stream; attrs ``mode``
+      (``gather_variable`` | ``concate_and_append``) and ``variables`` (names gathered as lists).
+    - ``branch``: one input (a select node), attrs ``cases`` (the select's choices). Nodes traced
+      under case i carry ``guard = Guard(branch, i)``.
+    - ``cache_prefix``: no inputs. A hint: the runtime should prefill and keep the stream's text
+      so far (inserted before forks and batches).
+
+    Every node belongs to one stream (``stream``, 0 is the program's own). Nodes of one stream run
+    in graph order; ``meta["source"]`` is the user's ``file:line`` that created the node.
+    """
+
+    __slots__ = ("graph", "name", "op", "inputs", "attrs", "type", "stream", "guard", "meta", "users")
+
+    def __init__(
+        self,
+        graph: "Graph",
+        name: str,
+        op: Op,
+        inputs: tuple["Node", ...],
+        attrs: dict[str, AttrValue],
+        type: ValueType,
+        stream: int,
+        guard: Optional[Guard],
+        meta: dict[str, str],
+    ) -> None:
+        self.graph = graph
+        self.name = name
+        self.op = op
+        self.inputs = inputs
+        self.attrs = attrs
+        self.type = type
+        self.stream = stream
+        self.guard = guard
+        self.meta = meta
+        # NOTE: maintained by Graph (create/replace/erase); insertion-ordered for determinism.
+        self.users: dict[Node, None] = {}
+
+    @property
+    def source(self) -> str:
+        """The user's file:line that created this node, or '' if unknown."""
+        return self.meta.get("source", "")
+
+    def __repr__(self) -> str:
+        return f"%{self.name}"

@@ -1,0 +1,58 @@
+"""The op enum of the sglc IR, grouped by what the ops do, and the property sets passes use.
+
+Each op's inputs, attributes and output are documented on :class:`sglc.ir.node.Node`.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class Op(enum.Enum):
+    # --- values that come from outside the graph ---
+    ARGUMENT = "argument"  # a program argument, bound per run
+
+    # --- text appended to a stream (intra-stream order) ---
+    CONSTANT_TEXT = "constant_text"  # append a literal string
+    APPEND = "append"  # append the string form of a value (argument, variable, gen result)
+    ROLE_BEGIN = "role_begin"  # open a chat role (system/user/assistant); text from the chat template
+    ROLE_END = "role_end"  # close the chat role opened last
+    IMAGE = "image"  # append an image (path or URL)
+    VIDEO = "video"  # append a video (path or URL, num_frames)
+
+    # --- model calls ---
+    GEN = "gen"  # generate text into a named variable
+    SELECT = "select"  # choose one of fixed choices by likelihood, into a named variable
+
+    # --- reading results ---
+    VARIABLE = "variable"  # read a named result produced by another node (often another stream)
+    STREAM_TEXT = "stream_text"  # the text of this stream so far (s.text())
+    VAR_SCOPE_BEGIN = "var_scope_begin"  # start capturing appended text into a variable
+    VAR_SCOPE_END = "var_scope_end"  # end capturing; its value is the captured text
+
+    # --- streams ---
+    FORK = "fork"  # create N child streams that start with this stream's text
+    GET_FORK_ITEM = "get_fork_item"  # the first node of child stream i of a fork
+    JOIN = "join"  # wait for a fork's children and bring their results back
+
+    # --- control flow and hints ---
+    BRANCH = "branch"  # switch on a select result; nodes of each case carry a guard
+    CACHE_PREFIX = "cache_prefix"  # hint: prefill and keep this stream's text so far
+
+
+#: Ops that append text to their stream (and so must run in stream order).
+TEXT_OPS = frozenset({Op.CONSTANT_TEXT, Op.APPEND, Op.ROLE_BEGIN, Op.ROLE_END, Op.IMAGE, Op.VIDEO})
+
+#: Ops that call the model.
+SAMPLING_OPS = frozenset({Op.GEN, Op.SELECT})
+
+#: Ops whose `name` attribute defines a readable variable of the stream.
+VARIABLE_PRODUCING_OPS = frozenset({Op.GEN, Op.SELECT, Op.VAR_SCOPE_END})
+
+#: Ops that create or finish streams.
+STREAM_OPS = frozenset({Op.FORK, Op.GET_FORK_ITEM, Op.JOIN})
+
+#: Ops that sit outside any stream's text order (pure values).
+VALUE_OPS = frozenset({Op.ARGUMENT, Op.VARIABLE})
+
+#: Chat roles accepted by ROLE_BEGIN / ROLE_END.
+ROLES = ("system", "user", "assistant")
