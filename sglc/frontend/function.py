@@ -1,0 +1,120 @@
+"""`@sgl.function` and SglFunction: a program, traceable into a Graph.
+
+SGLang compatibility: `bind`, `run`, `run_batch`, `__call__` and `num_api_spec_tokens` keep
+their meaning. `trace(**bound)` returns a :class:`sglc.ir.Graph` (SGLang returns a tracer state).
+Running needs the executor (a later issue); until then those calls raise NotExecutableError.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Optional, Union, overload
+
+from sglc.frontend.branching import MAX_TRACES, explore, merge
+from sglc.frontend.errors import not_executable, trace_error
+from sglc.frontend.state import ProgramState
+from sglc.frontend.tracer import current_trace, run_trace
+from sglc.ir.graph import Graph
+
+
+class SglFunction:
+    """An LM program: a Python function whose first parameter is the program state `s`."""
+
+    def __init__(self, func: Callable[..., Any], num_api_spec_tokens: Optional[int] = None,
+                 bind_arguments: Optional[dict[str, Any]] = None) -> None:
+        if not callable(func):
+            raise TypeError(f"@sgl.function decorates a function, got {type(func).__name__}")
+        params = list(inspect.signature(func).parameters.values())
+        if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+            raise TypeError(f"{func.__qualname__}: an sgl.function takes the program state as its first "
+                            "positional parameter (conventionally `s`)")
+        if num_api_spec_tokens is not None and (isinstance(num_api_spec_tokens, bool)
+                                                or not isinstance(num_api_spec_tokens, int) or num_api_spec_tokens < 1):
+            raise ValueError(f"num_api_spec_tokens must be an int >= 1, got {num_api_spec_tokens!r}")
+        self.func = func
+        self.num_api_spec_tokens = num_api_spec_tokens
+        self.bind_arguments: dict[str, Any] = dict(bind_arguments or {})
+        self.arg_names = [p.name for p in params[1:] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        self.arg_defaults = [p.default for p in params[1:] if p.default is not p.empty]
+        self.__name__ = func.__name__
+        self.__qualname__ = func.__qualname__
+        self.__doc__ = func.__doc__
+        self.__module__ = func.__module__
+        self.__wrapped__ = func
+
+    @property
+    def name(self) -> str:
+        return self.func.__name__
+
+    def bind(self, **kwargs: Any) -> "SglFunction":
+        """A copy with some arguments fixed (they become constants when tracing)."""
+        self._check_names(kwargs)
+        return SglFunction(self.func, self.num_api_spec_tokens, {**self.bind_arguments, **kwargs})
+
+    def trace(self, *, max_traces: int = MAX_TRACES, **bound: Any) -> Graph:
+        """Trace the program into a Graph.
+
+        Unbound parameters become ARGUMENT nodes (in order, with `default` when the parameter has
+        one); bound ones (here or via `bind`) are constants. Comparisons of a select result with
+        its choices are compiled into BRANCH nodes by tracing once per outcome.
+        """
+        self._check_names(bound)
+        bindings = {**self.bind_arguments, **bound}
+        meta: dict[str, Any] = {}
+        if self.num_api_spec_tokens is not None:
+            meta["num_api_spec_tokens"] = self.num_api_spec_tokens
+        traces = explore(lambda prefix: run_trace(self.func, self.name, bindings, prefix, meta), max_traces)
+        return merge(traces)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """With a state first (`other(s, x=...)`): inline the program into that state.
+        Otherwise run it as a separate program (SGLang's form)."""
+        if args and isinstance(args[0], ProgramState):
+            return self.func(*args, **kwargs)
+        if not args and isinstance(kwargs.get("s"), ProgramState):
+            return self.func(**kwargs)
+        if current_trace() is not None:
+            raise trace_error(
+                f"calling {self.name}(...) without a program state while tracing would start a separate "
+                f"program, which one graph cannot hold; pass the state to inline it: {self.name}(s, ...)"
+            )
+        return self.run(*args, **kwargs)
+
+    # ----- execution (the executor issue fills these in) -----
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        raise not_executable(f"{self.name}.run()")
+
+    def run_batch(self, batch_kwargs: Any, **kwargs: Any) -> Any:
+        raise not_executable(f"{self.name}.run_batch()")
+
+    def compile(self, **kwargs: Any) -> Any:
+        raise not_executable(f"{self.name}.compile()")
+
+    def cache(self, backend: Any = None) -> Any:
+        raise not_executable(f"{self.name}.cache()")
+
+    def _check_names(self, kwargs: dict[str, Any]) -> None:
+        unknown = [k for k in kwargs if k not in self.arg_names]
+        if unknown:
+            raise TypeError(f"{self.name} has no parameter(s) {', '.join(unknown)}; "
+                            f"its parameters are {', '.join(self.arg_names) or 'none'}")
+
+    def __repr__(self) -> str:
+        return f"<sgl.function {self.name}>"
+
+
+@overload
+def function(func: Callable[..., Any]) -> SglFunction: ...
+@overload
+def function(func: None = None, num_api_spec_tokens: Optional[int] = None) -> Callable[[Callable[..., Any]], SglFunction]: ...
+
+
+def function(func: Optional[Callable[..., Any]] = None, num_api_spec_tokens: Optional[int] = None
+             ) -> Union[SglFunction, Callable[[Callable[..., Any]], SglFunction]]:
+    """Decorator: `@sgl.function` or `@sgl.function(num_api_spec_tokens=N)`."""
+    if func is not None:
+        return SglFunction(func, num_api_spec_tokens=num_api_spec_tokens)
+
+    def decorator(f: Callable[..., Any]) -> SglFunction:
+        return SglFunction(f, num_api_spec_tokens=num_api_spec_tokens)
+
+    return decorator

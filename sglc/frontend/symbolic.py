@@ -1,0 +1,173 @@
+"""Symbolic values: what a traced program sees instead of text that exists only at run time.
+
+A :class:`SymbolicValue` stands for the output of one IR node (an argument, a gen, a select, a
+var_scope, s.text(), or a list gathered by a join). It can be appended to a state and
+concatenated with `+`. Everything that would need its actual value -- bool(), len(), iteration,
+int()/float(), str(), f-strings, indexing, hashing, string methods, ordering -- raises a
+one-line :class:`TraceError` that names the construct, the value and the user's file:line.
+
+The one exception: a select result compared (==, !=, `in`) with one of its choices. The tracer
+then fixes the select's outcome for this trace, returns a real bool, and traces the program once
+per choice (see branching.py).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+from sglc.frontend.errors import trace_error
+from sglc.ir.ops import Op
+from sglc.ir.types import ValueType
+
+if TYPE_CHECKING:
+    from sglc.frontend.tracer import TraceContext
+    from sglc.ir.node import Node
+
+_EAGER_HINT = "or run the program with the eager interpreter"
+
+
+class SymbolicValue:
+    """The output of `producer` (a node of the graph being traced), readable as variable `var`."""
+
+    __slots__ = ("_producer", "_var", "_type", "_desc", "_ctx")
+
+    def __init__(self, ctx: "TraceContext", producer: "Node", var: Optional[str], type: ValueType, desc: str) -> None:
+        self._ctx = ctx
+        self._producer = producer
+        self._var = var
+        self._type = type
+        self._desc = desc
+
+    # ----- for the tracer -----
+    @property
+    def producer(self) -> "Node":
+        return self._producer
+
+    @property
+    def var(self) -> Optional[str]:
+        return self._var
+
+    @property
+    def type(self) -> ValueType:
+        return self._type
+
+    @property
+    def context(self) -> "TraceContext":
+        return self._ctx
+
+    def describe(self) -> str:
+        """E.g. 'the result of gen("x")' or 'argument "question"'."""
+        return self._desc
+
+    def __repr__(self) -> str:
+        return f"<symbolic {self._desc}>"
+
+    # ----- what works: concatenation and select comparisons -----
+    def __add__(self, other: Any) -> Any:
+        from sglc.frontend.expr import Concat
+
+        return Concat.of(self, other)
+
+    def __radd__(self, other: Any) -> Any:
+        from sglc.frontend.expr import Concat
+
+        return Concat.of(other, self)
+
+    def __eq__(self, other: object) -> bool:  # type: ignore[override]
+        return self._compare_select(other, "==")
+
+    def __ne__(self, other: object) -> bool:  # type: ignore[override]
+        return not self._compare_select(other, "!=")
+
+    def _compare_select(self, other: object, operator: str) -> bool:
+        producer = self._producer
+        if producer.op is not Op.SELECT:
+            raise trace_error(
+                f"cannot compare {self._desc} with {operator} while tracing: only a select result can be "
+                f"compared, with one of its choices; use select(...) to branch on model output, {_EAGER_HINT}"
+            )
+        choices = producer.attrs["choices"]
+        if isinstance(other, SymbolicValue):
+            raise trace_error(
+                f"cannot compare {self._desc} with {other.describe()} while tracing: compare it with one "
+                f"of its choices {choices!r}"
+            )
+        if not isinstance(other, str) or other not in choices:
+            raise trace_error(
+                f"cannot compare {self._desc} with {other!r}: it is not one of its choices {choices!r}"
+            )
+        case = self._ctx.decide(producer)
+        return choices[case] == other
+
+    # ----- what fails, loudly -----
+    def _fail(self, construct: str) -> "Exception":
+        return trace_error(f"cannot use {self._desc} {construct} while tracing: {self._hint()}")
+
+    def _hint(self) -> str:
+        op = self._producer.op
+        if op is Op.ARGUMENT:
+            name = self._producer.attrs["name"]
+            return f"its value is bound only when the program runs; bind it (fn.trace({name}=...)) {_EAGER_HINT}"
+        if op is Op.SELECT:
+            return f"compare it with one of its choices (==, != or in) to branch, {_EAGER_HINT}"
+        if op is Op.JOIN:
+            return f"read each child's value with forks[i][{self._var!r}] instead, {_EAGER_HINT}"
+        return f"its text exists only when the program runs; branch with a select instead, {_EAGER_HINT}"
+
+    def __bool__(self) -> bool:
+        raise self._fail("as a condition (bool())")
+
+    def __len__(self) -> int:
+        raise self._fail("in len()")
+
+    def __iter__(self) -> Any:
+        raise self._fail("in a for loop or unpacking (iter())")
+
+    def __contains__(self, item: object) -> bool:
+        raise self._fail("on the right of `in`")
+
+    def __int__(self) -> int:
+        raise self._fail("in int()")
+
+    def __float__(self) -> float:
+        raise self._fail("in float()")
+
+    def __complex__(self) -> complex:
+        raise self._fail("in complex()")
+
+    def __index__(self) -> int:
+        raise self._fail("as an integer index (__index__)")
+
+    def __str__(self) -> str:
+        raise self._fail("in str()")
+
+    def __format__(self, spec: str) -> str:
+        raise self._fail("in an f-string or format()")
+
+    def __hash__(self) -> int:
+        raise self._fail("as a dict key or set member (hash())")
+
+    def __getitem__(self, key: Any) -> Any:
+        raise self._fail("with [...] indexing")
+
+    def __lt__(self, other: Any) -> bool:
+        raise self._fail("in a < comparison")
+
+    def __le__(self, other: Any) -> bool:
+        raise self._fail("in a <= comparison")
+
+    def __gt__(self, other: Any) -> bool:
+        raise self._fail("in a > comparison")
+
+    def __ge__(self, other: Any) -> bool:
+        raise self._fail("in a >= comparison")
+
+    def __mul__(self, other: Any) -> Any:
+        raise self._fail("in * arithmetic")
+
+    __rmul__ = __mul__
+
+    def __getattr__(self, name: str) -> Any:
+        # NOTE: private/dunder probes (copy, pickle, IPython's _repr_html_) must stay AttributeErrors.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise self._fail(f"with .{name} (string methods need the value)")

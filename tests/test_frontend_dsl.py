@@ -1,0 +1,585 @@
+"""The DSL surface: each primitive records the right node (op, attrs, type, stream, source line)."""
+import json
+import os
+
+import pydantic
+import pytest
+
+import sglc as sgl
+from sglc.frontend.errors import NotExecutableError, TraceError
+from sglc.ir import Op, ValueType
+from sglc.ir.verify import verify
+
+HERE = os.path.basename(__file__)
+
+
+def line_of(marker: str) -> int:
+    """The line number of the unique line in this file that ends with `# @marker`."""
+    with open(__file__) as f:
+        hits = [i for i, line in enumerate(f, 1) if line.rstrip().endswith(f"# @{marker}")]
+    assert len(hits) == 1, f"marker {marker!r} found {len(hits)} times"
+    return hits[0]
+
+
+def nodes_of(graph, op):
+    return [n for n in graph.nodes if n.op is op]
+
+
+def only(graph, op):
+    found = nodes_of(graph, op)
+    assert len(found) == 1, f"expected one {op}, got {found}"
+    return found[0]
+
+
+def traced(fn, **bound):
+    graph = fn.trace(**bound)
+    verify(graph)
+    return graph
+
+
+# ----- gen -----
+
+def test_gen_records_gen_node_with_set_params_type_stream_and_source():
+    """gen() becomes one GEN in stream 0 with only the parameters the user set, typed STR."""
+    @sgl.function
+    def prog(s):
+        s += sgl.gen("answer", max_tokens=16, stop="\n", temperature=0, top_p=0.9, top_k=20, min_p=0.05,  # @gen
+                     frequency_penalty=0.5, presence_penalty=-0.5, ignore_eos=False, stop_token_ids=[2])
+
+    node = only(traced(prog), Op.GEN)
+    assert node.attrs == {
+        "name": "answer", "max_tokens": 16, "stop": ["\n"], "stop_token_ids": [2], "temperature": 0.0,
+        "top_p": 0.9, "top_k": 20, "min_p": 0.05, "frequency_penalty": 0.5, "presence_penalty": -0.5,
+        "ignore_eos": False,
+    }
+    assert node.type is ValueType.STR and node.stream == 0 and node.guard is None
+    assert node.source == f"{HERE}:{line_of('gen')}"
+
+
+def test_gen_logprob_params_are_stored():
+    """The logprob parameters of SGLang's gen are kept as attributes."""
+    @sgl.function
+    def prog(s):
+        s += sgl.gen("x", return_logprob=True, logprob_start_len=0, top_logprobs_num=3, return_text_in_logprobs=True)
+
+    attrs = only(traced(prog), Op.GEN).attrs
+    assert attrs["return_logprob"] is True and attrs["logprob_start_len"] == 0
+    assert attrs["top_logprobs_num"] == 3 and attrs["return_text_in_logprobs"] is True
+
+
+@pytest.mark.parametrize("dtype, name, vtype", [
+    (int, "int", ValueType.INT), (float, "float", ValueType.FLOAT), (bool, "bool", ValueType.BOOL),
+    (str, "str", ValueType.STR), ("int", "int", ValueType.INT),
+])
+def test_gen_dtype_is_stored_by_name_and_types_the_output(dtype, name, vtype):
+    """gen(dtype=T) stores dtype's name and gives the GEN node the matching value type."""
+    @sgl.function
+    def prog(s):
+        s += sgl.gen("v", dtype=dtype)
+
+    node = only(traced(prog), Op.GEN)
+    assert node.attrs["dtype"] == name and node.type is vtype
+
+
+def test_gen_int_and_gen_string_are_typed_gens():
+    """gen_int/gen_string are gens with dtype int/str that accept sampling parameters."""
+    @sgl.function
+    def prog(s):
+        s += sgl.gen_int("n", max_tokens=4) + sgl.gen_string("t", temperature=0.5)
+
+    n, t = nodes_of(traced(prog), Op.GEN)
+    assert (n.attrs["dtype"], n.type, n.attrs["max_tokens"]) == ("int", ValueType.INT, 4)
+    assert (t.attrs["dtype"], t.type, t.attrs["temperature"]) == ("str", ValueType.STR, 0.5)
+
+
+class Person(pydantic.BaseModel):
+    name: str
+    age: int
+
+
+def test_json_schema_accepts_string_dict_and_pydantic_and_keeps_key_order():
+    """A schema given as JSON text, dict or pydantic class is stored as the same compact JSON."""
+    as_dict = Person.model_json_schema()
+    expected = json.dumps(as_dict, separators=(",", ":"))
+    for schema in (Person, as_dict, json.dumps(as_dict, indent=2)):
+        gen = sgl.gen("p", json_schema=schema)
+        assert gen.attrs["json_schema"] == expected
+    assert list(json.loads(expected)["properties"]) == ["name", "age"]
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"regex": "("}, "not a valid regular expression"),
+    ({"regex": "a", "dtype": int}, "at most one of"),
+    ({"max_tokens": 0}, "max_tokens"),
+    ({"temperature": -1}, "temperature"),
+    ({"top_p": 0}, "top_p"),
+    ({"top_k": 0}, "top_k"),
+    ({"dtype": list}, "dtype"),
+    ({"json_schema": "{not json"}, "not valid JSON"),
+    ({"stop": 5}, "stop"),
+])
+def test_gen_rejects_bad_parameters_at_the_users_line(kwargs, fragment):
+    """An invalid gen parameter raises at once, naming it and the caller's file:line."""
+    with pytest.raises((ValueError, TypeError)) as err:
+        sgl.gen("x", **kwargs)  # @bad-gen
+    assert fragment in str(err.value) and f"{HERE}:{line_of('bad-gen')}" in str(err.value)
+
+
+# ----- select -----
+
+@pytest.mark.parametrize("method, name", [
+    (None, "token_length_normalized"),
+    (sgl.token_length_normalized, "token_length_normalized"),
+    (sgl.greedy_token_selection, "greedy_token_selection"),
+    (sgl.unconditional_likelihood_normalized, "unconditional_likelihood_normalized"),
+    ("greedy_token_selection", "greedy_token_selection"),
+])
+def test_select_records_choices_temperature_and_method_name(method, name):
+    """select stores its choices, temperature and the choices_method's name."""
+    kwargs = {} if method is None else {"choices_method": method}
+
+    @sgl.function
+    def prog(s):
+        s += sgl.select("pick", choices=["a", "b"], temperature=0.3, **kwargs)
+
+    node = only(traced(prog), Op.SELECT)
+    assert node.attrs == {"name": "pick", "choices": ["a", "b"], "temperature": 0.3, "choices_method": name}
+    assert node.type is ValueType.STR
+
+
+def test_gen_with_choices_is_a_select_with_temperature_zero():
+    """gen(choices=...) behaves like select (SGLang): a SELECT node, temperature 0 by default."""
+    @sgl.function
+    def prog(s):
+        s += sgl.gen("pick", choices=["x", "y"])
+
+    node = only(traced(prog), Op.SELECT)
+    assert node.attrs["choices"] == ["x", "y"] and node.attrs["temperature"] == 0.0
+    assert not nodes_of(prog.trace(), Op.GEN)
+
+
+@pytest.mark.parametrize("choices", [None, [], ["a", "a"], ["a", 1], "ab"])
+def test_select_rejects_bad_choices(choices):
+    """select needs a non-empty list of distinct strings."""
+    with pytest.raises((ValueError, TypeError)):
+        sgl.select("x", choices=choices)
+
+
+def test_unknown_choices_method_is_rejected():
+    """choices_method must be one of SGLang's three methods."""
+    with pytest.raises(ValueError, match="choices_method"):
+        sgl.select("x", choices=["a"], choices_method="majority_vote")
+
+
+def test_unnamed_gen_and_select_get_generated_variable_names():
+    """Unnamed gens/selects still define a (generated) variable name, as verify requires."""
+    @sgl.function
+    def prog(s):
+        s += sgl.gen() + sgl.select(choices=["a", "b"]) + sgl.gen()
+
+    names = [n.attrs["name"] for n in traced(prog).nodes if n.op in (Op.GEN, Op.SELECT)]
+    assert names == ["_gen_0", "_select_1", "_gen_2"]
+
+
+# ----- text, concatenation, media -----
+
+def test_concatenation_appends_parts_in_order():
+    """"Q: " + argument + gen(...) appends a constant, the argument and the gen, in that order."""
+    @sgl.function
+    def prog(s, question):
+        s += "Q: " + question + "\nA: " + sgl.gen("a")
+
+    g = traced(prog)
+    ops = [n.op for n in g.nodes]
+    assert ops == [Op.ARGUMENT, Op.CONSTANT_TEXT, Op.APPEND, Op.CONSTANT_TEXT, Op.GEN]
+    assert g.nodes[2].inputs == (g.nodes[0],)
+    assert [n.attrs.get("text") for n in nodes_of(g, Op.CONSTANT_TEXT)] == ["Q: ", "\nA: "]
+
+
+def test_reading_a_variable_in_the_same_stream_uses_the_producer():
+    """s["x"] appended in the stream that produced it is an APPEND of the producer itself."""
+    @sgl.function
+    def prog(s):
+        s += sgl.gen("x", max_tokens=4)
+        s += " again: " + s["x"]
+
+    g = traced(prog)
+    assert only(g, Op.APPEND).inputs == (only(g, Op.GEN),)
+    assert not nodes_of(g, Op.VARIABLE)
+
+
+def test_image_and_video_take_constant_or_argument_paths():
+    """A constant path becomes the `path` attr; an argument path becomes the input."""
+    @sgl.function
+    def prog(s, picture):
+        s += sgl.image("cat.png") + sgl.image(picture) + sgl.video("clip.mp4", 8)
+
+    g = traced(prog)
+    first, second = nodes_of(g, Op.IMAGE)
+    assert first.attrs == {"path": "cat.png"} and first.inputs == ()
+    assert second.inputs == (g.arguments()[0],)
+    assert only(g, Op.VIDEO).attrs == {"path": "clip.mp4", "num_frames": 8}
+
+
+def test_video_needs_positive_frames():
+    """video(num_frames) must be an int >= 1."""
+    with pytest.raises(ValueError, match="num_frames"):
+        sgl.video("clip.mp4", 0)
+
+
+def test_appending_non_text_python_values_fails_with_a_clear_error():
+    """s += 5 (or None) raises TypeError naming the type, not a confusing internal error."""
+    @sgl.function
+    def prog(s):
+        s += 5
+
+    with pytest.raises(TypeError, match="cannot append a value of type int"):
+        prog.trace()
+
+
+def test_stream_text_is_a_symbolic_stream_text_node():
+    """s.text() records STREAM_TEXT; appending it reads that node."""
+    @sgl.function
+    def prog(s):
+        s += "hello"
+        so_far = s.text()  # @text
+        s += " / " + so_far
+
+    g = traced(prog)
+    node = only(g, Op.STREAM_TEXT)
+    assert node.source == f"{HERE}:{line_of('text')}" and node.type is ValueType.STR
+    assert only(g, Op.APPEND).inputs == (node,)
+
+
+def test_messages_while_tracing_is_a_trace_error():
+    """s.messages() needs generated text, so tracing refuses it with a one-line message."""
+    @sgl.function
+    def prog(s):
+        s.messages()  # @messages
+
+    with pytest.raises(TraceError, match=rf"{HERE}:{line_of('messages')}: cannot call s.messages\(\)"):
+        prog.trace()
+
+
+# ----- roles -----
+
+def test_role_functions_wrap_expressions_in_begin_and_end():
+    """system/user/assistant(expr) append ROLE_BEGIN, the expr, ROLE_END with the role attr."""
+    @sgl.function
+    def prog(s):
+        s += sgl.system("be brief")
+        s += sgl.user("hi")
+        s += sgl.assistant(sgl.gen("reply"))
+
+    g = traced(prog)
+    seq = [(n.op, n.attrs.get("role")) for n in g.nodes if n.op in (Op.ROLE_BEGIN, Op.ROLE_END)]
+    assert seq == [(Op.ROLE_BEGIN, "system"), (Op.ROLE_END, "system"), (Op.ROLE_BEGIN, "user"),
+                   (Op.ROLE_END, "user"), (Op.ROLE_BEGIN, "assistant"), (Op.ROLE_END, "assistant")]
+    assert g.nodes.index(only(g, Op.GEN)) == len(g.nodes) - 2
+
+
+def test_role_begin_end_forms_and_with_blocks_match_the_expression_form():
+    """user_begin()/user_end() and `with s.user():` record the same nodes as sgl.user(...)."""
+    @sgl.function
+    def expr_form(s):
+        s += sgl.user("hi") + sgl.assistant("yo")
+
+    @sgl.function
+    def begin_end_form(s):
+        s += sgl.user_begin() + "hi" + sgl.user_end()
+        s += sgl.assistant_begin()
+        s += "yo"
+        s += sgl.assistant_end()
+
+    @sgl.function
+    def with_form(s):
+        with s.user():
+            s += "hi"
+        s.assistant("yo")
+
+    def shape(g):
+        return [(n.op, dict(n.attrs)) for n in g.nodes]
+
+    assert shape(traced(expr_form)) == shape(traced(begin_end_form)) == shape(traced(with_form))
+
+
+def test_system_begin_end_and_empty_role():
+    """sgl.system_begin/_end and sgl.user() with no expr give begin+end nodes."""
+    @sgl.function
+    def prog(s):
+        s += sgl.system_begin() + "x" + sgl.system_end() + sgl.user()
+
+    assert [n.op for n in traced(prog).nodes] == [Op.ROLE_BEGIN, Op.CONSTANT_TEXT, Op.ROLE_END,
+                                                  Op.ROLE_BEGIN, Op.ROLE_END]
+
+
+def test_nested_roles_are_a_trace_error():
+    """Beginning a role inside an open role fails at the user's line."""
+    @sgl.function
+    def prog(s):
+        s += sgl.user_begin()
+        s += sgl.assistant("x")  # @nested-role
+
+    with pytest.raises(TraceError, match=rf"{HERE}:{line_of('nested-role')}: cannot begin the assistant role"):
+        prog.trace()
+
+
+def test_ending_a_role_that_is_not_open_is_a_trace_error():
+    """ROLE_END must close the open role."""
+    @sgl.function
+    def prog(s):
+        s += sgl.user_end()
+
+    with pytest.raises(TraceError, match="no role is open"):
+        prog.trace()
+
+
+# ----- variables and scopes -----
+
+def test_var_scope_records_begin_end_and_defines_the_variable():
+    """s.var_scope(name) brackets the text; s[name] is the VAR_SCOPE_END node's output."""
+    @sgl.function
+    def prog(s):
+        with s.var_scope("intro"):
+            s += "Hello " + sgl.gen("who", max_tokens=3)
+        s += "\nRepeat: " + s["intro"]
+
+    g = traced(prog)
+    begin, end = only(g, Op.VAR_SCOPE_BEGIN), only(g, Op.VAR_SCOPE_END)
+    assert begin.attrs == end.attrs == {"name": "intro"}
+    assert g.nodes.index(begin) < g.nodes.index(only(g, Op.GEN)) < g.nodes.index(end)
+    assert only(g, Op.APPEND).inputs == (end,) and end.type is ValueType.STR
+
+
+def test_undefined_variable_is_a_trace_error_listing_known_names():
+    """s["missing"] names the variable and the ones that exist."""
+    @sgl.function
+    def prog(s):
+        s += sgl.gen("a")
+        s += s["missing"]
+
+    with pytest.raises(TraceError, match=r'no variable "missing" in this state \(defined so far: a\)'):
+        prog.trace()
+
+
+def test_set_var_binds_a_trace_time_value_and_contains_sees_it():
+    """s["k"] = v makes s["k"] return v; `in` reports defined variables."""
+    seen = {}
+
+    @sgl.function
+    def prog(s):
+        s["greeting"] = "hello"
+        seen["has"] = "greeting" in s
+        seen["missing"] = "other" in s
+        s += s["greeting"]
+
+    g = traced(prog)
+    assert seen == {"has": True, "missing": False}
+    assert only(g, Op.CONSTANT_TEXT).attrs["text"] == "hello"
+
+
+# ----- fork / join -----
+
+def test_fork_creates_child_streams_and_join_gathers_their_variables():
+    """fork(n): FORK then n GET_FORK_ITEMs in new streams; join: JOIN(fork, last node of each child)."""
+    @sgl.function
+    def prog(s):
+        s += "Topic: cats\n"
+        forks = s.fork(3)  # @fork
+        for i, f in enumerate(forks):
+            f += "Idea " + str(i) + ": " + sgl.gen("idea", max_tokens=8)
+        forks.join()  # @join
+
+    g = traced(prog)
+    fork = only(g, Op.FORK)
+    items = nodes_of(g, Op.GET_FORK_ITEM)
+    assert fork.attrs == {"n": 3} and fork.stream == 0 and fork.type is ValueType.FORK
+    assert [i.attrs["index"] for i in items] == [0, 1, 2]
+    assert sorted({i.stream for i in items}) == [1, 2, 3] and g.num_streams == 4
+    assert all(i.inputs == (fork,) and i.type is ValueType.STREAM for i in items)
+    gens = nodes_of(g, Op.GEN)
+    assert [n.stream for n in gens] == [1, 2, 3]
+    join = only(g, Op.JOIN)
+    assert join.inputs == (fork, *gens) and join.stream == 0
+    assert join.attrs == {"mode": "gather_variable", "variables": ["idea"]}
+    assert fork.source == f"{HERE}:{line_of('fork')}" and join.source == f"{HERE}:{line_of('join')}"
+
+
+def test_children_inherit_parent_variables_and_read_them_through_variable_nodes():
+    """A child reading the parent's gen gets a VARIABLE node in the child's stream."""
+    @sgl.function
+    def prog(s):
+        s += sgl.gen("topic", max_tokens=4)
+        forks = s.fork(2)
+        forks += lambda i: "About " + s["topic"] + " #" + str(i)
+        forks.join()
+
+    g = traced(prog)
+    variables = nodes_of(g, Op.VARIABLE)
+    assert [v.stream for v in variables] == [1, 2]
+    assert all(v.inputs == (only(g, Op.GEN),) and v.attrs["name"] == "topic" for v in variables)
+
+
+def test_parent_reads_child_results_as_variables_after_join():
+    """forks[i]["x"] in the parent is a VARIABLE of child i's GEN, in stream 0."""
+    @sgl.function
+    def prog(s):
+        forks = s.fork(2)
+        forks += sgl.gen("x", max_tokens=2)
+        forks.join()
+        s += forks[1]["x"]
+
+    g = traced(prog)
+    var = only(g, Op.VARIABLE)
+    assert var.stream == 0 and var.inputs[0].stream == 2 and var.inputs[0].op is Op.GEN
+    assert only(g, Op.APPEND).inputs == (var,)
+
+
+def test_gathered_list_is_read_through_the_join_and_cannot_be_appended():
+    """After join, s["x"] is the gathered LIST (VARIABLE of the JOIN); appending it is an error."""
+    got = {}
+
+    @sgl.function
+    def prog(s):
+        forks = s.fork(2)
+        forks += [sgl.gen("x"), sgl.gen("x")]
+        forks.join()
+        got["value"] = s["x"]
+        s += s["x"]  # @append-list
+
+    with pytest.raises(TraceError, match=rf"{HERE}:{line_of('append-list')}: .*gathered by join\(\) \(a list\)"):
+        prog.trace()
+    assert got["value"].type is ValueType.LIST and got["value"].producer.op is Op.JOIN
+
+
+def test_concate_and_append_join_gathers_no_variables():
+    """join(mode="concate_and_append") records the mode and an empty variable list."""
+    @sgl.function
+    def prog(s):
+        forks = s.fork(2)
+        forks += sgl.gen("x")
+        forks.join(mode="concate_and_append")
+
+    assert only(traced(prog), Op.JOIN).attrs == {"mode": "concate_and_append", "variables": []}
+
+
+def test_using_a_child_after_join_or_joining_twice_is_an_error():
+    """A joined child cannot be appended to, and a fork joins once."""
+    @sgl.function
+    def after(s):
+        forks = s.fork(1)
+        forks.join()
+        forks[0] += "late"
+
+    @sgl.function
+    def twice(s):
+        forks = s.fork(1)
+        forks.join()
+        forks.join()
+
+    with pytest.raises(TraceError, match="after its fork was joined"):
+        after.trace()
+    with pytest.raises(TraceError, match="joined already"):
+        twice.trace()
+
+
+def test_bad_join_mode_and_fork_size_are_rejected():
+    """join mode must be known; fork size must be an int >= 1."""
+    @sgl.function
+    def bad_mode(s):
+        s.fork(2).join(mode="zip")
+
+    @sgl.function
+    def bad_size(s):
+        s.fork(0)
+
+    with pytest.raises(ValueError, match="join mode"):
+        bad_mode.trace()
+    with pytest.raises(ValueError, match="fork"):
+        bad_size.trace()
+
+
+def test_copy_is_a_one_child_fork_joined_at_block_end():
+    """with s.copy() as c: ... records FORK(n=1), the child's nodes, then JOIN."""
+    @sgl.function
+    def prog(s):
+        with s.copy() as c:
+            c += sgl.gen("draft")
+
+    g = traced(prog)
+    assert [n.op for n in g.nodes] == [Op.FORK, Op.GET_FORK_ITEM, Op.GEN, Op.JOIN]
+
+
+def test_child_streams_keep_the_role_open_at_the_fork():
+    """A fork inside an open role lets each child close that role (roles are per stream)."""
+    @sgl.function
+    def prog(s):
+        s += sgl.assistant_begin()
+        forks = s.fork(2)
+        for f in forks:
+            f += sgl.gen("x") + sgl.assistant_end()
+        forks.join()
+        s += sgl.assistant_end()
+
+    g = traced(prog)
+    assert [n.stream for n in nodes_of(g, Op.ROLE_END)] == [1, 2, 0]
+
+
+# ----- functions and backends -----
+
+def test_num_api_spec_tokens_goes_to_graph_meta():
+    """@sgl.function(num_api_spec_tokens=N) is stored in graph.meta."""
+    @sgl.function(num_api_spec_tokens=64)
+    def prog(s):
+        s += sgl.gen("x")
+
+    @sgl.function
+    def plain(s):
+        s += sgl.gen("x")
+
+    assert prog.trace().meta["num_api_spec_tokens"] == 64
+    assert "num_api_spec_tokens" not in plain.trace().meta
+
+
+def test_execution_entry_points_say_they_need_the_executor():
+    """run/run_batch/set_default_backend raise NotExecutableError instead of pretending."""
+    @sgl.function
+    def prog(s, q):
+        s += q
+
+    for call in (lambda: prog.run(q="x"), lambda: prog.run_batch([{"q": "x"}]), lambda: prog(q="x"),
+                 lambda: sgl.set_default_backend(None)):
+        with pytest.raises(NotExecutableError, match="needs the program executor"):
+            call()
+
+
+def test_function_must_take_a_state_parameter():
+    """@sgl.function on a function without parameters fails at decoration time."""
+    with pytest.raises(TypeError, match="program state"):
+        sgl.function(lambda: None)
+
+
+def test_each_primitive_node_carries_the_line_that_appended_it():
+    """Every node's meta["source"] is this file and the line of the statement that created it."""
+    @sgl.function
+    def prog(s, path):
+        s += sgl.system("sys")  # @src-system
+        s += sgl.image(path)  # @src-image
+        s += sgl.video("v.mp4", 2)  # @src-video
+        s += sgl.select("pick", choices=["a", "b"])  # @src-select
+        with s.var_scope("cap"):  # @src-scope
+            s += "captured"  # @src-text
+        forks = s.fork(1)  # @src-fork
+        forks[0] += s["pick"]  # @src-child
+        forks.join()  # @src-join
+
+    g = traced(prog)
+    expected = {
+        Op.ROLE_BEGIN: "src-system", Op.IMAGE: "src-image", Op.VIDEO: "src-video", Op.SELECT: "src-select",
+        Op.VAR_SCOPE_BEGIN: "src-scope", Op.VAR_SCOPE_END: "src-scope", Op.FORK: "src-fork",
+        Op.GET_FORK_ITEM: "src-fork", Op.VARIABLE: "src-child", Op.APPEND: "src-child", Op.JOIN: "src-join",
+    }
+    for node in g.nodes:
+        if node.op in expected:
+            assert node.source == f"{HERE}:{line_of(expected[node.op])}", node
+    assert [n for n in g.nodes if n.op is Op.CONSTANT_TEXT][-1].source == f"{HERE}:{line_of('src-text')}"
