@@ -1,0 +1,55 @@
+"""Constrained decoding automata: regex / JSON schema / dtypes / choices -> compressed FSM,
+FSM x vocabulary -> token index, and a per-request cursor. Pure Python + numpy; shared by the
+compiler (constraint lowering) and the runtime (logit masks, jump-forward).
+
+Layers (outlines-core style):
+  1. ``compile_regex(pattern) -> FSM``: immutable minimal DFA over code points with its
+     compressed view (``forced_string``, ``edges``); ``fsm_to_dict`` / ``fsm_from_dict``.
+  2. ``build_token_index(fsm, Vocabulary) -> TokenIndex``: per state, allowed token ids and
+     next states, over UTF-8 bytes; cached by (FSM fingerprint, vocabulary fingerprint).
+  3. ``Cursor(index)``: allowed tokens / mask, ``advance``, ``advance_bytes``, ``forced_bytes``,
+     ``can_finish``, ``is_finished``, ``rollback``.
+See docs/fsm.md.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .compressed import FSM, Edge, compile_regex
+from .cursor import Cursor
+from .dtypes import DTYPE_REGEX, compile_choices, compile_dtype, regex_for_choices, regex_for_dtype
+from .errors import (
+    ConstraintViolationError,
+    EmptyLanguageError,
+    FSMError,
+    FSMFormatError,
+    IncompatibleVocabularyError,
+    InvalidRegexError,
+    InvalidSchemaError,
+    UnsupportedRegexError,
+    UnsupportedSchemaError,
+)
+from .json_schema import regex_from_json_schema
+from .serialize import fsm_from_dict, fsm_from_json, fsm_to_dict, fsm_to_json
+from .token_index import TokenIndex, build_token_index, clear_token_index_cache
+from .vocabulary import Vocabulary
+from .walk import sample
+
+
+def compile_json_schema(
+    schema: Any, *, separators: tuple[str, str] = (", ", ": "), max_nesting: int = 2
+) -> FSM:
+    """``compile_regex(regex_from_json_schema(schema, ...))``."""
+    regex = regex_from_json_schema(schema, separators=separators, max_nesting=max_nesting)
+    return compile_regex(regex)
+
+
+__all__ = [
+    "FSM", "Edge", "compile_regex", "compile_json_schema", "regex_from_json_schema",
+    "DTYPE_REGEX", "regex_for_dtype", "regex_for_choices", "compile_dtype", "compile_choices",
+    "Vocabulary", "TokenIndex", "build_token_index", "clear_token_index_cache", "Cursor",
+    "fsm_to_dict", "fsm_from_dict", "fsm_to_json", "fsm_from_json", "sample",
+    "FSMError", "InvalidRegexError", "UnsupportedRegexError", "UnsupportedSchemaError",
+    "InvalidSchemaError", "EmptyLanguageError", "IncompatibleVocabularyError",
+    "FSMFormatError", "ConstraintViolationError",
+]

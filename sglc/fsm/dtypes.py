@@ -1,0 +1,54 @@
+"""``gen(dtype=...)`` and ``select(choices)`` as regexes, lowered like any other pattern.
+
+- ``int``: ``-?(?:0|[1-9][0-9]*)`` (a canonical decimal integer; ``int()`` parses it)
+- ``float``: a JSON number (``float()`` parses it)
+- ``bool``: ``True|False`` (Python spelling, as SGLang's ``dtype=bool``)
+- ``str``: a double-quoted JSON string (``json.loads`` parses it)
+- choices: the alternation of the escaped choices (exactly one of them, nothing else)
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .compressed import FSM, compile_regex
+from .json_schema import INTEGER, NUMBER, STRING
+from .regex_ast import escape
+
+DTYPE_REGEX: dict[str, str] = {
+    "int": INTEGER,
+    "float": NUMBER,
+    "bool": "True|False",
+    "str": STRING,
+}
+
+
+def _dtype_name(dtype: Any) -> str:
+    name = dtype.__name__ if isinstance(dtype, type) else dtype
+    if name not in DTYPE_REGEX:
+        raise ValueError(f"unsupported dtype {dtype!r}; use one of int, float, bool, str")
+    return name
+
+
+def regex_for_dtype(dtype: Any) -> str:
+    """The regex for ``dtype`` (``int``/``float``/``bool``/``str`` or their names)."""
+    return DTYPE_REGEX[_dtype_name(dtype)]
+
+
+def regex_for_choices(choices: Sequence[str]) -> str:
+    """The regex matching exactly one of ``choices`` (escaped; order does not matter)."""
+    if isinstance(choices, str) or not choices:
+        raise ValueError("choices must be a non-empty list of strings")
+    for c in choices:
+        if not isinstance(c, str):
+            raise TypeError(f"every choice must be a str, got {type(c).__name__}")
+    return "|".join(f"(?:{escape(c)})" for c in dict.fromkeys(choices))
+
+
+def compile_dtype(dtype: Any) -> FSM:
+    """The compiled FSM for ``dtype``."""
+    return compile_regex(regex_for_dtype(dtype))
+
+
+def compile_choices(choices: Sequence[str]) -> FSM:
+    """The compiled FSM matching exactly one of ``choices``."""
+    return compile_regex(regex_for_choices(choices))

@@ -1,0 +1,81 @@
+"""Exceptions raised by the FSM library (``sglc.fsm``).
+
+Every error a user can provoke with a bad pattern, schema, vocabulary or serialized FSM is a
+subclass of :class:`FSMError` (itself a ``ValueError``), so callers at the edges can catch one
+type. Messages name the problem and, where there is one, its position or JSON path.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+
+class FSMError(ValueError):
+    """Base class of every error raised by ``sglc.fsm``."""
+
+
+class InvalidRegexError(FSMError):
+    """The pattern is not a valid regular expression (Python ``re`` would reject it too)."""
+
+    def __init__(self, message: str, pattern: str, position: int) -> None:
+        self.pattern = pattern
+        self.position = position
+        self.reason = message
+        super().__init__(f"invalid regex: {message} at position {position} in {pattern!r}")
+
+
+class UnsupportedRegexError(FSMError):
+    """The pattern is valid Python regex syntax but uses a construct a finite automaton cannot
+    express (backreferences, lookaround, inline flags, ...)."""
+
+    def __init__(self, construct: str, pattern: str, position: int) -> None:
+        self.pattern = pattern
+        self.position = position
+        self.construct = construct
+        super().__init__(
+            f"unsupported regex construct: {construct} at position {position} in {pattern!r}"
+        )
+
+
+class UnsupportedSchemaError(FSMError):
+    """The JSON schema uses a keyword (or a keyword value) that cannot be lowered to a regex."""
+
+    def __init__(self, keyword: str, path: str, detail: str = "") -> None:
+        self.keyword = keyword
+        self.path = path
+        extra = f": {detail}" if detail else ""
+        super().__init__(f"unsupported JSON schema keyword {keyword!r} at {path}{extra}")
+
+
+class InvalidSchemaError(FSMError):
+    """The JSON schema is malformed (wrong value type for a keyword, dangling $ref, ...)."""
+
+    def __init__(self, message: str, path: str) -> None:
+        self.path = path
+        super().__init__(f"invalid JSON schema at {path}: {message}")
+
+
+class EmptyLanguageError(FSMError):
+    """The constraint matches no string at all, so no generation can satisfy it."""
+
+
+class IncompatibleVocabularyError(FSMError):
+    """The vocabulary cannot express the pattern: from a reachable state no token leads on to
+    an accepting state (outlines-core's ``IncompatibleVocabulary``)."""
+
+    def __init__(self, state: int, missing: Sequence[str], pattern: str = "") -> None:
+        self.state = state
+        self.missing = tuple(missing)
+        shown = ", ".join(self.missing[:12]) + (", ..." if len(self.missing) > 12 else "")
+        where = f" for pattern {pattern!r}" if pattern else ""
+        super().__init__(
+            f"vocabulary cannot continue from FSM state {state}{where}: the pattern needs "
+            f"one of [{shown}] there and no token (or token sequence) provides it"
+        )
+
+
+class FSMFormatError(FSMError):
+    """A serialized FSM is malformed or was written by a newer format version."""
+
+
+class ConstraintViolationError(FSMError):
+    """A cursor was asked to take a token or text the constraint does not allow there."""
