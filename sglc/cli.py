@@ -1,0 +1,196 @@
+"""The `sglc` command: compile an LM program to graph.pb, and inspect a graph.pb.
+
+    sglc compile program.py[:function] [-o graph.pb]
+    sglc inspect graph.pb [--table] [--dot out.dot]
+
+Errors a user can cause (a bad program, a bad file) print one line, `sglc: error: ...`, and exit
+with status 2; `--debug` shows the traceback instead.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import re
+import sys
+import traceback
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Optional, Sequence
+
+from sglc.errors import SglcError
+
+EXIT_ERROR = 2
+NOT_AVAILABLE = "not available yet: arrives with the run-graphs issue"
+_LOCATED = re.compile(r"^\S+\.py:\d+: ")
+
+
+class CliError(SglcError):
+    """A problem with the command line's inputs (no such program, several programs, ...)."""
+
+
+# ----- loading programs -----
+def split_target(target: str) -> tuple[Path, Optional[str]]:
+    """'dir/prog.py:fn' -> (Path('dir/prog.py'), 'fn'); 'prog.py' -> (Path('prog.py'), None)."""
+    path, sep, name = target.rpartition(":")
+    if sep and name.isidentifier() and not Path(target).exists():
+        return Path(path), name
+    return Path(target), None
+
+
+def load_module(path: Path) -> ModuleType:
+    """Import a Python file as a fresh module (its folder importable while it loads)."""
+    if not path.is_file():
+        raise CliError(f"{path}: no such file")
+    name = f"_sglc_program_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise CliError(f"{path}: cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # NOTE: dataclasses/pydantic in the program look themselves up here
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    except SglcError:
+        raise
+    except Exception as err:
+        raise CliError(f"loading {path} failed: {describe_exception(err, path)}") from err
+    finally:
+        if folder in sys.path:
+            sys.path.remove(folder)
+    return module
+
+
+def find_program(module: ModuleType, path: Path, name: Optional[str]) -> Any:
+    """The named SglFunction of the module, or its only one; CliError listing the choices otherwise."""
+    from sglc.frontend.function import SglFunction
+
+    found: dict[str, SglFunction] = {}
+    for attr, value in vars(module).items():
+        if isinstance(value, SglFunction) and (name == attr or value.__module__ == module.__name__):
+            found.setdefault(attr, value)
+    if name is not None:
+        if name in found:
+            return found[name]
+        listed = ", ".join(sorted(found)) or "none"
+        raise CliError(f"{path} has no @sgl.function named {name!r} (it has: {listed})")
+    if len(found) == 1:
+        return next(iter(found.values()))
+    if not found:
+        raise CliError(f"{path} defines no @sgl.function")
+    names = ", ".join(sorted(found))
+    raise CliError(f"{path} defines {len(found)} programs ({names}); pick one: sglc compile {path}:NAME")
+
+
+def describe_exception(err: BaseException, path: Path) -> str:
+    """One line for an exception raised by user code, located at the innermost line of `path`."""
+    message = f"{err}".strip().splitlines()[0] if str(err).strip() else ""
+    if _LOCATED.match(message):  # sglc already said where (file.py:line: ...)
+        return message
+    frames = traceback.extract_tb(err.__traceback__)
+    mine = [f for f in frames if Path(f.filename).resolve() == path.resolve()]
+    frame = (mine or frames or [None])[-1]
+    where = f"{Path(frame.filename).name}:{frame.lineno}: " if frame is not None else ""
+    return f"{where}{type(err).__name__}: {message}" if message else f"{where}{type(err).__name__}"
+
+
+# ----- commands -----
+def cmd_compile(args: argparse.Namespace) -> int:
+    from sglc.ir.serialize import save
+    from sglc.ir.verify import verify
+    from sglc.passes.manager import default_pipeline
+
+    path, name = split_target(args.program)
+    fn = find_program(load_module(path), path, name)
+    try:
+        graph = fn.trace()
+    except SglcError:
+        raise
+    except Exception as err:
+        raise CliError(f"tracing {fn.name} failed: {describe_exception(err, path)}") from err
+    pipeline = default_pipeline()
+    graph = pipeline.run(graph).graph
+    verify(graph)
+    out = Path(args.output) if args.output else Path(f"{fn.name}.pb")
+    save(graph, out)
+    changed = ", ".join(pipeline.changed_by) or "none"
+    print(f"compiled {fn.name} ({path}) -> {out}: {len(graph)} nodes, {graph.num_streams} "
+          f"stream{'s' if graph.num_streams != 1 else ''}; passes that changed the graph: {changed}")
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from sglc.ir.dot import to_dot
+    from sglc.ir.printing import format_graph, format_tabular
+    from sglc.ir.serialize import load
+
+    graph = load(args.graph)
+    print(format_graph(graph))
+    if args.table:
+        print()
+        print(format_tabular(graph))
+    if args.dot:
+        Path(args.dot).write_text(to_dot(graph), encoding="utf-8")
+        print(f"wrote {args.dot} (render: dot -Tsvg {args.dot} -o graph.svg)", file=sys.stderr)
+    return 0
+
+
+def cmd_not_available(args: argparse.Namespace) -> int:
+    raise CliError(f"sglc {args.command}: {NOT_AVAILABLE}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sglc", description="Compile LM programs (SGLang DSL) to graph.pb files and inspect them."
+    )
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    comp = sub.add_parser("compile", help="trace an @sgl.function, run the passes, write graph.pb",
+                          description="Trace one @sgl.function (the only one in the file, or the "
+                                      "named one), run the default passes, verify and write graph.pb.")
+    comp.add_argument("program", metavar="PROGRAM.py[:FUNCTION]", help="the program file, optionally :function")
+    comp.add_argument("-o", "--output", metavar="GRAPH.pb", help="output file (default: FUNCTION.pb)")
+    comp.set_defaults(handler=cmd_compile)
+
+    insp = sub.add_parser("inspect", help="print a graph.pb as an SSA listing (and a table, DOT)")
+    insp.add_argument("graph", metavar="GRAPH.pb")
+    insp.add_argument("--table", action="store_true", help="also print one table row per node")
+    insp.add_argument("--dot", metavar="OUT.dot", help="write Graphviz DOT to this file")
+    insp.set_defaults(handler=cmd_inspect)
+
+    for command, what in (("run", "execute a graph.pb for each input line"),
+                          ("serve", "start the runtime server")):
+        stub = sub.add_parser(command, help=f"{what} ({NOT_AVAILABLE})",
+                              description=f"{what}: {NOT_AVAILABLE}.")
+        stub.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        stub.set_defaults(handler=cmd_not_available)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the `sglc` command; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except BrokenPipeError:  # `sglc inspect g.pb | head`: the reader left; not an error of ours
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0
+    except (SglcError, OSError) as err:
+        if args.debug:
+            raise
+        if isinstance(err, OSError) and err.filename is not None:
+            message = f"{err.filename}: {err.strerror or err}"
+        else:
+            message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        print(f"sglc: error: {message}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

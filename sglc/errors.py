@@ -1,0 +1,22 @@
+"""Project-wide exceptions. Each carries a one-line message fit to print as `sglc: error: ...`.
+
+The CLI catches :class:`SglcError` at the edge and prints it without a traceback, so every error
+a user can cause (a bad program, a bad file) should be one of these.
+"""
+from __future__ import annotations
+
+
+class SglcError(Exception):
+    """Base of the errors a user can cause; `str(err)` is a one-line message."""
+
+
+class VerifyError(SglcError):
+    """A graph broke an IR invariant; the message names the node, its op and its source line."""
+
+
+class GraphFormatError(SglcError):
+    """A graph.pb could not be read (malformed, truncated, newer format) or written."""
+
+
+class PassError(SglcError):
+    """A compiler pass failed or left an invalid graph; the message names the pass."""

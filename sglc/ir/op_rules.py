@@ -1,0 +1,255 @@
+"""Per-op rules that `verify` applies: output types, attributes (with ranges), inputs.
+
+Three tables, one row per op, so a new op adds three rows. Attribute rules map a key to
+``(required, check)``; ``check(value)`` returns a problem description or None. A missing or None
+optional attribute is "unset" and not checked. Attributes not listed are allowed (new sampling
+options, lowered constraints) as long as they are in the attribute domain.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from sglc.ir.node import Node
+from sglc.ir.ops import ROLES, VARIABLE_PRODUCING_OPS, Op
+from sglc.ir.types import TEXT_LIKE, ValueType
+
+Check = Callable[[Any], Optional[str]]
+
+#: Values of ``gen``'s ``dtype`` attribute, and of ``join``'s ``mode``.
+GEN_DTYPES = ("str", "int", "float", "bool")
+JOIN_MODES = ("gather_variable", "concate_and_append")
+
+
+class RuleError(Exception):
+    """Raised by a rule; verify() turns it into a VerifyError naming the node."""
+
+
+# ----- attribute checks -----
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _type(*types: type, nonempty: bool = False) -> Check:
+    label = " or ".join(t.__name__ for t in types)
+
+    def check(v: Any) -> Optional[str]:
+        if not isinstance(v, types) or (bool in types) != isinstance(v, bool):
+            return f"must be {label}"
+        if nonempty and not v:
+            return "must not be empty"
+        return None
+
+    return check
+
+
+def _int_at_least(low: int) -> Check:
+    return lambda v: None if _is_int(v) and v >= low else f"must be an int >= {low}"
+
+
+def _number_in(low: float, high: float, low_open: bool = False) -> Check:
+    bracket = "(" if low_open else "["
+
+    def check(v: Any) -> Optional[str]:
+        if not _is_number(v):
+            return "must be a number"
+        if v > high or v < low or (low_open and v == low):
+            return f"must be in {bracket}{low}, {high}]"
+        return None
+
+    return check
+
+
+def _one_of(options: tuple) -> Check:
+    return lambda v: None if isinstance(v, str) and v in options else f"must be one of {list(options)}"
+
+
+def _list_of(kind: Callable[[Any], bool], label: str, nonempty: bool = False, unique: bool = False) -> Check:
+    def check(v: Any) -> Optional[str]:
+        if not isinstance(v, list) or not all(kind(x) for x in v):
+            return f"must be a list of {label}"
+        if nonempty and not v:
+            return "must not be empty"
+        if unique and len(set(v)) != len(v):
+            return "must not repeat an entry"
+        return None
+
+    return check
+
+
+def _str_or_str_list(v: Any) -> Optional[str]:
+    if isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+        return None
+    return "must be a str or a list of str"
+
+
+def _top_k(v: Any) -> Optional[str]:
+    return None if _is_int(v) and (v == -1 or v >= 1) else "must be -1 (off) or an int >= 1"
+
+
+def _any(v: Any) -> Optional[str]:
+    return None
+
+
+_NAME = (True, _type(str, nonempty=True))
+_STRS = lambda s: isinstance(s, str)  # noqa: E731
+
+#: Sampling parameters shared by gen and select (all optional).
+SAMPLING_ATTRS: dict[str, tuple[bool, Check]] = {
+    "max_tokens": (False, _int_at_least(1)),
+    "stop": (False, _str_or_str_list),
+    "stop_token_ids": (False, _list_of(_is_int, "int")),
+    "temperature": (False, _number_in(0.0, float("inf"))),
+    "top_p": (False, _number_in(0.0, 1.0, low_open=True)),
+    "top_k": (False, _top_k),
+    "min_p": (False, _number_in(0.0, 1.0)),
+    "frequency_penalty": (False, _number_in(-2.0, 2.0)),
+    "presence_penalty": (False, _number_in(-2.0, 2.0)),
+    "ignore_eos": (False, _type(bool)),
+}
+
+ATTR_RULES: dict[Op, dict[str, tuple[bool, Check]]] = {
+    Op.ARGUMENT: {"name": _NAME, "default": (False, _any)},
+    Op.CONSTANT_TEXT: {"text": (True, _type(str))},
+    Op.APPEND: {},
+    Op.ROLE_BEGIN: {"role": (True, _one_of(ROLES))},
+    Op.ROLE_END: {"role": (True, _one_of(ROLES))},
+    Op.IMAGE: {"path": (False, _type(str, nonempty=True))},
+    Op.VIDEO: {"path": (False, _type(str, nonempty=True)), "num_frames": (True, _int_at_least(1))},
+    Op.GEN: {
+        "name": _NAME,
+        **SAMPLING_ATTRS,
+        "regex": (False, _type(str)),
+        "json_schema": (False, _type(str, dict)),
+        "dtype": (False, _one_of(GEN_DTYPES)),
+        "choices": (False, _list_of(_STRS, "str", nonempty=True)),
+        "fsm": (False, _type(bytes, dict)),
+    },
+    Op.SELECT: {
+        "name": _NAME,
+        "choices": (True, _list_of(_STRS, "str", nonempty=True, unique=True)),
+        "temperature": SAMPLING_ATTRS["temperature"],
+        "choices_method": (False, _type(str, nonempty=True)),
+    },
+    Op.VARIABLE: {"name": _NAME},
+    Op.STREAM_TEXT: {},
+    Op.VAR_SCOPE_BEGIN: {"name": _NAME},
+    Op.VAR_SCOPE_END: {"name": _NAME},
+    Op.FORK: {"n": (True, _int_at_least(1))},
+    Op.GET_FORK_ITEM: {"index": (True, _int_at_least(0))},
+    Op.JOIN: {
+        "mode": (True, _one_of(JOIN_MODES)),
+        "variables": (False, _list_of(_STRS, "str", unique=True)),
+    },
+    Op.BRANCH: {"cases": (True, _list_of(_STRS, "str", nonempty=True, unique=True))},
+    Op.CACHE_PREFIX: {},
+}
+
+# ----- output types -----
+_T = ValueType
+_TEXT_OUT = frozenset({_T.STR, _T.INT, _T.FLOAT, _T.BOOL})
+OUTPUT_TYPES: dict[Op, frozenset[ValueType]] = {
+    Op.ARGUMENT: _TEXT_OUT | {_T.ANY, _T.LIST},
+    Op.GEN: _TEXT_OUT,
+    Op.SELECT: frozenset({_T.STR}),
+    Op.VARIABLE: _TEXT_OUT | {_T.LIST},  # further: the producer's type (checked below)
+    Op.STREAM_TEXT: frozenset({_T.STR}),
+    Op.VAR_SCOPE_END: frozenset({_T.STR}),
+    Op.FORK: frozenset({_T.FORK}),
+    Op.GET_FORK_ITEM: frozenset({_T.STREAM}),
+}
+for _op in Op:
+    OUTPUT_TYPES.setdefault(_op, frozenset({_T.NONE}))
+
+
+# ----- inputs -----
+def _arity(node: Node, count: int) -> None:
+    if len(node.inputs) != count:
+        raise RuleError(f"takes {count} input{'s' if count != 1 else ''}, got {len(node.inputs)}")
+
+
+def _no_inputs(node: Node) -> None:
+    _arity(node, 0)
+
+
+def _text_input(node: Node) -> None:
+    _arity(node, 1)
+    inp = node.inputs[0]
+    if inp.type not in TEXT_LIKE:
+        raise RuleError(f"input %{inp.name} ({inp.op.value}) has type {inp.type.value}, not a text-like value")
+
+
+def _media(node: Node) -> None:
+    has_path = node.attrs.get("path") is not None
+    if has_path == bool(node.inputs) or len(node.inputs) > 1:
+        raise RuleError("takes either one text-like input or a 'path' attribute")
+    if node.inputs:
+        _text_input(node)
+
+
+def _fork_input(node: Node) -> Node:
+    fork = node.inputs[0] if node.inputs else None
+    if fork is None or fork.op is not Op.FORK:
+        got = "nothing" if fork is None else f"%{fork.name} ({fork.op.value})"
+        raise RuleError(f"first input must be a fork, got {got}")
+    return fork
+
+
+def _get_fork_item(node: Node) -> None:
+    _arity(node, 1)
+    fork = _fork_input(node)
+    if node.attrs["index"] >= fork.attrs["n"]:
+        raise RuleError(f"index {node.attrs['index']} out of range for %{fork.name} (n={fork.attrs['n']})")
+    if node.stream == fork.stream:
+        raise RuleError(f"must start a new stream, but is in the fork's stream {fork.stream}")
+
+
+def _join(node: Node) -> None:
+    fork = _fork_input(node)
+    if fork.stream != node.stream:
+        raise RuleError(f"joins %{fork.name} of stream {fork.stream} from stream {node.stream}")
+    if len(node.inputs) != 1 + fork.attrs["n"]:
+        raise RuleError(f"takes the fork and the last node of each of its {fork.attrs['n']} streams, "
+                        f"got {len(node.inputs)} inputs")
+
+
+def _variable(node: Node) -> None:
+    _arity(node, 1)
+    producer, name = node.inputs[0], node.attrs["name"]
+    if producer.op is Op.JOIN:
+        if name not in (producer.attrs.get("variables") or []):
+            raise RuleError(f"reads {name!r} from %{producer.name}, which does not gather it")
+        expected = ValueType.LIST
+    elif producer.op in VARIABLE_PRODUCING_OPS:
+        if producer.attrs.get("name") != name:
+            raise RuleError(f"reads {name!r} from %{producer.name}, which produces {producer.attrs.get('name')!r}")
+        expected = producer.type
+    else:
+        raise RuleError(f"reads {name!r} from %{producer.name} ({producer.op.value}), which produces no variable")
+    if node.type is not expected:
+        raise RuleError(f"has type {node.type.value}, but %{producer.name} gives {expected.value}")
+
+
+def _branch(node: Node) -> None:
+    _arity(node, 1)
+    select = node.inputs[0]
+    if select.op is not Op.SELECT:
+        raise RuleError(f"input %{select.name} is a {select.op.value}, not a select")
+    if node.attrs["cases"] != select.attrs["choices"]:
+        raise RuleError(f"cases {node.attrs['cases']!r} differ from %{select.name}'s choices {select.attrs['choices']!r}")
+
+
+INPUT_RULES: dict[Op, Callable[[Node], None]] = {
+    Op.APPEND: _text_input,
+    Op.IMAGE: _media,
+    Op.VIDEO: _media,
+    Op.VARIABLE: _variable,
+    Op.GET_FORK_ITEM: _get_fork_item,
+    Op.JOIN: _join,
+    Op.BRANCH: _branch,
+}
+for _op in Op:
+    INPUT_RULES.setdefault(_op, _no_inputs)

@@ -1,0 +1,228 @@
+"""Graph <-> graph.pb (proto/graph.proto): the only module that converts between the two.
+
+`decode(encode(g)) == g` exactly: attribute values keep their Python kind (None, bool, int of any
+size, float, str, bytes, list, dict) and dicts keep their order. `decode` refuses, with a
+one-line :class:`GraphFormatError`, anything that is not a well-formed graph of a format version
+this sglc understands: malformed or truncated bytes, a newer format version, an unknown op or
+type, an input or guard naming no earlier node, and (unless ``check=False``) a graph that fails
+:func:`sglc.ir.verify.verify`.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Union
+
+from sglc.errors import GraphFormatError, VerifyError
+from sglc.ir.graph import Graph
+from sglc.ir.node import Guard, Node
+from sglc.ir.ops import Op
+from sglc.ir.types import ValueType, check_attr_value
+from sglc.proto import graph_pb2 as pb
+
+#: The format version this sglc writes; it reads this and every older version.
+FORMAT_VERSION = 1
+#: Lists/dicts nested deeper than this are refused (protobuf's parser stops at 100 messages).
+MAX_ATTR_DEPTH = 32
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+__all__ = ["FORMAT_VERSION", "GraphFormatError", "decode", "encode", "load", "save"]
+
+
+# ----- encoding -----
+def encode(graph: Graph) -> bytes:
+    """Serialize `graph` to graph.pb bytes (deterministic for equal graphs)."""
+    msg = pb.Graph(format_version=FORMAT_VERSION, name=graph.name, num_streams=graph.num_streams)
+    try:
+        _write_map(msg.meta, graph.meta, "graph meta", 0)
+        for node in graph.nodes:
+            _write_node(msg.nodes.add(), node)
+    except (TypeError, ValueError) as err:
+        raise GraphFormatError(f"cannot encode graph {graph.name!r}: {err}") from None
+    # NOTE: written last (highest field number); decode compares it with the nodes it read.
+    msg.num_nodes = len(graph.nodes)
+    return msg.SerializeToString(deterministic=True)
+
+
+def _write_node(out: pb.Node, node: Node) -> None:
+    where = f"%{node.name}"
+    out.name = node.name
+    out.op = node.op.value
+    out.inputs.extend(inp.name for inp in node.inputs)
+    _write_map(out.attrs, node.attrs, f"{where} attrs", 0)
+    out.type = node.type.value
+    out.stream = node.stream
+    if node.guard is not None:
+        out.guard.branch = node.guard.branch.name
+        out.guard.case = node.guard.case
+    for key, value in node.meta.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"{where} meta must map str to str, got {key!r}: {value!r}")
+        out.meta.add(key=key, value=value)
+
+
+def _write_map(out: pb.AttrMap, values: dict, where: str, depth: int) -> None:
+    for key, value in values.items():
+        if not isinstance(key, str):
+            raise TypeError(f"{where}: key {key!r} is not a str")
+        _write_value(out.entries.add(key=key).value, value, f"{where}[{key!r}]", depth)
+
+
+def _write_value(out: pb.AttrValue, value: Any, where: str, depth: int) -> None:
+    if depth > MAX_ATTR_DEPTH:
+        raise ValueError(f"{where}: nested deeper than {MAX_ATTR_DEPTH} levels")
+    if value is None:
+        out.null_value = pb.NULL_VALUE
+    elif isinstance(value, bool):  # NOTE: before int (bool is an int subclass)
+        out.bool_value = value
+    elif isinstance(value, int):
+        if _INT64_MIN <= value <= _INT64_MAX:
+            out.int_value = value
+        else:
+            out.big_int_value = str(value)
+    elif isinstance(value, float):
+        check_attr_value(value, where)  # refuses NaN, which would break equality
+        out.float_value = value
+    elif isinstance(value, str):
+        out.string_value = value
+    elif isinstance(value, bytes):
+        out.bytes_value = value
+    elif isinstance(value, (list, tuple)):
+        out.list_value.SetInParent()
+        for i, item in enumerate(value):
+            _write_value(out.list_value.items.add(), item, f"{where}[{i}]", depth + 1)
+    elif isinstance(value, dict):
+        out.map_value.SetInParent()
+        _write_map(out.map_value, value, where, depth + 1)
+    else:
+        raise TypeError(f"{where}: {type(value).__name__} is not a valid attribute value")
+
+
+# ----- decoding -----
+def decode(data: Union[bytes, bytearray, memoryview], *, check: bool = True) -> Graph:
+    """Rebuild the Graph from graph.pb bytes; raises GraphFormatError on anything invalid.
+
+    With ``check=True`` (the default) the result must also pass verify().
+    """
+    msg = pb.Graph()
+    try:
+        msg.ParseFromString(bytes(data))
+    except Exception as err:  # DecodeError, or upb's RuntimeError/ValueError on garbage
+        raise GraphFormatError(f"not a valid graph.pb (malformed or truncated data: {err})") from None
+    version = msg.format_version
+    if version == 0:
+        raise GraphFormatError("not a valid graph.pb (no format version; is this an sglc graph?)")
+    if version > FORMAT_VERSION:
+        raise GraphFormatError(
+            f"graph.pb format version {version} is newer than this sglc supports ({FORMAT_VERSION}); upgrade sglc"
+        )
+    if msg.num_nodes != len(msg.nodes):
+        raise GraphFormatError(
+            f"graph.pb is truncated or corrupt: it declares {msg.num_nodes} nodes but holds {len(msg.nodes)}"
+        )
+    if msg.num_streams < 1:
+        raise GraphFormatError("graph.pb is corrupt: num_streams must be at least 1")
+    graph = Graph(msg.name)
+    graph.num_streams = msg.num_streams
+    graph.meta = _read_map(msg.meta, "graph meta")
+    by_name: dict[str, Node] = {}
+    for index, node_msg in enumerate(msg.nodes):
+        node = _read_node(graph, node_msg, index, by_name)
+        by_name[node.name] = node
+    if check:
+        from sglc.ir.verify import verify
+
+        try:
+            verify(graph)
+        except VerifyError as err:
+            raise GraphFormatError(f"graph.pb holds an invalid graph: {err}") from None
+    return graph
+
+
+def _read_node(graph: Graph, msg: pb.Node, index: int, by_name: dict[str, Node]) -> Node:
+    where = f"node {index} (%{msg.name})"
+    if msg.name in by_name:
+        raise GraphFormatError(f"graph.pb is corrupt: duplicate node name %{msg.name}")
+    try:
+        op = Op(msg.op)
+    except ValueError:
+        raise GraphFormatError(f"graph.pb: {where} has unknown op {msg.op!r}; upgrade sglc?") from None
+    try:
+        value_type = ValueType(msg.type)
+    except ValueError:
+        raise GraphFormatError(f"graph.pb: {where} has unknown type {msg.type!r}") from None
+    inputs = []
+    for name in msg.inputs:
+        if name not in by_name:
+            raise GraphFormatError(f"graph.pb: {where} uses %{name}, which is not defined before it")
+        inputs.append(by_name[name])
+    guard = None
+    if msg.HasField("guard"):
+        branch = by_name.get(msg.guard.branch)
+        if branch is None:
+            raise GraphFormatError(f"graph.pb: {where} is guarded by %{msg.guard.branch}, which is not defined before it")
+        guard = Guard(branch, msg.guard.case)
+    meta: dict[str, str] = {}
+    for entry in msg.meta:
+        if entry.key in meta:
+            raise GraphFormatError(f"graph.pb: {where} has meta key {entry.key!r} twice")
+        meta[entry.key] = entry.value
+    attrs = _read_map(msg.attrs, f"{where} attrs")
+    try:
+        node = graph.create_node(op, inputs, attrs, value_type, msg.stream, guard, meta, name=msg.name)
+    except (TypeError, ValueError) as err:
+        raise GraphFormatError(f"graph.pb: {where}: {err}") from None
+    if node.name != msg.name:
+        raise GraphFormatError(f"graph.pb: {where} has an invalid node name {msg.name!r}")
+    return node
+
+
+def _read_map(msg: pb.AttrMap, where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for entry in msg.entries:
+        if entry.key in out:
+            raise GraphFormatError(f"graph.pb: {where} has key {entry.key!r} twice")
+        out[entry.key] = _read_value(entry.value, f"{where}[{entry.key!r}]")
+    return out
+
+
+def _read_value(msg: pb.AttrValue, where: str) -> Any:
+    kind = msg.WhichOneof("kind")
+    if kind == "null_value":
+        return None
+    if kind in ("bool_value", "int_value", "string_value", "bytes_value"):
+        return getattr(msg, kind)
+    if kind == "float_value":
+        if msg.float_value != msg.float_value:
+            raise GraphFormatError(f"graph.pb: {where} is NaN")
+        return msg.float_value
+    if kind == "big_int_value":
+        try:
+            return int(msg.big_int_value)
+        except ValueError:
+            raise GraphFormatError(f"graph.pb: {where} is not an integer: {msg.big_int_value[:40]!r}") from None
+    if kind == "list_value":
+        return [_read_value(item, f"{where}[{i}]") for i, item in enumerate(msg.list_value.items)]
+    if kind == "map_value":
+        return _read_map(msg.map_value, where)
+    raise GraphFormatError(f"graph.pb: {where} has no value (written by a newer sglc?)")
+
+
+# ----- files -----
+def save(graph: Graph, path: Union[str, os.PathLike]) -> None:
+    """Write graph.pb to `path` (replaced atomically, so a crash never leaves half a file)."""
+    target = Path(path)
+    data = encode(graph)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, target)
+
+
+def load(path: Union[str, os.PathLike], *, check: bool = True) -> Graph:
+    """Read a graph.pb file. OSError if unreadable; GraphFormatError (naming the file) if invalid."""
+    data = Path(path).read_bytes()
+    try:
+        return decode(data, check=check)
+    except GraphFormatError as err:
+        raise GraphFormatError(f"{path}: {err}") from None

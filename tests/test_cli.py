@@ -1,0 +1,195 @@
+"""The sglc command: compile and inspect every sample; one-line errors with exit code 2."""
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglc.cli import NOT_AVAILABLE, main
+from sglc.ir.serialize import FORMAT_VERSION, encode, load
+from sglc.proto import graph_pb2 as pb
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = sorted(p for p in (ROOT / "samples").glob("*.py"))
+#: Files that hold more than one program name the one to compile.
+SAMPLE_FUNCTION = {"call_other_program": "research_brief"}
+
+
+def target(sample: Path) -> str:
+    name = SAMPLE_FUNCTION.get(sample.stem)
+    return f"{sample}:{name}" if name else str(sample)
+
+
+def run_main(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code: int, err: str, *fragments: str) -> None:
+    assert code == 2
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sglc: error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def essay_pb(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("essay") / "essay_judge.pb"
+    assert main(["compile", str(ROOT / "samples" / "essay_judge.py"), "-o", str(out)]) == 0
+    return out
+
+
+def test_samples_exist():
+    """The samples the CLI tests compile are present (C1's samples/)."""
+    assert {p.stem for p in SAMPLES} >= {"essay_judge", "few_shot_qa", "tree_of_thought", "multi_turn_chat",
+                                         "json_extraction", "react_agent", "call_other_program"}
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.stem)
+def test_compile_then_inspect_every_sample(sample, tmp_path, capsys):
+    """compile writes a graph.pb that loads and verifies; inspect prints its listing and table."""
+    out = tmp_path / f"{sample.stem}.pb"
+    code, stdout, err = run_main(capsys, "compile", target(sample), "-o", str(out))
+    assert code == 0, err
+    graph = load(out)
+    assert stdout.startswith("compiled ") and f"{len(graph)} nodes" in stdout and "passes that changed" in stdout
+    code, stdout, err = run_main(capsys, "inspect", str(out), "--table")
+    assert code == 0, err
+    assert stdout.startswith(f"graph {graph.name}(")
+    assert sum(1 for line in stdout.splitlines() if line.lstrip().startswith("%")) == 2 * len(graph)
+
+
+def test_essay_judge_listing_shows_fork_streams_join_and_branch(essay_pb, capsys):
+    """The essay judge prints the branch on `related`, the 3-way fork, its 3 streams and the join."""
+    code, stdout, _ = run_main(capsys, "inspect", str(essay_pb))
+    assert code == 0
+    lines = [line.strip() for line in stdout.splitlines()]
+    assert any(line.startswith("%branch : none = branch[cases=['yes', 'no']](%related)") for line in lines)
+    assert "case 0 'yes' of %branch:" in lines and "case 1 'no' of %branch (no nodes)" in lines
+    assert any(line.startswith("%fork : fork = fork[n=3]") for line in lines)
+    for i in range(3):
+        assert f"stream {i + 1} (item {i} of %fork):" in lines
+        assert sum(1 for line in lines if line.startswith("%get_fork_item") and f"index={i}]" in line) == 1
+    assert sum(1 for line in lines if line.startswith("%judgment") and "= gen[" in line) == 3
+    join = next(line for line in lines if line.startswith("%join : none = join["))
+    assert "(%fork, " in join and join.count("%") == 5
+
+
+def test_inspect_writes_dot(essay_pb, tmp_path, capsys):
+    """--dot writes Graphviz text with a cluster per stream."""
+    dot = tmp_path / "g.dot"
+    code, _, err = run_main(capsys, "inspect", str(essay_pb), "--dot", str(dot))
+    assert code == 0 and "wrote" in err
+    text = dot.read_text()
+    assert text.startswith('digraph "essay_judge"') and text.count("subgraph cluster_stream_") == 4
+
+
+def test_compile_default_output_is_named_after_the_function(tmp_path, capsys, monkeypatch):
+    """Without -o, compile writes FUNCTION.pb in the current folder."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(capsys, "compile", str(ROOT / "samples" / "few_shot_qa.py"))
+    assert code == 0, err
+    assert (tmp_path / "few_shot_qa.pb").is_file()
+
+
+def test_file_with_several_programs_needs_a_name(capsys, tmp_path):
+    """Compiling a file with two programs and no :name lists them; a wrong name lists them too."""
+    path = ROOT / "samples" / "call_other_program.py"
+    code, _, err = run_main(capsys, "compile", str(path), "-o", str(tmp_path / "x.pb"))
+    assert_one_line_error(code, err, "defines 2 programs (answer_with_citation, research_brief)", ":NAME")
+    code, _, err = run_main(capsys, "compile", f"{path}:nope", "-o", str(tmp_path / "x.pb"))
+    assert_one_line_error(code, err, "no @sgl.function named 'nope'", "answer_with_citation, research_brief")
+
+
+def test_compile_errors_are_one_line(tmp_path, capsys):
+    """A missing file, a file with no program, a trace error and a crashing program each give one line."""
+    code, _, err = run_main(capsys, "compile", str(tmp_path / "missing.py"))
+    assert_one_line_error(code, err, "missing.py: no such file")
+
+    empty = tmp_path / "empty.py"
+    empty.write_text("x = 1\n")
+    assert_one_line_error(*run_main(capsys, "compile", str(empty))[::2], "defines no @sgl.function")
+
+    bad = tmp_path / "bad_if.py"
+    bad.write_text("import sglc as sgl\n\n@sgl.function\ndef prog(s):\n    s += sgl.gen('x')\n"
+                   "    if s['x']:\n        s += 'yes'\n")
+    code, _, err = run_main(capsys, "compile", str(bad), "-o", str(tmp_path / "o.pb"))
+    assert_one_line_error(code, err, "bad_if.py:6")
+
+    crash = tmp_path / "crash.py"
+    crash.write_text("import sglc as sgl\n\nraise RuntimeError('no config')\n")
+    code, _, err = run_main(capsys, "compile", str(crash))
+    assert_one_line_error(code, err, "loading", "crash.py:3: RuntimeError: no config")
+
+
+def _newer_version(data: bytes) -> bytes:
+    msg = pb.Graph()
+    msg.ParseFromString(data)
+    msg.format_version = FORMAT_VERSION + 1
+    return msg.SerializeToString()
+
+
+@pytest.mark.parametrize("kind", ["truncated", "random", "newer", "empty"])
+def test_malformed_graph_pb_gives_one_line_and_exit_2(kind, essay_pb, tmp_path, capsys):
+    """Truncated, random, newer-version and empty files: one `sglc: error:` line, exit 2, no traceback."""
+    data = essay_pb.read_bytes()
+    bad = {
+        "truncated": data[: len(data) // 2],
+        "random": bytes(random.Random(7).randrange(256) for _ in range(500)),
+        "newer": _newer_version(data),
+        "empty": b"",
+    }[kind]
+    path = tmp_path / f"{kind}.pb"
+    path.write_bytes(bad)
+    code, stdout, err = run_main(capsys, "inspect", str(path))
+    assert_one_line_error(code, err, f"{kind}.pb: ")
+    assert stdout == ""
+    if kind == "newer":
+        assert f"format version {FORMAT_VERSION + 1} is newer than this sglc supports ({FORMAT_VERSION}); upgrade sglc" in err
+
+
+def test_graph_pb_holding_an_invalid_graph_is_refused(tmp_path, capsys):
+    """A well-formed file whose graph fails verify is refused with the verify message."""
+    from sglc.ir import Graph, Op
+
+    g = Graph()
+    g.create_node(Op.GEN, attrs={"name": "x", "max_tokens": 0})
+    path = tmp_path / "invalid.pb"
+    path.write_bytes(encode(g))
+    code, _, err = run_main(capsys, "inspect", str(path))
+    assert_one_line_error(code, err, "invalid graph: verify: %x (gen)")
+
+
+def test_missing_graph_file(tmp_path, capsys):
+    """Inspecting a file that does not exist is a one-line error."""
+    assert_one_line_error(*run_main(capsys, "inspect", str(tmp_path / "no.pb"))[::2], "no.pb: No such file")
+
+
+@pytest.mark.parametrize("command", ["run", "serve"])
+def test_run_and_serve_are_not_available_yet(command, capsys):
+    """`sglc run` / `sglc serve` say they arrive with the run-graphs issue, exit 2."""
+    code, _, err = run_main(capsys, command, "graph.pb", "--input", "x.jsonl")
+    assert_one_line_error(code, err, NOT_AVAILABLE)
+
+
+def test_python_dash_m_runs_the_cli_in_a_subprocess(tmp_path):
+    """`python -m sglc.cli` compiles and, on a random-bytes file, prints one line and exits 2."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = tmp_path / "essay.pb"
+    ok = subprocess.run([sys.executable, "-m", "sglc.cli", "compile", str(ROOT / "samples" / "essay_judge.py"),
+                         "-o", str(out)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert "4 streams" in ok.stdout
+    junk = tmp_path / "junk.pb"
+    junk.write_bytes(bytes(range(256)) * 3)
+    bad = subprocess.run([sys.executable, "-m", "sglc.cli", "inspect", str(junk)],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.startswith("sglc: error: ") and len(bad.stderr.strip().splitlines()) == 1

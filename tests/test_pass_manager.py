@@ -1,0 +1,109 @@
+"""PassManager: runs passes in order, verifies after each, and names the pass that failed."""
+from __future__ import annotations
+
+import pytest
+
+from ir_samples import every_op_graph, linear_graph
+from sglc.errors import PassError, VerifyError
+from sglc.ir import Graph, Op
+from sglc.passes import PassManager, PassResult, copy_graph, default_pipeline, merge_constants
+
+
+def noop(g: Graph) -> PassResult:
+    return PassResult(g, False)
+
+
+def add_text(g: Graph) -> PassResult:
+    g = copy_graph(g)
+    g.create_node(Op.CONSTANT_TEXT, attrs={"text": "!"})
+    return PassResult(g, True)
+
+
+def break_graph(g: Graph) -> PassResult:
+    g = copy_graph(g)
+    g.find("essay").attrs["max_tokens"] = -1
+    return PassResult(g, True)
+
+
+def crash(g: Graph) -> PassResult:
+    raise KeyError("boom")
+
+
+def test_runs_passes_in_order_and_reports_which_changed():
+    """Passes run in list order on each other's output; changed_by names the modifying ones."""
+    order = []
+
+    def first(g):
+        order.append("first")
+        return add_text(g)
+
+    def second(g):
+        order.append("second")
+        assert g.nodes[-1].attrs == {"text": "!"}
+        return noop(g)
+
+    pm = PassManager([first, second])
+    result = pm.run(linear_graph())
+    assert order == ["first", "second"] and result.modified and pm.changed_by == ["first"]
+
+
+def test_unmodified_run_returns_the_same_graph():
+    """With no pass modifying, run returns modified=False and the input graph."""
+    g = linear_graph()
+    result = PassManager([noop, merge_constants]).run(g)
+    assert result == (g, False)
+
+
+def test_a_pass_that_breaks_the_graph_is_named():
+    """A pass leaving an invalid graph raises PassError naming the pass and the verify problem."""
+    with pytest.raises(PassError, match=r"pass break_graph left an invalid graph: verify: %essay \(gen\)"):
+        PassManager([noop, break_graph]).run(linear_graph())
+
+
+def test_a_pass_that_crashes_is_named():
+    """An exception inside a pass becomes PassError naming the pass, chained to the cause."""
+    with pytest.raises(PassError, match="pass crash failed: KeyError") as info:
+        PassManager([crash]).run(linear_graph())
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+def test_an_invalid_input_graph_is_not_blamed_on_a_pass():
+    """An input that fails verify raises VerifyError before any pass runs."""
+    g = linear_graph()
+    g.find("essay").attrs["max_tokens"] = 0
+    with pytest.raises(VerifyError):
+        PassManager([crash]).run(g)
+
+
+def test_verify_each_false_skips_verification():
+    """With verify_each=False a breaking pass is not caught by the manager."""
+    result = PassManager([break_graph], verify_each=False).run(linear_graph())
+    assert result.graph.find("essay").attrs["max_tokens"] == -1
+
+
+def test_a_pass_must_return_a_pass_result():
+    """Returning something other than (Graph, bool) is a PassError naming the pass."""
+    def bad(g):
+        return g
+
+    with pytest.raises(PassError, match="pass bad returned Graph, not a PassResult"):
+        PassManager([bad]).run(linear_graph())
+
+
+def test_default_pipeline_merges_constants_and_verifies():
+    """The default pipeline includes merge_constants and yields a valid, smaller sample graph."""
+    pm = default_pipeline()
+    assert pm.names[0] == "merge_constants"
+    g = every_op_graph()
+    result = pm.run(g)
+    assert result.modified and pm.changed_by == ["merge_constants"] and len(result.graph) < len(g)
+
+
+def test_copy_graph_is_equal_and_independent():
+    """copy_graph gives an equal graph whose nodes and attrs are not shared with the original."""
+    g = every_op_graph()
+    c = copy_graph(g)
+    assert c == g
+    c.find("judgment").attrs["stop"].append("X")
+    assert g.find("judgment").attrs["stop"] == ["END", "\n\n"]
+    assert all(n.graph is c for n in c.nodes)

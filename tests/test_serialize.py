@@ -1,0 +1,175 @@
+"""graph.pb: exact round trips, and a one-line GraphFormatError for anything malformed."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ir_samples import ALL_SAMPLE_GRAPHS, every_op_graph, linear_graph
+from sglc.errors import GraphFormatError
+from sglc.ir import Graph, Op
+from sglc.ir.serialize import FORMAT_VERSION, decode, encode, load, save
+from sglc.proto import graph_pb2 as pb
+
+
+def reencode(data: bytes, edit) -> bytes:
+    """Parse graph.pb bytes into the message, apply `edit`, serialize again."""
+    msg = pb.Graph()
+    msg.ParseFromString(data)
+    edit(msg)
+    return msg.SerializeToString()
+
+
+def fails(data: bytes, *fragments: str) -> str:
+    with pytest.raises(GraphFormatError) as info:
+        decode(data)
+    message = str(info.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+@pytest.mark.parametrize("name", sorted(ALL_SAMPLE_GRAPHS))
+def test_round_trip_is_exact(name):
+    """decode(encode(g)) == g, prints identically, and re-encodes to the same bytes."""
+    g = ALL_SAMPLE_GRAPHS[name]()
+    data = encode(g)
+    back = decode(data)
+    assert back == g
+    assert str(back) == str(g)
+    assert encode(back) == data
+
+
+def test_every_op_is_covered_by_the_round_trip_sample():
+    """The hand-built sample exercises every op, so the round trip covers them all."""
+    assert {n.op for n in every_op_graph().nodes} == set(Op)
+
+
+def test_attribute_kinds_round_trip_exactly():
+    """None, bools, ints of any size, floats (incl. -0.0, inf), str, bytes, nested lists/dicts keep kind and order."""
+    values = {
+        "none": None, "t": True, "f": False, "zero": 0, "neg": -7, "i64max": 2**63 - 1, "i64min": -(2**63),
+        "huge": 10**40, "hugeneg": -(10**40), "one_float": 1.0, "negzero": -0.0, "inf": float("inf"),
+        "ninf": float("-inf"), "tiny": 5e-324, "text": "héllo ✓ 𝄞", "empty": "", "raw": bytes(range(256)),
+        "nested": [1, [2.0, [True, None, {"k": [b"", "v"]}]], {}], "order": {"z": 1, "a": 2, "m": 3},
+    }
+    g = Graph()
+    g.meta.update(values)
+    g.create_node(Op.GEN, attrs={"name": "x", **{f"x_{k}": v for k, v in values.items()}})
+    back = decode(encode(g), check=False)
+    assert back == g
+    attrs = back.find("x").attrs
+    assert type(attrs["x_t"]) is bool and type(attrs["x_zero"]) is int and type(attrs["x_one_float"]) is float
+    assert str(attrs["x_negzero"]) == "-0.0"
+    assert list(attrs["x_order"]) == ["z", "a", "m"] and list(back.meta) == list(values)
+
+
+def test_save_and_load_round_trip(tmp_path):
+    """save() then load() gives an equal graph; no temporary file is left behind."""
+    g = every_op_graph()
+    path = tmp_path / "graph.pb"
+    save(g, path)
+    assert load(path) == g
+    assert [p.name for p in tmp_path.iterdir()] == ["graph.pb"]
+
+
+def test_load_names_the_file_in_errors(tmp_path):
+    """A bad file's error message starts with its path; a missing file is an OSError."""
+    path = tmp_path / "bad.pb"
+    path.write_bytes(b"\xff\xff\xff")
+    with pytest.raises(GraphFormatError, match=r"bad\.pb: not a valid graph\.pb"):
+        load(path)
+    with pytest.raises(FileNotFoundError):
+        load(tmp_path / "missing.pb")
+
+
+def test_every_truncation_is_detected():
+    """Every proper prefix of an encoded graph is refused (cuts at node boundaries included)."""
+    data = encode(every_op_graph())
+    for cut in range(len(data)):
+        with pytest.raises(GraphFormatError):
+            decode(data[:cut])
+
+
+def test_random_bytes_are_refused():
+    """Random byte strings (fixed seed) never decode to a graph."""
+    rng = random.Random(1234)
+    for _ in range(300):
+        data = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 400)))
+        with pytest.raises(GraphFormatError):
+            decode(data)
+
+
+def test_empty_and_foreign_bytes_are_refused():
+    """Empty input and a different protobuf message have no format version."""
+    fails(b"", "no format version")
+    fails(pb.Node(name="x", op="gen").SerializeToString())
+
+
+def test_newer_format_version_is_refused_with_upgrade_hint():
+    """A file from a newer sglc names both versions and says to upgrade."""
+    data = reencode(encode(linear_graph()), lambda m: setattr(m, "format_version", FORMAT_VERSION + 1))
+    message = fails(data)
+    assert message == (
+        f"graph.pb format version {FORMAT_VERSION + 1} is newer than this sglc supports ({FORMAT_VERSION}); upgrade sglc"
+    )
+
+
+def test_unknown_op_and_type_are_refused():
+    """An op or type this sglc does not know is refused, naming the node."""
+    fails(reencode(encode(linear_graph()), lambda m: setattr(m.nodes[1], "op", "teleport")),
+          "node 1 (%constant_text) has unknown op 'teleport'")
+    fails(reencode(encode(linear_graph()), lambda m: setattr(m.nodes[1], "type", "tensor")), "unknown type 'tensor'")
+
+
+def test_dangling_input_and_guard_are_refused():
+    """An input or guard naming no earlier node is refused."""
+    def dangle(m):
+        m.nodes[2].inputs[0] = "ghost"
+
+    fails(reencode(encode(linear_graph()), dangle), "node 2 (%append) uses %ghost, which is not defined before it")
+
+    def bad_guard(m):
+        m.nodes[-1].guard.branch = "nowhere"
+
+    fails(reencode(encode(every_op_graph()), bad_guard), "guarded by %nowhere")
+
+
+def test_structural_corruption_is_refused():
+    """Duplicate names, a stream out of range, a wrong node count and an invalid graph are refused."""
+    def duplicate(m):
+        m.nodes[1].name = m.nodes[0].name
+
+    fails(reencode(encode(linear_graph()), duplicate), "duplicate node name %topic")
+    fails(reencode(encode(linear_graph()), lambda m: setattr(m.nodes[1], "stream", 5)), "stream 5 does not exist")
+    fails(reencode(encode(linear_graph()), lambda m: setattr(m, "num_nodes", 99)), "declares 99 nodes but holds 5")
+    fails(reencode(encode(linear_graph()), lambda m: setattr(m, "num_streams", 0)), "num_streams")
+    invalid = reencode(encode(linear_graph()), lambda m: m.nodes[3].attrs.entries[1].value.__setattr__("int_value", 0))
+    fails(invalid, "holds an invalid graph: verify: %essay (gen)", "max_tokens=0")
+    assert decode(invalid, check=False).find("essay").attrs["max_tokens"] == 0
+
+
+def test_empty_attr_value_and_bad_big_int_are_refused():
+    """An AttrValue with no kind set, or a non-numeric big int, is refused."""
+    fails(reencode(encode(linear_graph()), lambda m: m.nodes[0].attrs.entries[0].value.Clear()), "has no value")
+    fails(reencode(encode(linear_graph()),
+                  lambda m: setattr(m.nodes[0].attrs.entries[0].value, "big_int_value", "12x")), "not an integer")
+
+
+def test_encode_refuses_values_outside_the_attribute_domain():
+    """A NaN or an object smuggled into attrs, or non-str meta, gives GraphFormatError at encode."""
+    for bad in (float("nan"), object(), {1: "x"}):
+        g = linear_graph()
+        g.find("essay").attrs["extra"] = bad
+        with pytest.raises(GraphFormatError, match="cannot encode graph 'linear'"):
+            encode(g)
+    g = linear_graph()
+    g.find("essay").meta["line"] = 3  # type: ignore[assignment]
+    with pytest.raises(GraphFormatError, match="meta must map str to str"):
+        encode(g)
+
+
+def test_encoding_is_deterministic():
+    """Two equal graphs encode to identical bytes."""
+    assert encode(every_op_graph()) == encode(every_op_graph())
