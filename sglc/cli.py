@@ -140,6 +140,13 @@ def cmd_not_available(args: argparse.Namespace) -> int:
     raise CliError(f"sglc {args.command}: {NOT_AVAILABLE}")
 
 
+def _add_pending(sub: Any, command: str, what: str) -> None:
+    """A subcommand that exists in --help but is not implemented yet."""
+    stub = sub.add_parser(command, help=f"{what} ({NOT_AVAILABLE})", description=f"{what}: {NOT_AVAILABLE}.")
+    stub.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    stub.set_defaults(handler=cmd_not_available)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sglc", description="Compile LM programs (SGLang DSL) to graph.pb files and inspect them."
@@ -160,12 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     insp.add_argument("--dot", metavar="OUT.dot", help="write Graphviz DOT to this file")
     insp.set_defaults(handler=cmd_inspect)
 
-    for command, what in (("run", "execute a graph.pb for each input line"),
-                          ("serve", "start the runtime server")):
-        stub = sub.add_parser(command, help=f"{what} ({NOT_AVAILABLE})",
-                              description=f"{what}: {NOT_AVAILABLE}.")
-        stub.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-        stub.set_defaults(handler=cmd_not_available)
+    _add_pending(sub, "run", "execute a graph.pb for each input line")  # run-graphs issue: sglc/cli_run.py
+    _add_pending(sub, "serve", "start the runtime server")  # run-graphs issue: sglc/cli_serve.py
     return parser
 
 
