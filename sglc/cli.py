@@ -109,7 +109,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         raise
     except Exception as err:
         raise CliError(f"tracing {fn.name} failed: {describe_exception(err, path)}") from err
-    pipeline = default_pipeline()
+    pipeline = default_pipeline(aggressive=args.aggressive)
     graph = pipeline.run(graph).graph
     verify(graph)
     out = Path(args.output) if args.output else Path(f"{fn.name}.pb")
@@ -159,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "named one), run the default passes, verify and write graph.pb.")
     comp.add_argument("program", metavar="PROGRAM.py[:FUNCTION]", help="the program file, optionally :function")
     comp.add_argument("-o", "--output", metavar="GRAPH.pb", help="output file (default: FUNCTION.pb)")
+    comp.add_argument("--aggressive", action="store_true",
+                      help="also apply prefix rewrites that CHANGE prompt text (reorder constant text "
+                           "ahead of argument reads); off by default")
     comp.set_defaults(handler=cmd_compile)
 
     insp = sub.add_parser("inspect", help="print a graph.pb as an SSA listing (and a table, DOT)")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from sglc.ir.verify import verify
+
 from ir_samples import every_op_graph, linear_graph
 from sglc.errors import PassError, VerifyError
 from sglc.ir import Graph, Op
@@ -90,13 +92,20 @@ def test_a_pass_must_return_a_pass_result():
         PassManager([bad]).run(linear_graph())
 
 
-def test_default_pipeline_merges_constants_and_verifies():
-    """The default pipeline includes merge_constants and yields a valid, smaller sample graph."""
+def test_default_pipeline_runs_its_passes_in_order_and_verifies():
+    """The default pipeline merges constants, hoists, hints forks, and yields a valid graph."""
     pm = default_pipeline()
-    assert pm.names[0] == "merge_constants"
+    assert pm.names[:4] == ["merge_constants", "prefix_hoisting", "fork_hints", "merge_constants"]
     g = every_op_graph()
     result = pm.run(g)
-    assert result.modified and pm.changed_by == ["merge_constants"] and len(result.graph) < len(g)
+    assert result.modified and "merge_constants" in pm.changed_by and "fork_hints" in pm.changed_by
+    verify(result.graph)
+
+
+def test_aggressive_pipeline_is_opt_in():
+    """Only aggressive=True selects the prompt-changing hoisting rewrite."""
+    assert "aggressive_prefix_hoisting" not in default_pipeline().names
+    assert "aggressive_prefix_hoisting" in default_pipeline(aggressive=True).names
 
 
 def test_copy_graph_is_equal_and_independent():

@@ -86,13 +86,21 @@ class PassManager:
         return PassResult(graph, bool(self.changed_by))
 
 
-def default_pipeline(verify_each: bool = True) -> PassManager:
-    """The passes `sglc compile` runs, in order."""
+def default_pipeline(verify_each: bool = True, aggressive: bool = False) -> PassManager:
+    """The passes `sglc compile` runs, in order.
+
+    Only `aggressive=True` (``sglc compile --aggressive``) may change prompt text; every default
+    pass keeps each prompt the model sees identical.
+    """
+    from sglc.passes.fork_hints import fork_hints
     from sglc.passes.merge_constants import merge_constants
+    from sglc.passes.prefix_hoisting import aggressive_prefix_hoisting, prefix_hoisting
 
     passes: list[Pass] = [
         merge_constants,
-        # Later issues add, in this order: prefix hoisting, fork hints (CachePrefix before forks),
-        # constraint lowering (regex / JSON schema / dtype / choices -> FSM attribute).
+        aggressive_prefix_hoisting if aggressive else prefix_hoisting,
+        fork_hints,
+        merge_constants,
+        # Constraint lowering (regex / JSON schema / dtype -> FSM attribute) comes last.
     ]
     return PassManager(passes, verify_each=verify_each)
