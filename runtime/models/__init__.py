@@ -33,11 +33,15 @@ def load_model(
     dtype: torch.dtype | str | None = None,
     device: torch.device | str = "cpu",
     attention: AttentionBackend | str = "torch",
+    pack_weights: bool | None = None,
 ) -> LlamaForCausalLM:
-    """Load a model folder (config.json + safetensors) with the class its architecture names."""
+    """Load a model folder (config.json + safetensors) with the class its architecture names.
+
+    ``pack_weights`` (None = auto): pre-pack CPU bf16/fp16 linear weights for oneDNN.
+    """
     config = ModelConfig.from_pretrained(path)
     return get_model_class(config.architecture).from_pretrained(
-        path, dtype=dtype, device=device, attention=attention
+        path, dtype=dtype, device=device, attention=attention, pack_weights=pack_weights
     )
 
 

