@@ -20,3 +20,8 @@ class GraphFormatError(SglcError):
 
 class PassError(SglcError):
     """A compiler pass failed or left an invalid graph; the message names the pass."""
+
+
+class BackendError(SglcError):
+    """A model backend call failed (server down, deadline exceeded, request refused); the
+    message names the endpoint and the call."""

@@ -1,0 +1,114 @@
+"""ConstraintSpec: what a request asks its output to match, validated, with a cache key.
+
+Three ways in: a precompiled FSM (the ``fsm`` attribute the compiler's lower_constraints pass
+stores on a gen, as a plain dict), a raw regex, or a JSON schema (a JSON string, a dict or a
+pydantic model class) for HTTP/API users; ``choices`` (one of several strings) is a convenience
+that lowers to a regex. The spec is cheap to build and hash; compiling it is the grammar
+cache's job (:mod:`.grammar`), once per distinct constraint.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from sglc import fsm
+
+#: The kinds of constraint a request may carry (at most one).
+KINDS = ("fsm", "regex", "json_schema", "choices")
+
+
+@dataclass(frozen=True, slots=True)
+class ConstraintSpec:
+    """One request's constraint. ``text`` is the regex, the compact JSON schema, the JSON list
+    of choices, or (kind "fsm") a digest of the FSM dict; ``data`` holds the FSM dict itself.
+
+    ``key`` identifies equal constraints for caching; two specs with equal keys compile to the
+    same FSM.
+    """
+
+    kind: str
+    text: str
+    data: Any = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.kind, self.text)
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        regex: str | None = None,
+        json_schema: Any = None,
+        fsm: dict | None = None,
+        choices: Sequence[str] | None = None,
+    ) -> ConstraintSpec | None:
+        """The spec for whichever one argument is given; None when none is.
+
+        Raises TypeError / ValueError (naming the argument) for wrong types, several
+        constraints at once, or a JSON schema that is not JSON.
+        """
+        given = [k for k, v in (("regex", regex), ("json_schema", json_schema), ("fsm", fsm),
+                                ("choices", choices)) if v is not None]
+        if not given:
+            return None
+        if len(given) > 1:
+            raise ValueError(f"a request takes at most one constraint, got {', '.join(given)}")
+        if regex is not None:
+            if not isinstance(regex, str):
+                raise TypeError(f"regex must be a str, got {type(regex).__name__}")
+            return cls("regex", regex)
+        if json_schema is not None:
+            return cls("json_schema", _schema_text(json_schema))
+        if choices is not None:
+            if isinstance(choices, str) or not isinstance(choices, (list, tuple)) or not choices:
+                raise TypeError("choices must be a non-empty list of str")
+            if not all(isinstance(c, str) for c in choices):
+                raise TypeError("choices must contain only str")
+            return cls("choices", json.dumps(list(choices), ensure_ascii=False))
+        if not isinstance(fsm, dict):
+            raise TypeError(f"fsm must be the dict written by sglc.fsm.fsm_to_dict, got {type(fsm).__name__}")
+        return cls("fsm", _digest(fsm), fsm)
+
+    def compile(self) -> fsm.FSM:
+        """Build the FSM (raises a ``sglc.fsm.FSMError``, a ValueError, naming the problem)."""
+        if self.kind == "regex":
+            return fsm.compile_regex(self.text)
+        if self.kind == "json_schema":
+            return fsm.compile_json_schema(self.text)
+        if self.kind == "choices":
+            return fsm.compile_choices(json.loads(self.text))
+        # NOTE: no recompilation: the compiler's table is checked and rebuilt as is.
+        return fsm.fsm_from_dict(self.data)
+
+    def describe(self) -> str:
+        """A short human-readable form for error messages."""
+        shown = self.text if self.kind != "fsm" else str(self.data.get("pattern", "?"))
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        return f"{self.kind} {shown!r}"
+
+
+def _schema_text(schema: Any) -> str:
+    """A JSON schema (JSON text, dict, bool or pydantic model class) as compact JSON text."""
+    if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
+        schema = schema.model_json_schema()
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"json_schema is not valid JSON: {err}") from None
+    if not isinstance(schema, (dict, bool)):
+        raise TypeError(f"json_schema must be JSON text, a dict or a pydantic model class, got {type(schema).__name__}")
+    # NOTE: key order is kept (not sorted): property order decides the order of the output.
+    return json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+
+
+def _digest(data: dict) -> str:
+    try:
+        blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"fsm is not plain data: {err}") from None
+    return hashlib.sha256(blob.encode()).hexdigest()

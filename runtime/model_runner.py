@@ -1,0 +1,211 @@
+"""ModelRunner: turns the scheduler's plan into a forward pass, samples, computes logprobs.
+
+No policy here: which requests run, with how many tokens, into which slots, is decided by the
+scheduler. The runner builds the ``ForwardBatch``, runs the model, samples one token per entry
+that samples, and returns logprobs where requests asked for them.
+
+Prompt logprobs need the logits of prompt positions. Positions the radix cache served were not
+computed in this step, so their rows are recomputed in a side pass that reads the cached K/V
+and writes its own K/V into scratch slots reserved past the scheduler's pool (shared slots are
+never written twice).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+import torch
+
+from .forward_batch import ForwardBatch
+from .kv_buffer import KVBuffer
+from .logprobs import token_logprobs, top_logprobs
+from .request import Req
+from .sampler import Sampler, SamplingBatch, make_generator
+from .sampling_params import SamplingParams
+from .schedule_batch import ScheduleBatch, ScheduledReq
+
+
+class ConstraintCursor(Protocol):
+    """Per-request constrained-decoding state (made by ``params.constraint.new_cursor()``)."""
+
+    def allowed_mask(self) -> torch.Tensor: ...  # bool [<= vocab], True = allowed next token
+
+    def advance(self, token_id: int) -> None: ...
+
+    def is_finished(self) -> bool: ...
+
+
+@dataclass(slots=True)
+class RunnerState:
+    """What the runner keeps per request (in ``req.state["runner"]``).
+
+    logprob_next / logprob_end: prompt positions [next, end) whose logits rows are still needed
+    for prompt logprobs (row p predicts token p + 1); next == end when none are.
+    """
+
+    generator: torch.Generator | None = None
+    cursor: ConstraintCursor | None = None
+    logprob_next: int = 0
+    logprob_end: int = 0
+    prompt_logprobs: list[float | None] = field(default_factory=list)
+
+    @classmethod
+    def for_request(cls, params: SamplingParams, prompt_len: int) -> RunnerState:
+        state = cls()
+        if params.seed is not None and not params.is_greedy:
+            state.generator = make_generator(params.seed)
+        if params.constraint is not None:
+            state.cursor = params.constraint.new_cursor()
+        if params.return_logprob and params.logprob_start_len >= 0:
+            start = min(params.logprob_start_len, prompt_len - 1)
+            if start == 0:
+                state.prompt_logprobs.append(None)  # position 0 has no context
+            state.logprob_next, state.logprob_end = max(start - 1, 0), prompt_len - 1
+        return state
+
+
+class TokenResult(NamedTuple):
+    """One sampling entry's output: token, its logprob and top alternatives when asked for.
+
+    error is set (and token_id meaningless) when this request alone could not be sampled,
+    e.g. its constraint allowed no token; the engine aborts it.
+    """
+
+    token_id: int
+    logprob: float | None
+    top: list[tuple[int, float]] | None
+    error: str | None = None
+
+
+class ModelRunner:
+    """Runs one ``ScheduleBatch``: forward, prompt logprobs, sampling, output logprobs."""
+
+    def __init__(self, model, kv_buffer: KVBuffer, sampler: Sampler, *, num_pool_slots: int,
+                 eos_token_ids: tuple[int, ...] = ()) -> None:
+        self.model = model
+        self.kv_buffer = kv_buffer
+        self.sampler = sampler
+        self.vocab_size = model.config.vocab_size
+        self.eos_token_ids = eos_token_ids
+        self.device = model.device
+        # NOTE: slots [num_pool_slots, kv_buffer.num_slots) are never handed out by the pool.
+        self.scratch = torch.arange(num_pool_slots, kv_buffer.num_slots, dtype=torch.long)
+        if self.scratch.numel() < 1:
+            raise ValueError("ModelRunner: the KV buffer needs >= 1 scratch slot past the pool")
+
+    def run(self, batch: ScheduleBatch) -> list[TokenResult | None]:
+        """Forward + sample. Returns, per entry, its TokenResult or None (entry does not sample).
+
+        Prompt logprobs are appended to ``req.state["runner"].prompt_logprobs``.
+        """
+        entries = batch.reqs
+        for e in entries:  # side pass first: it reads cached K/V of positions before this step
+            self._recompute_skipped(e.req, e.prefix_len, e.kv_indices)
+        starts = [self._logits_start(e.req, e.prefix_len, e.extend_len) for e in entries]
+        fb = ForwardBatch(
+            input_ids=torch.tensor(batch.input_ids, dtype=torch.long, device=self.device),
+            positions=torch.tensor(batch.positions, dtype=torch.long, device=self.device),
+            out_cache_loc=batch.out_cache_loc.to(self.device),
+            extend_lens=batch.extend_lens,
+            prefix_lens=batch.prefix_lens,
+            kv_indices=[k.to(self.device) for k in batch.kv_indices],
+            logits_start=starts,
+        )
+        logits = self.model.forward(fb, self.kv_buffer)
+        last_rows: list[int] = []
+        row = 0
+        for e, s in zip(entries, starts):
+            n = e.extend_len - s
+            if self._wants_prompt_rows(e.req):
+                self._take_prompt_logprobs(e.req, logits[row : row + n], e.prefix_len + s)
+            row += n
+            last_rows.append(row - 1)
+        return self._sample(entries, logits, last_rows)
+
+    # --- sampling ------------------------------------------------------------------------------
+    def _sample(self, entries: list[ScheduledReq], logits: torch.Tensor,
+                last_rows: list[int]) -> list[TokenResult | None]:
+        """Sample the entries that sample from their last logits row; add output logprobs."""
+        sampling = [i for i, e in enumerate(entries) if e.samples and e.req.max_new_tokens > 0]
+        out: list[TokenResult | None] = [None] * len(entries)
+        if not sampling:
+            return out
+        idx = [last_rows[i] for i in sampling]
+        rows = logits if len(idx) == logits.shape[0] else logits[torch.tensor(idx, device=logits.device)]
+        reqs = [entries[i].req for i in sampling]
+        errors: dict[int, str] = {}
+        tokens = self.sampler(rows, self._sampling_batch(reqs, errors)).tolist()
+        lps = tops = None
+        want = [r.sampling_params.return_logprob for r in reqs]
+        if any(want):
+            lps = token_logprobs(rows, torch.tensor(tokens, device=rows.device)).tolist()
+            k = max(r.sampling_params.top_logprobs_num if w else 0 for r, w in zip(reqs, want))
+            if k:
+                vals, ids = top_logprobs(rows, k)
+                tops = list(zip(ids.tolist(), vals.tolist()))
+        for j, i in enumerate(sampling):
+            p = reqs[j].sampling_params
+            top = None
+            if tops is not None and want[j] and p.top_logprobs_num:
+                ids_j, vals_j = tops[j]
+                top = list(zip(ids_j[: p.top_logprobs_num], vals_j[: p.top_logprobs_num]))
+            out[i] = TokenResult(tokens[j], lps[j] if lps is not None and want[j] else None, top, errors.get(j))
+        return out
+
+    def _sampling_batch(self, reqs: list[Req], errors: dict[int, str]) -> SamplingBatch:
+        """Sampling inputs of `reqs`; rows whose constraint allows no token go into `errors`."""
+        states = [r.state.get("runner") for r in reqs]
+        gens = [s.generator if s is not None else None for s in states]
+        masks = None
+        if any(s is not None and s.cursor is not None for s in states):
+            masks = [s.cursor.allowed_mask() if s is not None and s.cursor is not None else None for s in states]
+            for j, m in enumerate(masks):
+                if m is not None and m.dtype == torch.bool and not bool(m[: self.vocab_size].any()):
+                    errors[j], masks[j] = "constraint error: the constraint allows no next token", None
+        return SamplingBatch.build(
+            [r.sampling_params for r in reqs], self.vocab_size,
+            output_ids=[r.output_ids for r in reqs], generators=gens, masks=masks,
+            eos_token_ids=self.eos_token_ids, device=self.device,
+        )
+
+    # --- prompt logprobs -----------------------------------------------------------------------
+    @staticmethod
+    def _wants_prompt_rows(req: Req) -> bool:
+        st = req.state.get("runner")
+        return st is not None and st.logprob_next < st.logprob_end
+
+    def _logits_start(self, req: Req, prefix_len: int, extend_len: int) -> int:
+        """First row of this entry to return: the last one, or earlier for prompt logprobs."""
+        if not self._wants_prompt_rows(req):
+            return extend_len - 1
+        return min(max(req.state["runner"].logprob_next - prefix_len, 0), extend_len - 1)
+
+    def _take_prompt_logprobs(self, req: Req, rows: torch.Tensor, first_pos: int) -> None:
+        """Rows are positions first_pos.. ; keep those in [logprob_next, logprob_end)."""
+        st = req.state["runner"]
+        lo, hi = max(st.logprob_next, first_pos), min(st.logprob_end, first_pos + rows.shape[0])
+        if lo >= hi or lo != st.logprob_next:
+            return
+        targets = torch.tensor(req.fill_ids[lo + 1 : hi + 1], dtype=torch.long, device=rows.device)
+        st.prompt_logprobs.extend(token_logprobs(rows[lo - first_pos : hi - first_pos], targets).tolist())
+        st.logprob_next = hi
+
+    def _recompute_skipped(self, req: Req, prefix_len: int, kv_indices: torch.Tensor) -> None:
+        """Logits rows of positions [logprob_next, prefix_len) that the cache skipped."""
+        st = req.state.get("runner")
+        if st is None or st.logprob_next >= min(prefix_len, st.logprob_end):
+            return
+        fill = req.fill_ids
+        end = min(prefix_len, st.logprob_end)
+        step = self.scratch.numel()
+        for a in range(st.logprob_next, end, step):
+            b = min(a + step, end)
+            # NOTE: earlier positions' K/V are read from the cache; this pass writes only scratch.
+            kv = torch.cat([kv_indices[:a], self.scratch[: b - a]]).to(self.device)
+            fb = ForwardBatch(
+                input_ids=torch.tensor(fill[a:b], dtype=torch.long, device=self.device),
+                positions=torch.arange(a, b, dtype=torch.long, device=self.device),
+                out_cache_loc=self.scratch[: b - a].to(self.device),
+                extend_lens=[b - a], prefix_lens=[a], kv_indices=[kv], logits_start=[0],
+            )
+            self._take_prompt_logprobs(req, self.model.forward(fb, self.kv_buffer), a)

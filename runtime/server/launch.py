@@ -1,0 +1,161 @@
+"""Start the runtime: one Engine in its background thread, its RuntimeService, and the servers
+in front of it (gRPC today; the HTTP server of the ecosystem-protocols issue starts beside it).
+
+Shutdown (SIGTERM or SIGINT): refuse new calls (UNAVAILABLE), give Generate calls in flight
+`grace_s` seconds to finish, abort the rest (their clients get a GenerateError UNAVAILABLE),
+stop the servers and the engine thread, return 0.
+A second signal during the grace period cancels everything at once.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+log = logging.getLogger(__name__)
+
+#: Seconds the servers get to deliver the last messages after the engine work is over.
+_FLUSH_S = 2.0
+
+
+class Frontend(Protocol):
+    """A server in front of the RuntimeService (gRPC, HTTP)."""
+
+    kind: str
+
+    @property
+    def address(self) -> str: ...
+
+    def start(self) -> None: ...
+
+    def stop(self, grace: float | None = None) -> threading.Event: ...
+
+
+@dataclass
+class ServeConfig:
+    """What `sglc serve` starts. Engine fields are passed to EngineConfig (validated there)."""
+
+    model: str = "default"
+    host: str = "127.0.0.1"
+    port: int = 0
+    http_port: int | None = None  # the ecosystem-protocols issue: HTTP beside gRPC
+    dtype: str = "float32"
+    kv_slots: int | None = None
+    chunked_prefill_size: int | None = None
+    schedule_policy: str = "lpm"
+    disable_radix_cache: bool = False
+    max_running_requests: int = 64
+    grpc_workers: int = 256
+    grace_s: float = 10.0
+
+    def engine_config(self) -> Any:
+        from sglc_runtime.engine_config import EngineConfig
+
+        return EngineConfig(model=self.model, dtype=self.dtype, num_kv_slots=self.kv_slots,
+                            chunked_prefill_size=self.chunked_prefill_size, schedule_policy=self.schedule_policy,
+                            disable_radix_cache=self.disable_radix_cache,
+                            max_running_requests=self.max_running_requests)
+
+
+def build_frontends(config: ServeConfig, service: Any) -> list[Frontend]:
+    """The servers to start, bound to their ports already (port 0 picks a free one)."""
+    from .grpc_server import GrpcServer
+
+    frontends: list[Frontend] = [GrpcServer(service, config.host, config.port, max_workers=config.grpc_workers)]
+    if config.http_port is not None:
+        # Ecosystem-protocols issue: frontends.append(HttpServer(service, config.host, config.http_port))
+        raise NotImplementedError("the HTTP server arrives with the ecosystem-protocols issue")
+    return frontends
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+class Runtime:
+    """A started engine + service + frontends, stopped once by ``stop()`` (idempotent)."""
+
+    def __init__(self, config: ServeConfig, *, engine: Any = None) -> None:
+        from sglc_runtime.engine import Engine
+
+        from .service import RuntimeService
+
+        self.config = config
+        self.engine = engine if engine is not None else Engine(config.engine_config())
+        self.engine.start()
+        self.service = RuntimeService(self.engine)
+        self.service.model_info()  # NOTE: derive the chat template before the first call needs it
+        try:
+            self.frontends = build_frontends(config, self.service)
+        except BaseException:
+            self.engine.shutdown()
+            raise
+        for f in self.frontends:
+            f.start()
+        self._stopped = threading.Event()
+        self._hurry = False
+        self._stop_lock = threading.Lock()
+
+    def hurry(self) -> None:
+        """End the grace period of a stop in progress now (safe in a signal handler)."""
+        self._hurry = True
+
+    def stop(self, grace: float | None = None) -> None:
+        """Drain: refuse new calls, wait up to `grace` s for Generates in flight, abort the
+        rest, stop the servers and the engine."""
+        with self._stop_lock:
+            if self._stopped.is_set():
+                return
+            grace = self.config.grace_s if grace is None else grace
+            self.service.drain()  # new calls get UNAVAILABLE from here on
+            deadline = time.monotonic() + grace
+            while self.service.num_active and time.monotonic() < deadline and not self._hurry:
+                time.sleep(0.05)
+            # NOTE: aborted Generates still send their GenerateError (UNAVAILABLE) to the client.
+            cancelled = self.service.cancel_all("the server shut down")
+            if cancelled:
+                log.warning("shutdown: %d requests were still running after %.1f s and were aborted",
+                            cancelled, grace)
+            done = [f.stop(_FLUSH_S) for f in self.frontends]
+            for event in done:
+                event.wait(_FLUSH_S + 5.0)
+            self.engine.shutdown()  # aborts anything left (score / cache-prefix prefills)
+            self._stopped.set()
+
+
+def serve(config: ServeConfig, *, say: Callable[[str], None] = _say) -> int:
+    """Run the servers until SIGTERM/SIGINT; returns the exit status (0 after a clean stop).
+
+    Prints ``sglc serve: listening on HOST:PORT (grpc)`` once each server accepts calls.
+    Must run in the main thread (signal handlers).
+    """
+    signals: list[int] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        # NOTE: no locks in here (it runs between two bytecodes of the main thread)
+        signals.append(signum)
+        if len(signals) > 1 and runtime is not None:  # second signal: no more grace
+            runtime.hurry()
+
+    runtime: Runtime | None = None
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        runtime = Runtime(config)
+        for f in runtime.frontends:
+            say(f"sglc serve: listening on {f.address} ({f.kind})")
+        while not signals:
+            time.sleep(0.2)
+        name = signal.Signals(signals[0]).name if signals else "stop"
+        print(f"sglc serve: {name}: shutting down (grace {config.grace_s:g} s)", file=sys.stderr, flush=True)
+        runtime.stop()
+        print("sglc serve: stopped", file=sys.stderr, flush=True)
+        return 0
+    finally:
+        if runtime is not None:
+            runtime.stop(0.0)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
