@@ -84,6 +84,8 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._grammars: GrammarCache | None = None
+        #: Jump-forward counts: jumps made, tokens they added, jumps that re-queued the request.
+        self.jump_counts = {"jumps": 0, "tokens": 0, "requeued": 0}
 
     # --- requests in ---------------------------------------------------------------------
     def submit(self, prompt: Prompt, params: SamplingParams | dict | None = None, *, rid: str | None = None,
@@ -227,6 +229,8 @@ class Engine:
         completes = not queued and plan.state.is_finished()
         reason = req.state["engine"].on_jump(plan.start, plan.token_ids, completes)
         req.state["runner"].cursor = plan.state
+        self.jump_counts["jumps"] += 1
+        self.jump_counts["tokens"] += plan.start + len(plan.token_ids) - len(req.output_ids)
         if reason is not None:  # NOTE: before output_ids change: the cache keys computed KV on them
             self.scheduler.finish(req, reason)
             return True
@@ -234,6 +238,7 @@ class Engine:
             req.output_ids[plan.start:] = plan.token_ids
         else:
             self.scheduler.rewrite_output(req, plan.apply_to(req.output_ids))
+            self.jump_counts["requeued"] += 1
         return False
 
     def _finalize(self, req: Req) -> GenerateOutput:

@@ -21,7 +21,6 @@ from typing import Any, Optional, Sequence
 from sglc.errors import SglcError
 
 EXIT_ERROR = 2
-NOT_AVAILABLE = "not available yet: arrives with the run-graphs issue"
 _LOCATED = re.compile(r"^\S+\.py:\d+: ")
 
 
@@ -136,17 +135,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_not_available(args: argparse.Namespace) -> int:
-    raise CliError(f"sglc {args.command}: {NOT_AVAILABLE}")
-
-
-def _add_pending(sub: Any, command: str, what: str) -> None:
-    """A subcommand that exists in --help but is not implemented yet."""
-    stub = sub.add_parser(command, help=f"{what} ({NOT_AVAILABLE})", description=f"{what}: {NOT_AVAILABLE}.")
-    stub.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    stub.set_defaults(handler=cmd_not_available)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sglc", description="Compile LM programs (SGLang DSL) to graph.pb files and inspect them."
@@ -170,8 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     insp.add_argument("--dot", metavar="OUT.dot", help="write Graphviz DOT to this file")
     insp.set_defaults(handler=cmd_inspect)
 
-    _add_pending(sub, "run", "execute a graph.pb for each input line")  # run-graphs issue: sglc/cli_run.py
-    _add_pending(sub, "serve", "start the runtime server")  # run-graphs issue: sglc/cli_serve.py
+    importlib.import_module("sglc.cli_run").add_run_parser(sub)  # sglc/cli_run.py
+    importlib.import_module("sglc.cli_serve").add_serve_parser(sub)  # sglc/cli_serve.py
     return parser
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from sglc.ir.serialize import load
 
-from sglc.cli import NOT_AVAILABLE, main
+from sglc.cli import main
 from sglc.ir.serialize import FORMAT_VERSION, encode, load
 from sglc.proto import graph_pb2 as pb
 
@@ -176,11 +176,16 @@ def test_missing_graph_file(tmp_path, capsys):
     assert_one_line_error(*run_main(capsys, "inspect", str(tmp_path / "no.pb"))[::2], "no.pb: No such file")
 
 
-@pytest.mark.parametrize("command", ["run", "serve"])
-def test_run_and_serve_are_not_available_yet(command, capsys):
-    """`sglc run` / `sglc serve` say they arrive with the run-graphs issue, exit 2."""
-    code, _, err = run_main(capsys, command, "graph.pb", "--input", "x.jsonl")
-    assert_one_line_error(code, err, NOT_AVAILABLE)
+def test_run_with_a_missing_graph_is_one_line_exit_2(tmp_path, capsys):
+    """`sglc run` on a graph.pb that does not exist prints one line and exits 2 (no model loaded)."""
+    code, _, err = run_main(capsys, "run", str(tmp_path / "nope.pb"), "--input", str(tmp_path / "x.jsonl"))
+    assert_one_line_error(code, err, "nope.pb")
+
+
+def test_serve_with_an_unknown_model_path_is_one_line_exit_2(tmp_path, capsys):
+    """`sglc serve --model /no/such/dir` names the path in one line and exits 2."""
+    code, _, err = run_main(capsys, "serve", "--model", str(tmp_path / "no_such_model"), "--port", "0")
+    assert_one_line_error(code, err, "no_such_model")
 
 
 def test_python_dash_m_runs_the_cli_in_a_subprocess(tmp_path):

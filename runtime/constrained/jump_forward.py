@@ -111,8 +111,9 @@ def plan_jump(
     tail = new[keep:]
     if max_tokens is not None:
         tail = tail[: max(max_tokens - first, 0)]
-        if first + len(tail) <= len(output_ids):
-            return None  # no room to get further than we are
+        kept = sum(len(vocab.token_bytes(t)) for t in tail)  # type: ignore[arg-type]
+        if kept <= sum(len(p) for p in pieces[keep:]):  # type: ignore[arg-type]
+            return None  # the cut tail would add no text
     synced = state.copy()
     try:
         synced.replace_tail(len(output_ids) - first, tail)

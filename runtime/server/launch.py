@@ -67,8 +67,9 @@ def build_frontends(config: ServeConfig, service: Any) -> list[Frontend]:
 
     frontends: list[Frontend] = [GrpcServer(service, config.host, config.port, max_workers=config.grpc_workers)]
     if config.http_port is not None:
-        # Ecosystem-protocols issue: frontends.append(HttpServer(service, config.host, config.http_port))
-        raise NotImplementedError("the HTTP server arrives with the ecosystem-protocols issue")
+        from .http_server import HttpServer
+
+        frontends.append(HttpServer(service, config.host, config.http_port))
     return frontends
 
 

@@ -2,7 +2,7 @@
 
 SGLang compatibility: `bind`, `run`, `run_batch`, `__call__` and `num_api_spec_tokens` keep
 their meaning. `trace(**bound)` returns a :class:`sglc.ir.Graph` (SGLang returns a tracer state).
-Running needs the executor (a later issue); until then those calls raise NotExecutableError.
+`run` / `run_batch` execute eagerly (sglc/executor/eager.py); `compile` returns a CompiledProgram.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import inspect
 from typing import Any, Callable, Optional, Union, overload
 
 from sglc.frontend.branching import MAX_TRACES, explore, merge
-from sglc.frontend.errors import not_executable, trace_error
+from sglc.frontend.errors import trace_error
 from sglc.frontend.state import ProgramState
 from sglc.frontend.tracer import current_trace, run_trace
 from sglc.ir.graph import Graph
@@ -79,18 +79,47 @@ class SglFunction:
             )
         return self.run(*args, **kwargs)
 
-    # ----- execution (the executor issue fills these in) -----
+    # ----- execution (sglc/executor) -----
     def run(self, *args: Any, **kwargs: Any) -> Any:
-        raise not_executable(f"{self.name}.run()")
+        """Run eagerly, primitive by primitive, on `backend=` or the default backend.
+
+        Keywords: the program's arguments, SGLang's sampling defaults (`max_new_tokens`,
+        `temperature`, `stop`, `top_p`, ...), `backend`, `max_parallel`. Returns the finished
+        state (`s["x"]`, `s.text()`, `s.messages()`); raises the program's error.
+        """
+        from sglc.executor.eager_api import run_function
+
+        return run_function(self, args, kwargs)
 
     def run_batch(self, batch_kwargs: Any, **kwargs: Any) -> Any:
-        raise not_executable(f"{self.name}.run_batch()")
+        """Run eagerly for each dict of arguments (`num_threads`, `progress_bar`, `backend`,
+        sampling keywords); states in input order, failures reported by `state.error()`."""
+        from sglc.executor.eager_api import run_function_batch
 
-    def compile(self, **kwargs: Any) -> Any:
-        raise not_executable(f"{self.name}.compile()")
+        return run_function_batch(self, batch_kwargs, **kwargs)
+
+    def compile(self, passes: Any = None, **bound: Any) -> Any:
+        """Trace (with `bound` arguments fixed) and optimize: a CompiledProgram (`.run`,
+        `.run_batch`, `.save`). `passes` replaces the default pass pipeline."""
+        from sglc.executor.compiled import CompiledProgram
+
+        return CompiledProgram.from_function(self, passes, **{**self.bind_arguments, **bound})
 
     def cache(self, backend: Any = None) -> Any:
-        raise not_executable(f"{self.name}.cache()")
+        """Prefill the program's constant prefix (its text before the first argument or call)."""
+        from sglc.executor.batch import send_batch_hint
+        from sglc.executor.compiled import CompiledProgram
+        from sglc.executor.graph_executor import GraphExecutor
+        from sglc.executor.program import resolve_backend
+        from sglc.passes.fork_hints import fork_hints
+
+        chosen = resolve_backend(backend, f"{self.name}.cache()")
+        program = CompiledProgram.from_function(self, [fork_hints], **self.bind_arguments)
+        executor = GraphExecutor(program.graph, chosen)
+        try:
+            return send_batch_hint(executor)
+        finally:
+            executor.close()
 
     def _check_names(self, kwargs: dict[str, Any]) -> None:
         unknown = [k for k in kwargs if k not in self.arg_names]

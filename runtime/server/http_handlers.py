@@ -1,0 +1,300 @@
+"""The HTTP endpoints' bodies over RuntimeService, independent of the web framework.
+
+Each method takes the parsed JSON body and either submits (``*_start``: bad requests raise
+RequestError / HttpError before any byte is sent), finishes (``finish_*`` -> JSON dict) or
+streams (``*_stream`` -> SSE strings). Blocking: the web layer runs them in its thread pool.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any, Iterator
+
+from . import openai_protocol as proto
+from .prompts import PromptInput
+from .service import RequestError, RuntimeService, abort_kind
+
+__all__ = ["Handlers", "HttpError"]
+
+
+class HttpError(Exception):
+    """An HTTP error answer in OpenAI's shape."""
+
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
+                 code: str | None = None, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.type, self.code, self.param = status, type_, code, param
+
+
+def _finished(call: Any) -> Any:
+    """Drive a GenerateCall to its end; the engine's GenerateOutput. Internal aborts raise."""
+    out = None
+    for chunk in call.chunks():
+        if chunk.finished:
+            out = chunk.output
+    if out is None:
+        raise HttpError(500, "the request ended without an output", "server_error")
+    _check_abort(out.finish_reason)
+    return out
+
+
+def _check_abort(reason: dict) -> None:
+    if reason.get("type") == "abort":
+        message = str(reason.get("message", "aborted"))
+        kind = abort_kind(message)
+        if kind == "unavailable":
+            raise HttpError(503, message, "server_error", "unavailable")
+        if kind == "internal":
+            raise HttpError(500, message, "server_error", "internal")
+
+
+def _visible(out: Any) -> tuple[list[int], list[float], Any]:
+    """Output token ids, logprobs and top logprobs without a final stop token (whose text is not
+    part of the answer), so token texts join to the answer text."""
+    ids, lps, tops = list(out.token_ids), list(out.output_logprobs or []), out.output_top_logprobs
+    matched = out.finish_reason.get("matched")
+    if out.finish_reason.get("type") == "stop" and isinstance(matched, int) and ids and ids[-1] == matched:
+        ids, lps, tops = ids[:-1], lps[:len(ids) - 1], None if tops is None else tops[:len(ids) - 1]
+    return ids, lps, tops
+
+
+class Handlers:
+    """The endpoint bodies (blocking; the web layer runs them in its thread pool)."""
+
+    def __init__(self, service: RuntimeService) -> None:
+        self.svc = service
+        self.started = time.time()
+
+    # --- helpers ---
+    @property
+    def model_name(self) -> str:
+        return self.svc.model_info().model_name
+
+    def check_model(self, body: dict) -> str:
+        model = body.get("model")
+        if model in (None, "", "default", self.model_name):
+            return self.model_name
+        raise HttpError(404, f"the model {model!r} does not exist; this server serves {self.model_name!r}",
+                        code="model_not_found", param="model")
+
+    def decode(self, ids: list[int]) -> str:
+        return self.svc.engine.tokenizer.decode(ids)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.svc.engine.tokenizer.encode(text))
+
+    def params(self, fields: dict, logprobs: int | None, echo: bool = False) -> Any:
+        if logprobs is not None:
+            fields.update(return_logprob=True, top_logprobs_num=logprobs)
+            if echo:
+                fields["logprob_start_len"] = 0
+        return self.svc.sampling_params(**fields)
+
+    # --- OpenAI ---
+    def models(self) -> dict:
+        info = self.svc.model_info()
+        return {"object": "list", "data": [{"id": info.model_name, "object": "model", "created": int(self.started),
+                                            "owned_by": "sglc", "max_model_len": info.context_length}]}
+
+    def _prompts(self, body: dict) -> list[str | list[int]]:
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            return [prompt]
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            return [list(prompt)]
+        if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+            return list(prompt)
+        raise RequestError("'prompt' must be a string, a list of strings or a list of token ids")
+
+    def completions_start(self, body: dict) -> tuple[str, list[tuple[list[int], Any]], dict]:
+        """Submit every (prompt, n) completion now (so bad requests fail before streaming)."""
+        model = self.check_model(body)
+        n = proto.num_choices(body)
+        logprobs = body.get("logprobs")
+        if logprobs is not None and (not isinstance(logprobs, int) or isinstance(logprobs, bool)
+                                     or not 0 <= logprobs <= 20):
+            raise RequestError(f"'logprobs' must be an integer in 0..20, got {logprobs!r}")
+        echo = bool(body.get("echo", False))
+        fields = proto.openai_sampling_fields(body)
+        params = self.params(dict(fields), logprobs, echo)
+        calls = []
+        for prompt in self._prompts(body):
+            ids = prompt if isinstance(prompt, list) else self.encode(prompt)
+            for _ in range(n):
+                calls.append((ids, self.svc.generate(PromptInput(token_ids=ids), params)))
+        return model, calls, {"logprobs": logprobs, "echo": echo}
+
+    def completions_stream(self, model: str, calls: list, opts: dict) -> Iterator[str]:
+        rid = f"cmpl-{uuid.uuid4().hex}"
+        for index, (ids, call) in enumerate(calls):
+            if opts["echo"]:
+                yield proto.sse(proto.envelope("text_completion", rid, model, [
+                    {"index": index, "text": self.decode(ids), "logprobs": None, "finish_reason": None}]))
+            def make(text: str, chunk: Any, finish: str | None, index: int = index) -> dict:
+                lp = None if opts["logprobs"] is None or not chunk.logprobs else proto.completion_logprobs(
+                    self.decode, chunk.token_ids, chunk.logprobs, chunk.top_logprobs, 0)
+                return proto.envelope("text_completion", rid, model,
+                                      [{"index": index, "text": text, "finish_reason": finish, "logprobs": lp}])
+
+            yield from self._stream_call(call, make)
+        yield proto.sse("[DONE]")
+
+    def _stream_call(self, call: Any, make: Any) -> Iterator[str]:
+        for chunk in call.chunks():
+            if chunk.finished:
+                reason = chunk.output.finish_reason
+                if reason.get("type") == "abort":
+                    yield proto.sse(proto.error_body(str(reason.get("message")), "server_error", code=abort_kind(
+                        str(reason.get("message")))))
+                    return
+                yield proto.sse(make(chunk.text, chunk, proto.finish_reason(reason)))
+            elif chunk.text or chunk.token_ids:
+                yield proto.sse(make(chunk.text, chunk, None))
+
+    def chat_start(self, body: dict) -> tuple[str, list[Any], dict]:
+        model = self.check_model(body)
+        n = proto.num_choices(body)
+        messages = proto.chat_messages(body)
+        want_lp = bool(body.get("logprobs", False))
+        top = body.get("top_logprobs") or 0
+        if not isinstance(top, int) or not 0 <= top <= 20:
+            raise RequestError(f"'top_logprobs' must be an integer in 0..20, got {top!r}")
+        tok = self.svc.engine.tokenizer
+        if not tok.chat_template:
+            raise RequestError("this model has no chat template; use /v1/completions")
+        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        params = self.params(proto.openai_sampling_fields(body), top if want_lp else None)
+        calls = [self.svc.generate(PromptInput(text=text), params) for _ in range(n)]
+        return model, calls, {"logprobs": want_lp, "top": top}
+
+    def chat_stream(self, model: str, calls: list, opts: dict) -> Iterator[str]:
+        rid = f"chatcmpl-{uuid.uuid4().hex}"
+        for index, call in enumerate(calls):
+            yield proto.sse(proto.envelope("chat.completion.chunk", rid, model, [
+                {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                 "finish_reason": None}]))
+            yield from self._stream_call(call, lambda text, chunk, finish: proto.envelope(
+                "chat.completion.chunk", rid, model, [
+                    {"index": index, "delta": {"content": text} if text else {}, "finish_reason": finish,
+                     "logprobs": proto.chat_logprobs(self.decode, chunk.token_ids, chunk.logprobs or [],
+                                                     chunk.top_logprobs if opts["top"] else None)
+                     if opts["logprobs"] and chunk.logprobs else None}]))
+        yield proto.sse("[DONE]")
+
+    # --- SGLang native ---
+    def generate_start(self, body: dict) -> tuple[Any, dict]:
+        text, ids = body.get("text"), body.get("input_ids")
+        if (text is None) == (ids is None):
+            raise RequestError("give exactly one of 'text' (a string) or 'input_ids' (a list of token ids)")
+        if text is not None and not isinstance(text, str):
+            raise RequestError("'text' must be a string (batches: send one request per prompt)")
+        if ids is not None and not (isinstance(ids, list) and all(isinstance(t, int) for t in ids)):
+            raise RequestError("'input_ids' must be a list of token ids")
+        fields = body.get("sampling_params") or {}
+        if not isinstance(fields, dict):
+            raise RequestError("'sampling_params' must be an object")
+        fields = dict(fields)
+        if isinstance(fields.get("json_schema"), (dict, list)):
+            fields["json_schema"] = json.dumps(fields["json_schema"])
+        if body.get("return_logprob"):
+            fields["return_logprob"] = True
+            fields["logprob_start_len"] = int(body.get("logprob_start_len", -1))
+            fields["top_logprobs_num"] = int(body.get("top_logprobs_num", 0))
+        call = self.svc.generate(PromptInput(text=text, token_ids=ids), self.svc.sampling_params(**fields))
+        return call, {"logprob": bool(body.get("return_logprob"))}
+
+    def _meta(self, out: Any, call: Any, with_lp: bool) -> dict:
+        meta = {"id": call.rid, "prompt_tokens": out.prompt_tokens, "completion_tokens": out.completion_tokens,
+                "cached_tokens": out.cached_tokens, "finish_reason": out.finish_reason}
+        if call.warnings:
+            meta["warnings"] = list(call.warnings)
+        if with_lp:
+            meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(out.output_logprobs or [], out.token_ids)]
+            meta["input_token_logprobs"] = list(out.input_logprobs or [])
+            if out.output_top_logprobs is not None:
+                meta["output_top_logprobs"] = [[[v, i, None] for i, v in row] for row in out.output_top_logprobs]
+        return meta
+
+    def generate_stream(self, call: Any, opts: dict) -> Iterator[str]:
+        text = ""
+        for chunk in call.chunks():
+            text += chunk.text
+            if chunk.finished:
+                out = chunk.output
+                if out.finish_reason.get("type") == "abort":
+                    yield proto.sse(proto.error_body(str(out.finish_reason.get("message")), "server_error"))
+                else:
+                    yield proto.sse({"text": text, "output_ids": out.token_ids,
+                                     "meta_info": self._meta(out, call, opts["logprob"])})
+            elif chunk.text:
+                yield proto.sse({"text": text, "meta_info": {"id": call.rid, "finish_reason": None}})
+        yield proto.sse("[DONE]")
+
+    def model_info(self) -> dict:
+        info = self.svc.model_info()
+        return {"model_path": info.model_path, "model_name": info.model_name, "tokenizer_path": info.model_path,
+                "is_generation": True, "context_length": info.context_length, "vocab_size": info.vocab_size,
+                "eos_token_ids": list(info.eos_token_ids), "bos_token_id": info.bos_token_id, "dtype": info.dtype,
+                "chat_template": None if info.chat_template is None else {
+                    "role_prefix": dict(info.chat_template.role_prefix),
+                    "role_suffix": dict(info.chat_template.role_suffix),
+                    "generation_prefix": info.chat_template.generation_prefix}}
+
+    def server_info(self) -> dict:
+        cfg = self.svc.engine.config
+        fields = {k: getattr(cfg, k) for k in getattr(type(cfg), "__slots__", ()) if not k.startswith("_")}
+        return {**{k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v)) for k, v in fields.items()},
+                "version": "sglc", "max_total_num_tokens": self.svc.metrics().get("num_kv_slots"),
+                "metrics": self.svc.metrics()}
+
+    def prometheus(self) -> str:
+        lines = []
+        for name, value in sorted(self.svc.metrics().items()):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            metric = f"sglc_{name}"
+            lines += [f"# TYPE {metric} gauge", f"{metric} {float(value):.10g}"]
+        return "\n".join(lines) + "\n"
+
+    def finish_completions(self, model: str, calls: list, opts: dict) -> dict:
+        """The JSON answer of a non-streamed /v1/completions."""
+        choices, pt, ct, cached = [], 0, 0, 0
+        for index, (ids, call) in enumerate(calls):
+            out = _finished(call)
+            pt, ct, cached = pt + out.prompt_tokens, ct + out.completion_tokens, cached + out.cached_tokens
+            text, lp = out.text, None
+            if opts["echo"]:
+                text = self.decode(ids) + text
+            if opts["logprobs"] is not None:
+                if opts["echo"]:
+                    prompt_lp = list(out.input_logprobs or [None] * len(ids))
+                    out_ids, out_lps, _ = _visible(out)
+                    lp = proto.completion_logprobs(self.decode, ids + out_ids, prompt_lp + out_lps, None, 0)
+                else:
+                    out_ids, out_lps, tops = _visible(out)
+                    lp = proto.completion_logprobs(self.decode, out_ids, out_lps,
+                                                   tops if opts["logprobs"] else None, 0)
+            choices.append({"index": index, "text": text, "logprobs": lp,
+                            "finish_reason": proto.finish_reason(out.finish_reason)})
+        return proto.envelope("text_completion", f"cmpl-{uuid.uuid4().hex}", model, choices,
+                              proto.usage(pt, ct, cached))
+
+    def finish_chat(self, model: str, calls: list, opts: dict) -> dict:
+        """The JSON answer of a non-streamed /v1/chat/completions."""
+        choices, pt, ct, cached = [], 0, 0, 0
+        for index, call in enumerate(calls):
+            out = _finished(call)
+            pt, ct, cached = pt + out.prompt_tokens, ct + out.completion_tokens, cached + out.cached_tokens
+            out_ids, out_lps, tops = _visible(out)
+            lp = (proto.chat_logprobs(self.decode, out_ids, out_lps, tops if opts["top"] else None)
+                  if opts["logprobs"] else None)
+            choices.append({"index": index, "message": {"role": "assistant", "content": out.text},
+                            "logprobs": lp, "finish_reason": proto.finish_reason(out.finish_reason)})
+        return proto.envelope("chat.completion", f"chatcmpl-{uuid.uuid4().hex}", model, choices,
+                              proto.usage(pt, ct, cached))
+
+    def finish_generate(self, call: Any, opts: dict) -> dict:
+        """The JSON answer of a non-streamed /generate."""
+        out = _finished(call)
+        return {"text": out.text, "output_ids": out.token_ids, "meta_info": self._meta(out, call, opts["logprob"])}

@@ -1,0 +1,85 @@
+"""`sglc serve`: start the runtime (gRPC) on one model until SIGTERM / SIGINT.
+
+    sglc serve --model PATH_OR_DEFAULT --port N [--host 127.0.0.1] [--dtype float32|bfloat16]
+               [--kv-slots N] [--chunked-prefill-size N] [--schedule-policy lpm|fcfs|random]
+               [--disable-radix-cache]
+
+Prints ``sglc serve: listening on HOST:PORT (grpc)`` on stdout when ready (port 0 picks a free
+port: read it from that line). Exits 0 after a clean shutdown.
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from sglc.errors import SglcError
+
+
+class ServeError(SglcError):
+    """`sglc serve` could not start (bad model path or setting)."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535 (0 = any free port), got {value}")
+    return value
+
+
+def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the `serve` subcommand to the `sglc` command's subparsers."""
+    p = subparsers.add_parser(
+        "serve", help="start the runtime server (gRPC) on a model",
+        description="Start the sglc runtime on one model and serve it over gRPC until SIGTERM/SIGINT. "
+                    "Prints 'sglc serve: listening on HOST:PORT (grpc)' when ready.")
+    p.add_argument("--model", default="default", metavar="PATH_OR_DEFAULT",
+                   help="'default' (SmolLM2-135M-Instruct), a Hugging Face Llama-family folder, or a .gguf file")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=_port, default=30000, help="gRPC port (0 = any free port; default: 30000)")
+    p.add_argument("--http-port", type=_port, default=None, metavar="N",
+                   help="also serve OpenAI-compatible and SGLang HTTP endpoints on port N (0 = any free port)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="weights and KV cache dtype")
+    p.add_argument("--kv-slots", type=_positive_int, metavar="N", help="KV cache size in tokens (default: 512 MiB worth)")
+    p.add_argument("--chunked-prefill-size", type=_positive_int, metavar="N", help="prefill in chunks of N tokens")
+    p.add_argument("--schedule-policy", choices=("lpm", "fcfs", "random"), default="lpm",
+                   help="waiting-queue order (lpm: longest cached prefix first)")
+    p.add_argument("--disable-radix-cache", action="store_true", help="no prefix reuse between requests")
+    p.add_argument("--max-running-requests", type=_positive_int, default=64, metavar="N",
+                   help="requests decoding at once (default: 64)")
+    p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
+                   help="on SIGTERM/SIGINT, time given to requests in flight (default: 10)")
+    p.set_defaults(handler=cmd_serve)
+    return p
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import logging
+
+    from sglc_runtime.server.launch import ServeConfig, serve
+
+    logging.basicConfig(level=logging.WARNING, format="sglc serve: %(levelname)s %(name)s: %(message)s")
+    config = ServeConfig(
+        model=args.model, host=args.host, port=args.port, http_port=args.http_port, dtype=args.dtype,
+        kv_slots=args.kv_slots,
+        chunked_prefill_size=args.chunked_prefill_size, schedule_policy=args.schedule_policy,
+        disable_radix_cache=args.disable_radix_cache, max_running_requests=args.max_running_requests,
+        grace_s=max(0.0, args.grace),
+    )
+    try:
+        return serve(config)
+    except (FileNotFoundError, ValueError, TypeError) as err:  # bad --model / engine settings
+        text = str(err).strip()
+        raise ServeError(text.splitlines()[0] if text else type(err).__name__) from err

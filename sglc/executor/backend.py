@@ -1,0 +1,116 @@
+"""The interface every execution backend implements (srt over gRPC, in-process engine, openai).
+
+The executor owns program semantics (streams, roles, variables, select normalization); a backend
+only answers model questions about a prompt. Backends must be safe to call from many threads.
+"""
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatTemplate:
+    """Text around each role's content, e.g. ChatML: ("<|im_start|>user\\n", "<|im_end|>\\n")."""
+
+    role_prefix: dict[str, str]
+    role_suffix: dict[str, str]
+    #: Text the template adds to ask the model for an assistant turn (ROLE_BEGIN assistant).
+    generation_prefix: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInfo:
+    model: str
+    context_length: int
+    chat_template: Optional[ChatTemplate]
+    supports_images: bool = False
+
+
+@dataclasses.dataclass
+class Prompt:
+    """What the model sees: the stream's text, and the same content as chat messages."""
+
+    text: str
+    messages: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    images: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class GenParams:
+    """Sampling parameters of one gen (None = the backend's default) and its constraint."""
+
+    max_tokens: Optional[int] = None
+    stop: Optional[list[str]] = None
+    stop_token_ids: Optional[list[int]] = None
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    top_k: Optional[int] = None
+    min_p: Optional[float] = None
+    frequency_penalty: Optional[float] = None
+    presence_penalty: Optional[float] = None
+    ignore_eos: Optional[bool] = None
+    seed: Optional[int] = None
+    #: At most one constraint: a regex, a JSON schema (JSON text), or a compiled FSM (dict form).
+    regex: Optional[str] = None
+    json_schema: Optional[str] = None
+    fsm: Optional[dict] = None
+
+
+@dataclasses.dataclass
+class CallMeta:
+    """Per-call facts recorded in results: token counts, cache hits, time."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: Optional[dict] = None
+    latency_s: float = 0.0
+
+
+@dataclasses.dataclass
+class GenResult:
+    text: str
+    meta: CallMeta
+
+
+@dataclasses.dataclass
+class ChoiceLogprobs:
+    """Log-probabilities of one choice's tokens after the prompt (and without it, if asked)."""
+
+    token_logprobs: list[float]
+    #: Logprob of the greedy token at each position, for greedy_token_selection.
+    greedy_logprobs: list[float] = dataclasses.field(default_factory=list)
+    #: Logprobs of the choice's tokens with an empty prompt, for unconditional normalization.
+    unconditional_logprobs: Optional[list[float]] = None
+
+
+@dataclasses.dataclass
+class ScoreResult:
+    choices: list[ChoiceLogprobs]
+    meta: CallMeta
+
+
+class Backend(abc.ABC):
+    """A model endpoint as the executor sees it."""
+
+    @abc.abstractmethod
+    def model_info(self) -> ModelInfo: ...
+
+    @abc.abstractmethod
+    def generate(self, prompt: Prompt, params: GenParams) -> GenResult: ...
+
+    @abc.abstractmethod
+    def score(self, prompt: Prompt, choices: list[str], unconditional: bool = False) -> ScoreResult:
+        """Logprobs of each choice as a continuation of `prompt` (one batched call)."""
+
+    @abc.abstractmethod
+    def cache_prefix(self, prompt: Prompt) -> CallMeta:
+        """Hint: prefill `prompt` now and keep it cached (forks and batches share it)."""
+
+    def metrics(self) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        return None

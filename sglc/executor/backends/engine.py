@@ -1,0 +1,202 @@
+"""EngineBackend: the embedded runtime — our engine in this process, driven by its own thread.
+
+``sglc run --backend srt`` without ``--endpoint`` and ``sgl.Runtime()`` use it, so a program
+runs with nothing else started. The engine runs in background-thread mode (``Engine.start``):
+any executor thread submits a request and waits for it, with a deadline.
+
+- generate: one engine request; constraints (a compiled FSM from the lower_constraints pass,
+  a regex or a JSON schema) go to the engine's SamplingParams (or, on an engine without those
+  fields, become a compiled grammar from a per-backend GrammarCache).
+- images: the model is text-only; each image becomes ``<image: NAME>`` at its marker, exactly
+  as the gRPC server's default image mode (sglc_runtime.server.prompts.resolve_prompt).
+- score: ``Engine.score`` (the prompt is prefilled once, every choice is scored in one batched
+  prefill that shares it). Unconditional logprobs score the same choice tokens after a single
+  start token (the tokenizer's BOS, else its EOS), which stands for "no prompt".
+- cache_prefix: a prefill-only request (max_new_tokens=0); the radix cache keeps the prefix.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from sglc.executor.backend import (
+    Backend,
+    CallMeta,
+    ChoiceLogprobs,
+    GenParams,
+    GenResult,
+    ModelInfo,
+    Prompt,
+    ScoreResult,
+)
+from sglc.executor.errors import BackendError
+
+#: Seconds one engine call may take before it is aborted and reported (CPU decoding is slow).
+DEFAULT_CALL_TIMEOUT = 600.0
+
+_SAMPLING_FIELDS = {
+    "max_tokens": "max_new_tokens", "stop": "stop", "stop_token_ids": "stop_token_ids",
+    "temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+    "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
+    "ignore_eos": "ignore_eos", "seed": "seed",
+}
+
+
+class EngineBackend(Backend):
+    """A Backend over an in-process ``sglc_runtime.engine.Engine`` (thread-safe).
+
+    Pass an existing `engine` (it is started if needed and left running on close), or engine
+    settings (`model`, `dtype`, `schedule_policy`, `disable_radix_cache`, ...; see EngineConfig)
+    to build one that close() shuts down. ``start=False``: calls queue their requests and wait
+    until ``start()`` (a measurement that needs several requests queued before the first step).
+    """
+
+    def __init__(self, engine: Any = None, *, timeout: Optional[float] = DEFAULT_CALL_TIMEOUT, start: bool = True,
+                 **config: Any) -> None:
+        from sglc_runtime.engine import Engine
+
+        self._owns_engine = engine is None
+        self.engine = engine if engine is not None else Engine(**config)
+        self._started = threading.Event()
+        if start:
+            self.start()
+        self.timeout = timeout
+        self._info: Optional[ModelInfo] = None
+        self._grammars: Any = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the engine's thread (done by the constructor unless start=False)."""
+        self.engine.start()
+        self._started.set()
+
+    # ----- facts -----
+    def model_info(self) -> ModelInfo:
+        with self._lock:
+            if self._info is None:
+                from sglc_runtime.server.chat_template import derive_chat_template
+
+                tok = self.engine.tokenizer
+                template = None
+                if getattr(tok, "chat_template", None):  # NOTE: the same derivation the server reports
+                    template = derive_chat_template(
+                        lambda messages, add_generation_prompt=False: tok.apply_chat_template(
+                            messages, add_generation_prompt=add_generation_prompt))
+                name = Path(str(getattr(tok, "path", self.engine.config.model))).name
+                self._info = ModelInfo(model=name, context_length=self.engine.max_context, chat_template=template)
+            return self._info
+
+    def metrics(self) -> dict[str, Any]:
+        return self.engine.stats().to_dict()
+
+    # ----- calls -----
+    def generate(self, prompt: Prompt, params: GenParams) -> GenResult:
+        sampling = self._sampling_params(params)
+        t0 = time.perf_counter()
+        out = self._run(self._text(prompt), sampling)
+        meta = CallMeta(out.prompt_tokens, out.cached_tokens, out.completion_tokens, out.finish_reason,
+                        time.perf_counter() - t0)
+        return GenResult(out.text, meta)
+
+    def score(self, prompt: Prompt, choices: list[str], unconditional: bool = False) -> ScoreResult:
+        text = self._text(prompt)
+        if not text:
+            raise ValueError("select needs a non-empty prompt to score choices after")
+        self._wait_started()
+        t0 = time.perf_counter()
+        scored = self.engine.score(text, list(choices))
+        results = [ChoiceLogprobs(token_logprobs=[float(x) for x in s.logprobs]) for s in scored]
+        if unconditional:
+            start = self._start_token()
+            alone = self.engine.score([start], [list(s.token_ids) for s in scored])
+            for r, a in zip(results, alone):
+                r.unconditional_logprobs = [float(x) for x in a.logprobs]
+        first = scored[0] if scored else None
+        prompt_tokens = getattr(first, "prompt_tokens", None)
+        if prompt_tokens is None:
+            prompt_tokens = len(self.engine.tokenizer.encode(text))
+        meta = CallMeta(prompt_tokens=prompt_tokens, cached_tokens=getattr(first, "cached_tokens", 0) or 0,
+                        latency_s=time.perf_counter() - t0)
+        return ScoreResult(results, meta)
+
+    def cache_prefix(self, prompt: Prompt) -> CallMeta:
+        text = self._text(prompt)
+        if not text:
+            return CallMeta()
+        from sglc_runtime.sampling_params import SamplingParams
+
+        t0 = time.perf_counter()
+        out = self._run(text, SamplingParams(max_new_tokens=0))
+        return CallMeta(out.prompt_tokens, out.cached_tokens, 0, out.finish_reason, time.perf_counter() - t0)
+
+    def close(self) -> None:
+        if self._owns_engine:
+            self.engine.shutdown()
+
+    # ----- helpers -----
+    def _run(self, text: str, sampling: Any) -> Any:
+        rid = self.engine.submit(text, sampling)
+        try:
+            self._wait_started()
+        except BackendError:
+            self.engine.abort(rid, "timed out")
+            raise
+        try:
+            out = self.engine.wait(rid, timeout=self.timeout)
+        except TimeoutError:
+            self.engine.abort(rid, "timed out")
+            raise BackendError(f"the embedded runtime gave no answer within {self.timeout:g} s") from None
+        reason = out.finish_reason or {}
+        if reason.get("type") == "abort":
+            raise BackendError(f"the runtime aborted the request: {reason.get('message') or 'no reason given'}")
+        return out
+
+    def _text(self, prompt: Prompt) -> str:
+        """The prompt text the model sees: each image marker becomes ``<image: NAME>`` (the model
+        is text-only), exactly as the gRPC server's default image mode does."""
+        from sglc_runtime.server.prompts import IMAGE_MARKER, PromptInput, resolve_prompt
+
+        if not prompt.images and IMAGE_MARKER not in prompt.text:
+            return prompt.text
+        text, _ = resolve_prompt(PromptInput(text=prompt.text, images=tuple(prompt.images), image_mode="placeholder"))
+        return text  # type: ignore[return-value]
+
+    def _wait_started(self) -> None:
+        # NOTE: never drive a not-yet-started engine from here: concurrent callers would step it at once.
+        if not self._started.wait(self.timeout):
+            raise BackendError(f"the embedded runtime was not started within {self.timeout:g} s")
+
+    def _sampling_params(self, params: GenParams) -> Any:
+        from sglc_runtime.sampling_params import SamplingParams
+
+        kwargs = {field: getattr(params, key) for key, field in _SAMPLING_FIELDS.items()
+                  if getattr(params, key) is not None}
+        fields = getattr(SamplingParams, "__dataclass_fields__", {})
+        if "regex" in fields and "fsm" in fields:  # the engine compiles constraints itself
+            kwargs.update({k: getattr(params, k) for k in ("regex", "json_schema", "fsm") if getattr(params, k) is not None})
+        else:
+            constraint = self._constraint(params)
+            if constraint is not None:
+                kwargs["constraint"] = constraint
+        return SamplingParams(**kwargs)
+
+    def _constraint(self, params: GenParams) -> Any:
+        if params.fsm is None and params.regex is None and params.json_schema is None:
+            return None
+        from sglc_runtime.constrained import ConstraintSpec, GrammarCache
+
+        spec = ConstraintSpec.of(fsm=params.fsm, regex=params.regex, json_schema=params.json_schema)
+        with self._lock:
+            if self._grammars is None:
+                self._grammars = GrammarCache(self.engine.tokenizer, device=str(getattr(self.engine.model, "device", "cpu")))
+            grammars = self._grammars
+        return grammars.get(spec)
+
+    def _start_token(self) -> int:
+        tok = self.engine.tokenizer
+        for candidate in (getattr(tok, "bos_token_id", None), getattr(tok, "eos_token_id", None)):
+            if candidate is not None:
+                return int(candidate)
+        return 0

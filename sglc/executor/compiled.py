@@ -1,0 +1,106 @@
+"""CompiledProgram: a traced, optimized graph that runs on the graph executor.
+
+    prog = my_program.compile()            # trace + the default passes
+    state = prog.run(question="...")       # same result object as my_program.run(...)
+    states = prog.run_batch([{...}, ...])  # batch hint once, inputs concurrently
+    prog.save("my_program.pb"); prog2 = sgl.load("my_program.pb")
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Optional, Sequence, Union
+
+from sglc.executor.backend import Backend
+from sglc.executor.batch import run_graph_batch
+from sglc.executor.graph_executor import DEFAULT_MAX_PARALLEL, GraphExecutor
+from sglc.executor.pool import DaemonPool
+from sglc.executor.program import ExecutedState, ProgramError, bind_call, resolve_backend
+from sglc.executor.semantics import RUN_SAMPLING_KEYS, sampling_defaults
+from sglc.ir.graph import Graph
+
+Pass = Callable[[Graph], Any]
+
+
+def split_run_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(program arguments, SGLang-style sampling keywords) from a run() call's keywords."""
+    sampling = {k: kwargs.pop(k) for k in list(kwargs) if k in RUN_SAMPLING_KEYS}
+    return kwargs, sampling_defaults(sampling)
+
+
+def concurrency_of(num_threads: Union[int, str]) -> int:
+    if num_threads == "auto":
+        return 16
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+        raise ValueError(f"num_threads must be 'auto' or an int >= 1, got {num_threads!r}")
+    return num_threads
+
+
+class CompiledProgram:
+    """A Graph plus the run/run_batch/save API of an @sgl.function."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+
+    @classmethod
+    def from_function(cls, fn: Any, passes: Optional[Sequence[Pass]] = None, **bound: Any) -> "CompiledProgram":
+        """Trace `fn` (with `bound` arguments fixed) and run `passes` (default: the default pipeline)."""
+        from sglc.passes.manager import PassManager, default_pipeline
+
+        graph = fn.trace(**bound)
+        manager = default_pipeline() if passes is None else PassManager(list(passes))
+        return cls(manager.run(graph).graph)
+
+    @property
+    def name(self) -> str:
+        return self.graph.name
+
+    @property
+    def arg_names(self) -> list[str]:
+        return list(self.graph.meta.get("arg_names") or [])  # type: ignore[arg-type]
+
+    def run(self, *args: Any, backend: Optional[Backend] = None, max_parallel: int = DEFAULT_MAX_PARALLEL,
+            timeout: Optional[float] = None, **kwargs: Any) -> ExecutedState:
+        """Run once; raises ProgramError (with the partial result) if the program fails."""
+        chosen = resolve_backend(backend, f"{self.name}.run()")
+        kwargs, sampling = split_run_kwargs(kwargs)
+        arguments = bind_call(self.arg_names, args, kwargs, f"{self.name}.run()")
+        executor = GraphExecutor(self.graph, chosen, max_parallel=max_parallel, sampling=sampling,
+                                 pool=DaemonPool(max_parallel), timeout=timeout)
+        try:
+            result = executor.run(arguments)
+        finally:
+            executor.pool.shutdown()
+        if result.error is not None:
+            raise ProgramError(result)
+        return ExecutedState(result)
+
+    def run_batch(self, batch_kwargs: Sequence[dict[str, Any]], *, backend: Optional[Backend] = None,
+                  num_threads: Union[int, str] = "auto", progress_bar: bool = False,
+                  max_parallel: int = DEFAULT_MAX_PARALLEL, timeout: Optional[float] = None,
+                  **sampling_kwargs: Any) -> list[ExecutedState]:
+        """Run every input; failed inputs give states whose .error() says why (none raise)."""
+        chosen = resolve_backend(backend, f"{self.name}.run_batch()")
+        extra, sampling = split_run_kwargs(dict(sampling_kwargs))
+        if extra:
+            raise TypeError(f"{self.name}.run_batch() got unknown keyword(s) {', '.join(sorted(extra))}")
+        inputs = [dict(kw) for kw in batch_kwargs]
+        results = run_graph_batch(self.graph, chosen, inputs, concurrency=concurrency_of(num_threads),
+                                  max_parallel=max_parallel, sampling=sampling, timeout=timeout,
+                                  progress=progress_bar)
+        return [ExecutedState(r) for r in results]
+
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        """Write graph.pb (the format `sglc run` and `sgl.load` read)."""
+        from sglc.ir.serialize import save
+
+        save(self.graph, path)
+
+    def __repr__(self) -> str:
+        return f"<CompiledProgram {self.name}: {len(self.graph)} nodes, {self.graph.num_streams} streams>"
+
+
+def load(path: Union[str, os.PathLike]) -> CompiledProgram:
+    """A CompiledProgram from a graph.pb written by `prog.save` or `sglc compile`."""
+    from sglc.ir.serialize import load as load_graph
+
+    return CompiledProgram(load_graph(path))

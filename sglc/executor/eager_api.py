@@ -1,0 +1,64 @@
+"""`prog.run()` / `prog.run_batch()` of an @sgl.function: eager execution on a backend."""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+from sglc.executor.backend import Backend
+from sglc.executor.batch import run_batch
+from sglc.executor.compiled import concurrency_of, split_run_kwargs
+from sglc.executor.eager import run_program
+from sglc.executor.graph_executor import DEFAULT_MAX_PARALLEL
+from sglc.executor.program import ExecutedState, bind_call, resolve_backend
+from sglc.executor.results import ProgramResult
+
+
+def _checked_arguments(fn: Any, arguments: dict[str, Any]) -> dict[str, Any]:
+    unknown = [k for k in arguments if k not in fn.arg_names]
+    if unknown:
+        takes = ", ".join(fn.arg_names) or "no arguments"
+        raise TypeError(f"{fn.name} has no parameter(s) {', '.join(unknown)}; its parameters are {takes}")
+    return {**fn.bind_arguments, **arguments}
+
+
+def run_function(fn: Any, args: tuple, kwargs: dict[str, Any]) -> ExecutedState:
+    """SGLang's `prog.run(*args, backend=None, max_new_tokens=..., temperature=..., **arguments)`.
+
+    Raises the program's error (an ExecutionError naming the primitive and line, or whatever
+    the program's own Python code raised).
+    """
+    kwargs = dict(kwargs)
+    backend = resolve_backend(kwargs.pop("backend", None), f"{fn.name}.run()")
+    max_parallel = kwargs.pop("max_parallel", DEFAULT_MAX_PARALLEL)
+    arguments, sampling = split_run_kwargs(kwargs)
+    arguments = bind_call(fn.arg_names, args, arguments, f"{fn.name}.run()")
+    result, ret, failure = run_program(fn.func, (), _checked_arguments(fn, arguments), backend,
+                                       arguments=arguments, sampling=sampling, max_parallel=max_parallel)
+    if failure is not None:
+        raise failure
+    return ExecutedState(result, ret)
+
+
+def run_function_batch(fn: Any, batch_kwargs: Sequence[dict[str, Any]], *, backend: Optional[Backend] = None,
+                       num_threads: Union[int, str] = "auto", progress_bar: bool = False,
+                       max_parallel: int = DEFAULT_MAX_PARALLEL, **sampling_kwargs: Any) -> list[ExecutedState]:
+    """SGLang's `prog.run_batch([{...}, ...])`: states in input order; failures in `.error()`."""
+    chosen = resolve_backend(backend, f"{fn.name}.run_batch()")
+    extra, sampling = split_run_kwargs(dict(sampling_kwargs))
+    if extra:
+        raise TypeError(f"{fn.name}.run_batch() got unknown keyword(s) {', '.join(sorted(extra))}")
+    inputs = [dict(kw) for kw in batch_kwargs]
+    returns: dict[int, Any] = {}
+
+    def run_one(index: int, arguments: dict[str, Any]) -> ProgramResult:
+        try:
+            checked = _checked_arguments(fn, arguments)
+        except TypeError as err:
+            return ProgramResult(index=index, arguments=arguments, error=str(err))
+        result, ret, _ = run_program(fn.func, (), checked, chosen, index=index, arguments=arguments,
+                                     sampling=sampling, max_parallel=max_parallel)
+        returns[index] = ret
+        return result
+
+    results = run_batch(run_one, inputs, concurrency=concurrency_of(num_threads), progress=progress_bar,
+                        description=fn.name)
+    return [ExecutedState(r, returns.get(r.index)) for r in results]

@@ -1,0 +1,342 @@
+"""The graph executor: runs a compiled Graph for one input, streams and branches concurrently.
+
+Scheduling (DESIGN §5): every node waits only on its inputs, its stream predecessor (the
+previous node of its stream in graph order; arguments sit outside stream order) and, if it is
+guarded, its BRANCH. A node whose dependencies are done is *ready*: text ops run at once, model
+calls (GEN, SELECT, CACHE_PREFIX) go to a thread pool, at most `max_parallel` at a time per
+program, earliest node first. So independent fork branches (and batch items, see batch.py)
+run concurrently, and no node waits on an unrelated stream.
+
+Skipping: a guarded node whose BRANCH took another case is skipped, as is every node with a
+skipped input and every node of a stream that was never created (its fork was skipped).
+
+Per-op behaviour lives in :class:`~sglc.executor.semantics.Semantics` (shared with eager
+execution); this module only decides *when* each node runs. Methods are dispatched by op name
+(``_op_<op>``), fx-Interpreter style. A failing node fails the run with
+``while executing %node (op) at file.py:line: reason``.
+"""
+from __future__ import annotations
+
+import heapq
+import threading
+from typing import Any, Optional
+
+from sglc.executor.backend import Backend
+from sglc.executor.errors import ExecutionError, wrap
+from sglc.executor.pool import DaemonPool
+from sglc.executor.results import CallRecord, ProgramResult
+from sglc.executor.semantics import Semantics
+from sglc.executor.stream_state import StreamState
+from sglc.ir.graph import Graph
+from sglc.ir.node import Node
+from sglc.ir.ops import Op
+
+#: Ops that call the backend and so run on the pool.
+CALL_OPS = frozenset({Op.GEN, Op.SELECT, Op.CACHE_PREFIX})
+DEFAULT_MAX_PARALLEL = 16
+
+
+class ExecutionPlan:
+    """Per-graph facts computed once: dependency counts and dependents of every node."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.nodes: list[Node] = list(graph.nodes)
+        self.index = {node: i for i, node in enumerate(self.nodes)}
+        deps: list[set[int]] = [set() for _ in self.nodes]
+        last_in_stream: dict[int, int] = {}
+        for i, node in enumerate(self.nodes):
+            deps[i].update(self.index[inp] for inp in node.inputs)
+            if node.guard is not None:
+                deps[i].add(self.index[node.guard.branch])
+            if node.op is not Op.ARGUMENT:  # NOTE: arguments are values, outside the text order
+                if node.stream in last_in_stream:
+                    deps[i].add(last_in_stream[node.stream])
+                last_in_stream[node.stream] = i
+        self.num_deps = [len(d) for d in deps]
+        self.dependents: list[list[int]] = [[] for _ in self.nodes]
+        for i, d in enumerate(deps):
+            for j in sorted(d):
+                self.dependents[j].append(i)
+        self.arg_names: list[str] = [n.attrs["name"] for n in self.nodes if n.op is Op.ARGUMENT]  # type: ignore[misc]
+
+    def batch_hints(self) -> list[Node]:
+        return [n for n in self.nodes if n.op is Op.CACHE_PREFIX and n.attrs.get("scope") == "batch"]
+
+
+class GraphExecutor:
+    """Runs one graph on one backend; `run` may be called from many threads at once."""
+
+    def __init__(self, graph: Graph, backend: Backend, *, max_parallel: int = DEFAULT_MAX_PARALLEL,
+                 sampling: Optional[dict[str, Any]] = None, pool: Optional[DaemonPool] = None,
+                 timeout: Optional[float] = None, seed: Optional[int] = None) -> None:
+        if max_parallel < 1:
+            raise ValueError(f"max_parallel must be >= 1, got {max_parallel}")
+        self.plan = ExecutionPlan(graph)
+        self.semantics = Semantics(backend, sampling, seed)
+        self.max_parallel = max_parallel
+        self.timeout = timeout
+        self._own_pool = pool is None
+        self.pool = pool if pool is not None else DaemonPool(max_parallel)
+
+    @property
+    def graph(self) -> Graph:
+        return self.plan.graph
+
+    def run(self, arguments: dict[str, Any], index: int = 0) -> ProgramResult:
+        """Execute the graph for one input; never raises for execution problems (see .error).
+
+        NOTE: batch-scoped CACHE_PREFIX nodes are no-ops here: the batch runner sends that hint
+        once before its items start (see batch.py); a single run has nothing to share it with.
+        """
+        run = _Run(self, dict(arguments), index)
+        return run.execute()
+
+    def constant_prefix(self) -> Optional[StreamState]:
+        """Stream 0's text before its batch hint (identical for every input), or None."""
+        hints = [n for n in self.plan.batch_hints() if n.stream == 0 and n.guard is None]
+        if not hints:
+            return None
+        st = StreamState()
+        for node in self.plan.nodes:
+            if node is hints[0]:
+                return st
+            if node.stream != 0 or node.op is Op.ARGUMENT:
+                continue
+            if node.op is Op.CONSTANT_TEXT:
+                self.semantics.append_text(st, node.attrs["text"])  # type: ignore[arg-type]
+            elif node.op is Op.ROLE_BEGIN:
+                self.semantics.role_begin(st, node.attrs["role"])  # type: ignore[arg-type]
+            elif node.op is Op.ROLE_END:
+                self.semantics.role_end(st, node.attrs["role"])  # type: ignore[arg-type]
+            else:
+                return None  # not a constant prefix after all: no batch hint
+        return None
+
+    def close(self) -> None:
+        if self._own_pool:
+            self.pool.shutdown()
+
+
+class _Run:
+    """The state of one execution: node values, streams, readiness, in-flight calls."""
+
+    def __init__(self, executor: GraphExecutor, arguments: dict[str, Any], index: int) -> None:
+        self.ex = executor
+        self.plan = executor.plan
+        self.sem = executor.semantics
+        self.arguments = arguments
+        self.index = index
+        self.values: dict[int, Any] = {}
+        self.skipped: set[int] = set()
+        self.remaining = list(self.plan.num_deps)
+        self.num_done = 0
+        self.streams: dict[int, StreamState] = {0: StreamState()}
+        self.calls: list[tuple[int, CallRecord]] = []
+        self.ready_calls: list[int] = []
+        self.in_flight: set[int] = set()
+        self.error: Optional[str] = None
+        self.lock = threading.Lock()
+        self.finished = threading.Event()
+
+    # ----- driving -----
+    def execute(self) -> ProgramResult:
+        unknown = [k for k in self.arguments if k not in self.plan.arg_names]
+        if unknown:
+            takes = ", ".join(self.plan.arg_names) or "no arguments"
+            return self._result(f"unknown argument(s) {', '.join(sorted(unknown))}; the program takes {takes}")
+        with self.lock:
+            if not self.plan.nodes:
+                self.finished.set()
+            self._advance([i for i, n in enumerate(self.remaining) if n == 0])
+        if not self.finished.wait(self.ex.timeout):
+            with self.lock:
+                if self.error is None:
+                    self._fail_timeout()
+        with self.lock:  # NOTE: an abandoned call may still finish; it sees self.error and touches nothing
+            return self._result(self.error)
+
+    def _fail_timeout(self) -> None:
+        waiting = sorted(self.in_flight) or sorted(self.ready_calls)
+        reason = f"no result within the program timeout of {self.ex.timeout:g} s"
+        if waiting:
+            node = self.plan.nodes[waiting[0]]
+            self.error = str(ExecutionError(node.name, node.op.value, node.source, reason))
+        else:
+            self.error = reason
+        self.finished.set()
+
+    def _result(self, error: Optional[str]) -> ProgramResult:
+        main = self.streams[0]
+        return ProgramResult(
+            index=self.index,
+            arguments=self.arguments,
+            variables=dict(main.variables),
+            text=main.text,
+            messages=[dict(m) for m in main.messages],
+            calls=[record for _, record in sorted(self.calls, key=lambda c: c[0])],
+            error=error,
+            meta_info=dict(main.meta_info),
+        )
+
+    def _advance(self, ready: list[int]) -> None:
+        """Run ready nodes (lock held): text ops inline, calls queued; then dispatch calls."""
+        heap = list(ready)
+        heapq.heapify(heap)
+        while heap and self.error is None:
+            i = heapq.heappop(heap)
+            node = self.plan.nodes[i]
+            if self._should_skip(i, node):
+                self.skipped.add(i)
+            elif node.op in CALL_OPS and not self._is_noop_hint(node):
+                heapq.heappush(self.ready_calls, i)
+                continue
+            else:
+                try:
+                    self.values[i] = getattr(self, f"_op_{node.op.value}")(node)
+                except Exception as err:  # NOTE: any failure of a node fails the program, named
+                    self._fail(wrap(err, node.name, node.op.value, node.source))
+                    return
+            for j in self._complete(i):
+                heapq.heappush(heap, j)
+        self._dispatch()
+
+    def _complete(self, i: int) -> list[int]:
+        self.num_done += 1
+        newly = []
+        for j in self.plan.dependents[i]:
+            self.remaining[j] -= 1
+            if self.remaining[j] == 0:
+                newly.append(j)
+        if self.num_done == len(self.plan.nodes):
+            self.finished.set()
+        return newly
+
+    def _dispatch(self) -> None:
+        while self.ready_calls and len(self.in_flight) < self.ex.max_parallel and self.error is None:
+            i = heapq.heappop(self.ready_calls)
+            self.in_flight.add(i)
+            self.ex.pool.submit(lambda i=i: self._call(i))
+
+    def _call(self, i: int) -> None:
+        node = self.plan.nodes[i]
+        st = self.streams[node.stream]
+        value: Any = None
+        record: Optional[CallRecord] = None
+        failure: Optional[ExecutionError] = None
+        try:
+            if node.op is Op.GEN:
+                value, record = self.sem.gen(st, node.attrs, node.name, guard=self.lock)
+            elif node.op is Op.SELECT:
+                value, record = self.sem.select(st, node.attrs, node.name, guard=self.lock)
+            else:
+                record = self.sem.cache_prefix(st, node.name)
+        except Exception as err:
+            failure = wrap(err, node.name, node.op.value, node.source)
+        with self.lock:
+            self.in_flight.discard(i)
+            if self.error is not None:
+                return
+            if failure is not None:
+                self._fail(failure)
+                return
+            self.values[i] = value
+            if record is not None:
+                self.calls.append((i, record))
+            self._advance(self._complete(i))
+
+    def _fail(self, err: ExecutionError) -> None:
+        if self.error is None:
+            self.error = str(err)
+        self.finished.set()
+
+    # ----- skipping -----
+    def _should_skip(self, i: int, node: Node) -> bool:
+        if any(self.plan.index[inp] in self.skipped for inp in node.inputs):
+            return True
+        if node.guard is not None:
+            b = self.plan.index[node.guard.branch]
+            if b in self.skipped or self.values.get(b) != node.guard.case:
+                return True
+        return node.op is not Op.GET_FORK_ITEM and node.stream not in self.streams
+
+    def _is_noop_hint(self, node: Node) -> bool:
+        return node.op is Op.CACHE_PREFIX and node.attrs.get("scope") == "batch"
+
+    # ----- ops (dispatched by name) -----
+    def _input(self, node: Node, k: int = 0) -> Any:
+        return self.values[self.plan.index[node.inputs[k]]]
+
+    def _st(self, node: Node) -> StreamState:
+        return self.streams[node.stream]
+
+    def _op_argument(self, node: Node) -> Any:
+        name = node.attrs["name"]
+        if name in self.arguments:
+            return self.arguments[name]
+        if "default" in node.attrs:
+            return node.attrs["default"]
+        raise ValueError(f"missing argument {name!r} (the input gives: {', '.join(sorted(self.arguments)) or 'nothing'})")
+
+    def _op_constant_text(self, node: Node) -> None:
+        self.sem.append_text(self._st(node), node.attrs["text"])  # type: ignore[arg-type]
+
+    def _op_append(self, node: Node) -> None:
+        self.sem.append_value(self._st(node), self._input(node))
+
+    def _op_role_begin(self, node: Node) -> None:
+        self.sem.role_begin(self._st(node), node.attrs["role"])  # type: ignore[arg-type]
+
+    def _op_role_end(self, node: Node) -> None:
+        self.sem.role_end(self._st(node), node.attrs["role"])  # type: ignore[arg-type]
+
+    def _op_image(self, node: Node) -> None:
+        path = self._input(node) if node.inputs else node.attrs.get("path")
+        self.sem.media(self._st(node), "image", path)
+
+    def _op_video(self, node: Node) -> None:
+        path = self._input(node) if node.inputs else node.attrs.get("path")
+        self.sem.media(self._st(node), "video", path, node.attrs.get("num_frames"))  # type: ignore[arg-type]
+
+    def _op_variable(self, node: Node) -> Any:
+        producer = node.inputs[0]
+        value = self._input(node)
+        if producer.op is Op.JOIN:
+            name = node.attrs["name"]
+            if not isinstance(value, dict) or name not in value:
+                raise KeyError(f"%{producer.name} gathered no variable {name!r}")
+            return value[name]
+        return value
+
+    def _op_stream_text(self, node: Node) -> str:
+        return self._st(node).text
+
+    def _op_var_scope_begin(self, node: Node) -> None:
+        self.sem.var_scope_begin(self._st(node), node.attrs["name"])  # type: ignore[arg-type]
+
+    def _op_var_scope_end(self, node: Node) -> str:
+        return self.sem.var_scope_end(self._st(node), node.attrs["name"])  # type: ignore[arg-type]
+
+    def _op_fork(self, node: Node) -> StreamState:
+        # NOTE: the snapshot is taken now; later appends to the parent do not reach the children.
+        return self._st(node).fork_copy(node.stream)
+
+    def _op_get_fork_item(self, node: Node) -> None:
+        snapshot: StreamState = self._input(node)
+        self.streams[node.stream] = self.sem.fork(snapshot, [node.stream])[0]
+
+    def _op_join(self, node: Node) -> dict[str, list[Any]]:
+        fork = node.inputs[0]
+        children = [self.streams[child.stream] for child in node.inputs[1:]]
+        return self.sem.join(self._st(node), children, node.attrs["mode"],  # type: ignore[arg-type]
+                             node.attrs.get("variables") or [], passthrough=bool(fork.attrs.get("hoisted")))
+
+    def _op_branch(self, node: Node) -> int:
+        chosen = self._input(node)
+        cases = list(node.attrs["cases"])  # type: ignore[arg-type]
+        if chosen not in cases:
+            raise ValueError(f"select result {chosen!r} is none of the branch cases {cases}")
+        return cases.index(chosen)
+
+    def _op_cache_prefix(self, node: Node) -> None:
+        return None  # a batch hint already sent by the batch (see _is_noop_hint)

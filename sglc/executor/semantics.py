@@ -1,0 +1,245 @@
+"""The meaning of every primitive, in one place: the graph executor and the eager sink both call
+these methods, so compiled and eager execution cannot drift apart.
+
+A :class:`Semantics` binds a backend (and run-level sampling defaults) to the operations on a
+:class:`StreamState`: text, roles (rendered with the backend's chat template), media, gen,
+select, var scopes, fork and join. Model calls return a :class:`CallRecord` for the results.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+from typing import Any, ContextManager, Optional, Sequence
+
+from sglc.executor import select_methods
+from sglc.executor.backend import Backend, ChatTemplate, GenParams, ModelInfo
+from sglc.executor.results import CallRecord
+from sglc.executor.stream_state import StreamState
+
+log = logging.getLogger("sglc.executor")
+
+#: SGLang's defaults for a gen's sampling (SglFunction.run's keyword defaults).
+DEFAULT_SAMPLING: dict[str, Any] = {"max_tokens": 128, "temperature": 1.0}
+
+#: Run-level keyword (SGLang's `run(..., max_new_tokens=...)` names) -> GenParams field.
+RUN_SAMPLING_KEYS = {
+    "max_new_tokens": "max_tokens", "stop": "stop", "stop_token_ids": "stop_token_ids",
+    "temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+    "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
+    "ignore_eos": "ignore_eos", "seed": "seed",
+}
+
+#: GEN attributes that are sampling parameters (same names as GenParams fields).
+_GEN_SAMPLING_ATTRS = ("max_tokens", "stop", "stop_token_ids", "temperature", "top_p", "top_k", "min_p",
+                       "frequency_penalty", "presence_penalty", "ignore_eos", "seed")
+
+
+def sampling_defaults(run_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """GenParams defaults from SGLang-style run keywords (`max_new_tokens`, `temperature`, ...)."""
+    out: dict[str, Any] = {}
+    for key, value in run_kwargs.items():
+        if key not in RUN_SAMPLING_KEYS:
+            raise TypeError(f"unknown sampling keyword {key!r}; known: {', '.join(RUN_SAMPLING_KEYS)}")
+        if value is not None:
+            out[RUN_SAMPLING_KEYS[key]] = [value] if key == "stop" and isinstance(value, str) else value
+    return out
+
+
+class Semantics:
+    """Primitive operations over stream states, executed on one backend. Thread-safe."""
+
+    def __init__(self, backend: Backend, defaults: Optional[dict[str, Any]] = None,
+                 seed: Optional[int] = None) -> None:
+        self.backend = backend
+        self.defaults = {**DEFAULT_SAMPLING, **(defaults or {})}
+        self._info: Optional[ModelInfo] = None
+        self._lock = threading.Lock()
+        self._warned_media = False
+        self._rng = random.Random(seed)
+
+    # ----- model facts -----
+    def model_info(self) -> ModelInfo:
+        with self._lock:
+            if self._info is None:
+                self._info = self.backend.model_info()
+            return self._info
+
+    @property
+    def chat_template(self) -> Optional[ChatTemplate]:
+        return self.model_info().chat_template
+
+    # ----- text, roles, media -----
+    def append_text(self, st: StreamState, text: str) -> None:
+        st.append(text)
+
+    def append_value(self, st: StreamState, value: Any) -> None:
+        if isinstance(value, (list, dict)) or value is None:
+            raise TypeError(f"cannot append a {type(value).__name__} to a prompt")
+        st.append(value if isinstance(value, str) else str(value))
+
+    def role_begin(self, st: StreamState, role: str) -> None:
+        template = self.chat_template
+        st.open_role(role, template.role_prefix.get(role, "") if template else "")
+
+    def role_end(self, st: StreamState, role: str) -> None:
+        template = self.chat_template
+        st.close_role(role, template.role_suffix.get(role, "") if template else "")
+
+    def media(self, st: StreamState, kind: str, path: Any, num_frames: Optional[int] = None) -> None:
+        """IMAGE / VIDEO: recorded in the prompt's media and the open role's message content."""
+        if not isinstance(path, str) or not path:
+            raise TypeError(f"an {kind} path must be a non-empty str, got {path!r}")
+        if "://" not in path and not path.startswith("data:") and not os.path.exists(path):
+            raise FileNotFoundError(f"{kind} file {path!r} not found (relative to {os.getcwd()})")
+        if not self.model_info().supports_images:
+            with self._lock:
+                warn, self._warned_media = not self._warned_media, True
+            if warn:
+                log.warning("model %s does not accept images or videos: the backend shows each as the text "
+                            "'<image: NAME>' (first: %s %s)", self.model_info().model, kind, path)
+        extra = {"num_frames": num_frames} if num_frames is not None else {}
+        st.add_media(kind, path, **extra)
+
+    # ----- model calls -----
+    def gen_params(self, attrs: dict[str, Any]) -> GenParams:
+        """Sampling parameters for a GEN: its attrs over the run's defaults; its constraint."""
+        values = {k: v for k, v in self.defaults.items()}
+        values.update({k: attrs[k] for k in _GEN_SAMPLING_ATTRS if attrs.get(k) is not None})
+        if isinstance(values.get("stop"), str):
+            values["stop"] = [values["stop"]]
+        params = GenParams(**values)
+        fsm = attrs.get("fsm")
+        if fsm is not None:
+            params.fsm = json.loads(fsm) if isinstance(fsm, (bytes, bytearray)) else fsm
+        elif attrs.get("regex") is not None:
+            params.regex = attrs["regex"]
+        elif attrs.get("json_schema") is not None:
+            schema = attrs["json_schema"]
+            params.json_schema = schema if isinstance(schema, str) else json.dumps(schema, separators=(",", ":"))
+        elif attrs.get("dtype") is not None:
+            from sglc import fsm as fsm_lib
+
+            params.regex = fsm_lib.regex_for_dtype(attrs["dtype"])
+        return params
+
+    def gen(self, st: StreamState, attrs: dict[str, Any], node: str,
+            guard: ContextManager[Any] = contextlib.nullcontext()) -> tuple[Any, CallRecord]:
+        """Generate after the stream's text, append the text, define the variable (typed by dtype).
+
+        `guard` is held while `st` changes (the graph executor passes its run lock, so a result
+        snapshot never sees a half-applied call).
+        """
+        name = attrs["name"]
+        params = self.gen_params(attrs)
+        t0 = time.perf_counter()
+        result = self.backend.generate(st.prompt(), params)
+        latency = time.perf_counter() - t0
+        value = convert(result.text, attrs.get("dtype"))
+        record = CallRecord.of(node, st.stream_id, "gen", result.meta, latency)
+        with guard:
+            st.append(result.text)
+            st.define(name, value, record.meta_info())
+        return value, record
+
+    def select(self, st: StreamState, attrs: dict[str, Any], node: str,
+               guard: ContextManager[Any] = contextlib.nullcontext()) -> tuple[str, CallRecord]:
+        """Score every choice after the stream's text, pick one by the method, append it."""
+        name = attrs["name"]
+        choices: list[str] = list(attrs["choices"])
+        method = attrs.get("choices_method") or "token_length_normalized"
+        unconditional = select_methods.needs_unconditional(method)
+        t0 = time.perf_counter()
+        scored = self.backend.score(st.prompt(), choices, unconditional=unconditional)
+        latency = time.perf_counter() - t0
+        if len(scored.choices) != len(choices):
+            raise ValueError(f"the backend scored {len(scored.choices)} of {len(choices)} choices")
+        logprobs = [c.token_logprobs for c in scored.choices]
+        uncond = [c.unconditional_logprobs or [] for c in scored.choices] if unconditional else None
+        with self._lock:
+            decision = select_methods.decide(method, logprobs, uncond, float(attrs.get("temperature") or 0.0),
+                                             self._rng)
+        choice = choices[decision.index]
+        record = CallRecord.of(node, st.stream_id, "select", scored.meta, latency)
+        meta = record.meta_info()
+        meta.update({"normalized_prompt_logprobs": decision.scores, "choice_token_logprobs": logprobs})
+        with guard:
+            st.append(choice)
+            st.define(name, choice, meta)
+        return choice, record
+
+    def cache_prefix(self, st: StreamState, node: str) -> CallRecord:
+        """The fork hint: ask the backend to prefill and keep the stream's text so far."""
+        t0 = time.perf_counter()
+        meta = self.backend.cache_prefix(st.prompt())
+        return CallRecord.of(node, st.stream_id, "cache_prefix", meta, time.perf_counter() - t0)
+
+    # ----- scopes -----
+    def var_scope_begin(self, st: StreamState, name: str) -> None:
+        st.begin_scope(name)
+
+    def var_scope_end(self, st: StreamState, name: str) -> str:
+        return st.end_scope(name)
+
+    # ----- streams -----
+    def fork(self, st: StreamState, stream_ids: Sequence[int]) -> list[StreamState]:
+        """Children that start with a copy of `st` (text, messages, role, variables) now."""
+        return [st.fork_copy(i) for i in stream_ids]
+
+    def join(self, parent: StreamState, children: Sequence[StreamState], mode: str,
+             variables: Optional[Sequence[str]] = None, passthrough: bool = False) -> dict[str, list[Any]]:
+        """Bring a fork's children back into `parent`; returns the gathered lists by name.
+
+        gather_variable: ``parent[name] = [child[name] for child]`` for each name in `variables`
+        (None: every variable a child defined that the parent does not have, as the tracer
+        decides). ``passthrough`` (a one-way fork made by prefix hoisting): the child's new
+        variables are copied as they are. concate_and_append: each child's new text is appended.
+        """
+        if mode == "concate_and_append":
+            for child in children:
+                parent.append(child.new_text())
+            return {}
+        if mode != "gather_variable":
+            raise ValueError(f"unknown join mode {mode!r}")
+        if passthrough:
+            for child in children:
+                for name in child.defined:
+                    parent.define(name, child.variables[name], child.meta_info.get(name))
+            return {}
+        names = list(variables) if variables is not None else gather_names(parent, children)
+        gathered = {name: [c.variables.get(name) for c in children] for name in names}
+        for name, values in gathered.items():
+            parent.define(name, values)
+        return gathered
+
+
+def gather_names(parent: StreamState, children: Sequence[StreamState]) -> list[str]:
+    """Variables a gather join brings back: defined by a child since the fork, unknown to the parent."""
+    names: list[str] = []
+    for child in children:
+        names += [n for n in child.defined if n not in parent.variables and n not in names]
+    return names
+
+
+def convert(text: str, dtype: Optional[str]) -> Any:
+    """A typed gen's value: int / float / bool parsed from the generated text."""
+    if dtype in (None, "str"):
+        return text
+    stripped = text.strip()
+    try:
+        if dtype == "int":
+            return int(stripped)
+        if dtype == "float":
+            return float(stripped)
+        if dtype == "bool":
+            lowered = stripped.lower()
+            if lowered in ("true", "false"):
+                return lowered == "true"
+            raise ValueError(stripped)
+    except ValueError:
+        raise ValueError(f"gen with dtype {dtype} produced {text!r}, which is not a {dtype}") from None
+    raise ValueError(f"unknown gen dtype {dtype!r}")
