@@ -86,6 +86,8 @@ class Engine:
         self._grammars: GrammarCache | None = None
         #: Jump-forward counts: jumps made, tokens they added, jumps that re-queued the request.
         self.jump_counts = {"jumps": 0, "tokens": 0, "requeued": 0}
+        #: Chunk queues of streaming requests, until chunks(rid) takes them.
+        self._stream_queues: dict[str, queue.SimpleQueue] = {}
 
     # --- requests in ---------------------------------------------------------------------
     def submit(self, prompt: Prompt, params: SamplingParams | dict | None = None, *, rid: str | None = None,
@@ -94,7 +96,8 @@ class Engine:
 
         stream=True queues StreamChunks for ``chunks(rid)``; callback receives each chunk on the
         stepping thread while it holds the engine lock (keep it short; it may call the engine).
-        Otherwise the final output waits for ``wait(rid)``.
+        Otherwise the final output waits for ``wait(rid)``. A constraint (regex / json_schema /
+        fsm) is compiled here; the text it forces at the start is appended at once (jump-forward).
         """
         params = self._compile_constraint(_as_params(params))
         ids = self._prompt_ids(prompt)
@@ -114,6 +117,10 @@ class Engine:
             self._jump_forward(req, queued=True)
         with self._lock:
             self.scheduler.add_request(req)  # ValueError on a duplicate id
+            if stream:
+                # NOTE: registered here, not looked up in chunks(): the engine thread may finish
+                # the request before the caller asks for its chunks.
+                self._stream_queues[req.rid] = req.state["engine"].queue
             self._cv.notify_all()
         return req.rid
 
@@ -177,14 +184,14 @@ class Engine:
                 self._completion_tokens += sum(1 for r in results if r is not None and r.error is None)
             t1 = time.perf_counter()
             finished = self.scheduler.process_results(batch, tokens, reasons)
-            if not isinstance(results, Exception):
-                finished += [e.req for e in batch.reqs if e.samples and not e.req.finished and self._jump_forward(e.req)]
             if isinstance(results, Exception):  # partial prefills survive process_results
                 for e in batch.reqs:
                     if not e.req.finished:
                         self.scheduler.abort(e.req.rid)
                         finished.append(e.req)
             t2 = time.perf_counter()
+            if not isinstance(results, Exception):  # constrained requests append their forced text
+                finished += [e.req for e in batch.reqs if e.samples and not e.req.finished and self._jump_forward(e.req)]
             outs = [self._finalize(req) for req in finished]
             self._timers.schedule_s += t2 - t1
             self._timers.process_s += time.perf_counter() - t0 - (t2 - t1)
@@ -271,10 +278,9 @@ class Engine:
     def chunks(self, rid: str) -> Iterator[StreamChunk]:
         """The StreamChunks of a request submitted with stream=True; closing early aborts it."""
         with self._lock:
-            req = self.scheduler.get_request(rid)
-            q = req.state["engine"].queue if req is not None else None
+            q = self._stream_queues.pop(rid, None)
         if q is None:
-            raise KeyError(f"request {rid!r} is not a running streaming request")
+            raise KeyError(f"request {rid!r} was not submitted with stream=True (or its chunks were taken)")
         return self._iter_chunks(rid, q)
 
     def _iter_chunks(self, rid: str, q: queue.SimpleQueue) -> Iterator[StreamChunk]:
