@@ -56,6 +56,22 @@ def test_spec_compile_matches_the_fsm_library():
     assert ConstraintSpec.of(fsm=d).compile() == fsm.compile_regex("x[yz]+")
 
 
+def test_sampling_params_take_one_constraint_and_check_it_at_construction():
+    """regex / json_schema / fsm: one at most, typed; min_new_tokens cannot be combined with one."""
+    from sglc_runtime.sampling_params import SamplingParams
+
+    assert SamplingParams(regex=r"\d+").constraint_spec() == ConstraintSpec.of(regex=r"\d+")
+    assert SamplingParams().constraint_spec() is None and SamplingParams().jump_forward is True
+    with pytest.raises(ValueError, match="at most one constraint"):
+        SamplingParams(regex="a", fsm=fsm.fsm_to_dict(fsm.compile_regex("a")))
+    with pytest.raises(TypeError, match="regex must be a str"):
+        SamplingParams(regex=5)
+    with pytest.raises(ValueError, match="min_new_tokens must be 0 with a constraint"):
+        SamplingParams(json_schema=Point, min_new_tokens=2)
+    with pytest.raises(TypeError, match="jump_forward must be a bool"):
+        SamplingParams(regex="a", jump_forward="yes")
+
+
 # --- with the real tokenizer ----------------------------------------------------------------
 
 @pytest.fixture(scope="module")

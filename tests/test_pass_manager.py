@@ -97,9 +97,17 @@ def test_default_pipeline_runs_its_passes_in_order_and_verifies():
     pm = default_pipeline()
     assert pm.names[:4] == ["merge_constants", "prefix_hoisting", "fork_hints", "merge_constants"]
     g = every_op_graph()
+    g.find("verdict").attrs.pop("json_schema")  # one constraint per gen (see the test below)
     result = pm.run(g)
     assert result.modified and "merge_constants" in pm.changed_by and "fork_hints" in pm.changed_by
+    assert "fsm" in result.graph.find("verdict").attrs
     verify(result.graph)
+
+
+def test_default_pipeline_names_a_gen_with_two_constraints():
+    """A gen with both regex and json_schema fails in lower_constraints, naming the node."""
+    with pytest.raises(PassError, match=r"lower_constraints.*%verdict.*one constraint"):
+        default_pipeline().run(every_op_graph())
 
 
 def test_aggressive_pipeline_is_opt_in():

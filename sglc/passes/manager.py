@@ -93,6 +93,7 @@ def default_pipeline(verify_each: bool = True, aggressive: bool = False) -> Pass
     pass keeps each prompt the model sees identical.
     """
     from sglc.passes.fork_hints import fork_hints
+    from sglc.passes.lower_constraints import lower_constraints
     from sglc.passes.merge_constants import merge_constants
     from sglc.passes.prefix_hoisting import aggressive_prefix_hoisting, prefix_hoisting
 
@@ -101,6 +102,6 @@ def default_pipeline(verify_each: bool = True, aggressive: bool = False) -> Pass
         aggressive_prefix_hoisting if aggressive else prefix_hoisting,
         fork_hints,
         merge_constants,
-        # Constraint lowering (regex / JSON schema / dtype -> FSM attribute) comes last.
+        lower_constraints,  # regex / JSON schema / dtype -> compressed FSM attribute, once
     ]
     return PassManager(passes, verify_each=verify_each)
