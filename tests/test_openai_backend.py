@@ -25,7 +25,9 @@ pytestmark = pytest.mark.model
 
 MODEL = "SmolLM2-135M-Instruct"
 SAMPLES = {"few_shot_qa": "samples/few_shot_qa.py", "json_extraction": "samples/json_extraction.py",
-           "react_agent": "samples/react_agent.py", "multi_turn_chat": "samples/multi_turn_chat.py"}
+           "react_agent": "samples/react_agent.py", "multi_turn_chat": "samples/multi_turn_chat.py",
+           "essay_judge": "samples/essay_judge.py", "tree_of_thought": "samples/tree_of_thought.py",
+           "call_other_program": "samples/call_other_program.py:research_brief"}
 ENV = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
        "OPENAI_API_KEY": "sk-local"}
 
