@@ -112,3 +112,18 @@ def test_nested_fork_streams_print_inside_their_parent_stream():
     assert "  stream 1 (item 0 of %fork):" in lines
     assert "    stream 2 (item 0 of %fork_1):" in lines
     assert "      %deep : str = gen[name='deep'](stream=2)" in lines
+
+
+def test_lowered_fsm_attr_prints_its_size_not_its_transition_table():
+    """A gen lowered by lower_constraints shows `fsm=<fsm N states ...>` and keeps the listing one short line."""
+    import sglc as sgl
+
+    @sgl.function
+    def ip(s):
+        s += "ip: " + sgl.gen("ip", regex=r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
+
+    graph = ip.compile().graph
+    gen_line = next(line for line in str(graph).splitlines() if "= gen[" in line)
+    fsm = next(n for n in graph.nodes if n.op.value == "gen").attrs["fsm"]
+    assert f"fsm=<fsm {fsm['num_states']} states, {len(fsm['finals'])} final, {fsm['num_classes']} classes>" in gen_line
+    assert "transitions" not in gen_line and len(gen_line) < 200

@@ -30,8 +30,18 @@ def format_value(value: Any, max_str: int = MAX_STR) -> str:
     return repr(value)
 
 
+def format_fsm(fsm: Any) -> str:
+    """A lowered constraint in one short token: its size, not its transition table."""
+    if isinstance(fsm, dict) and "num_states" in fsm:
+        finals = fsm.get("finals") or []
+        return f"<fsm {fsm['num_states']} states, {len(finals)} final, {fsm.get('num_classes', '?')} classes>"
+    return format_value(fsm)
+
+
 def format_attrs(attrs: dict[str, Any], max_str: int = MAX_STR) -> str:
-    return ", ".join(f"{key}={format_value(value, max_str)}" for key, value in attrs.items())
+    # NOTE: the lowered `fsm` attr is the whole transition table; a listing shows its size only.
+    return ", ".join(f"{key}={format_fsm(value) if key == 'fsm' else format_value(value, max_str)}"
+                     for key, value in attrs.items())
 
 
 def format_node(node: Node) -> str:
