@@ -1,7 +1,5 @@
-"""Helpers for the runtime-server tests: an `sglc serve` subprocess that reports its address.
-
-(In-process servers come from sglc_runtime.server.launch.Runtime directly.)
-"""
+"""Helpers for the runtime-server tests: an in-process runtime and its gRPC stub as module
+fixtures, and an `sglc serve` subprocess that reports its address."""
 from __future__ import annotations
 
 import os
@@ -13,7 +11,36 @@ import sys
 import threading
 from pathlib import Path
 
+import grpc
+import pytest
+
+from sglc.proto import runtime_pb2_grpc as pb_grpc
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def runtime_fixture(kv_slots: int = 4096):
+    """A module-scoped fixture serving the default model in-process on 127.0.0.1:0.
+
+    Use as ``runtime = runtime_fixture(8192)`` in a test module.
+    """
+    from sglc_runtime.server.launch import Runtime, ServeConfig
+
+    @pytest.fixture(scope="module")
+    def runtime():
+        rt = Runtime(ServeConfig(port=0, kv_slots=kv_slots))
+        yield rt
+        rt.stop(1.0)
+
+    return runtime
+
+
+@pytest.fixture(scope="module")
+def stub(runtime):
+    """A gRPC stub on the module's `runtime` fixture (import it next to runtime_fixture)."""
+    channel = grpc.insecure_channel(runtime.frontends[0].address)
+    yield pb_grpc.RuntimeStub(channel)
+    channel.close()
 LISTENING = re.compile(r"^sglc serve: listening on (\S+):(\d+) \(grpc\)$")
 
 

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from grpc_helpers import ServeProcess
+from grpc_helpers import ServeProcess, runtime_fixture, stub  # noqa: F401 (fixtures)
 from sglc.errors import BackendError
 from sglc.executor.backend import GenParams, Prompt
 from sglc.executor.backends.srt import SrtBackend
@@ -27,18 +27,7 @@ from sglc_runtime.server.launch import Runtime, ServeConfig
 pytestmark = pytest.mark.model
 
 
-@pytest.fixture(scope="module")
-def runtime():
-    rt = Runtime(ServeConfig(port=0, kv_slots=8192))
-    yield rt
-    rt.stop(1.0)
-
-
-@pytest.fixture(scope="module")
-def stub(runtime):
-    channel = grpc.insecure_channel(runtime.frontends[0].address)
-    yield pb_grpc.RuntimeStub(channel)
-    channel.close()
+runtime = runtime_fixture(8192)
 
 
 def metrics(stub) -> pb.MetricsResponse:

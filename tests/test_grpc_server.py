@@ -10,10 +10,9 @@ import math
 import grpc
 import pytest
 
+from grpc_helpers import runtime_fixture, stub  # noqa: F401 (fixtures)
 from sglc.proto import runtime_pb2 as pb
-from sglc.proto import runtime_pb2_grpc as pb_grpc
 from sglc_runtime.sampling_params import SamplingParams
-from sglc_runtime.server.launch import Runtime, ServeConfig
 
 pytestmark = pytest.mark.model
 
@@ -21,18 +20,7 @@ CHAT = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 QUESTIONS = ["What is 2+2?", "Name a color.", "Where is Rome?", "Who wrote Hamlet?"]
 
 
-@pytest.fixture(scope="module")
-def runtime():
-    rt = Runtime(ServeConfig(port=0, kv_slots=4096))
-    yield rt
-    rt.stop(1.0)
-
-
-@pytest.fixture(scope="module")
-def stub(runtime):
-    channel = grpc.insecure_channel(runtime.frontends[0].address)
-    yield pb_grpc.RuntimeStub(channel)
-    channel.close()
+runtime = runtime_fixture(4096)
 
 
 def greedy(n: int, **extra) -> pb.SamplingParams:

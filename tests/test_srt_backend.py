@@ -7,11 +7,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from grpc_helpers import runtime_fixture
 from sglc.errors import BackendError, SglcError
 from sglc.executor.backend import Backend, GenParams, Prompt
 from sglc.executor.backends.srt import IMAGE_MARKER, SrtBackend
 from sglc_runtime.sampling_params import SamplingParams
-from sglc_runtime.server.launch import Runtime, ServeConfig
 
 CHAT = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 
@@ -22,11 +22,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def runtime():
-    rt = Runtime(ServeConfig(port=0, kv_slots=4096))
-    yield rt
-    rt.stop(1.0)
+runtime = runtime_fixture(4096)
 
 
 @pytest.fixture(scope="module")
