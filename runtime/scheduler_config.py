@@ -1,0 +1,63 @@
+"""The scheduler's settings (SchedulerConfig) and its counters (SchedulerStats)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from .schedule_policy import POLICIES
+
+
+@dataclass(slots=True)
+class SchedulerConfig:
+    """Sizes and policy knobs. ``chunk_size=None`` disables chunked prefill."""
+
+    num_kv_slots: int
+    max_running: int = 32
+    max_context: int = 2048
+    max_prefill_tokens: int = 4096
+    chunk_size: int | None = 512
+    policy: str = "lpm"
+    seed: int = 0
+    in_batch_prefix_threshold: int = 32
+    lpm_max_queue: int = 128
+    init_new_token_ratio: float = 0.7
+    min_new_token_ratio: float = 0.1
+    new_token_ratio_decay: float = 0.001
+    clip_max_new_tokens: int = 4096
+    eos_token_ids: tuple[int, ...] = ()
+    disable_radix_cache: bool = False
+    debug: bool = False  # pool double-free checks + check_integrity() after every call
+
+    def __post_init__(self) -> None:
+        for name in ("num_kv_slots", "max_running", "max_context", "max_prefill_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"SchedulerConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.chunk_size is not None and self.chunk_size < 1:
+            raise ValueError(f"SchedulerConfig.chunk_size must be None or >= 1, got {self.chunk_size}")
+        if self.policy not in POLICIES:
+            raise ValueError(f"SchedulerConfig.policy {self.policy!r} is not one of {POLICIES}")
+        self.eos_token_ids = tuple(self.eos_token_ids)
+
+    @property
+    def prefill_budget(self) -> int:
+        """Prefill tokens per step."""
+        if self.chunk_size is None:
+            return self.max_prefill_tokens
+        return min(self.max_prefill_tokens, self.chunk_size)
+
+
+class SchedulerStats(NamedTuple):
+    num_waiting: int
+    num_running: int
+    num_finished: int
+    prompt_tokens: int  # prompt tokens of admitted requests (first admission only)
+    cached_tokens: int  # of which served by the radix cache
+    cache_hit_rate: float
+    computed_prefill_tokens: int  # prefill tokens actually fed to the model (incl. recompute)
+    decode_tokens: int
+    num_used_slots: int
+    cached_slots: int
+    pool_usage: float
+    num_retractions: int
+    new_token_ratio: float
+    num_steps: int
