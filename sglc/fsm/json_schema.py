@@ -23,7 +23,6 @@ import json
 import math
 from typing import Any
 
-from .charset import CharSet
 from .errors import (
     InvalidRegexError,
     InvalidSchemaError,
@@ -31,7 +30,8 @@ from .errors import (
     UnsupportedSchemaError,
 )
 from .int_range import int_range_regex
-from .regex_ast import Alt, Anchor, Chars, Concat, Node, Repeat, escape, literal, to_regex
+from .json_string_escape import json_escaped
+from .regex_ast import escape, to_regex
 from .regex_parser import parse_regex
 
 _HEX = "[0-9a-fA-F]"
@@ -270,7 +270,7 @@ class _Converter:
             raise InvalidSchemaError(f"pattern is not a valid regex: {err.reason}", path) from None
         except UnsupportedRegexError as err:
             raise UnsupportedSchemaError("pattern", path, err.construct) from None
-        content = to_regex(_json_escaped(tree))
+        content = to_regex(json_escaped(tree))
         free = f"{STRING_CHAR}*"
         return ("" if start else free) + f"(?:{content})" + ("" if end else free)
 
@@ -358,34 +358,6 @@ class _Converter:
         for k, (p, _) in enumerate(parts):
             options.append(p + "".join(f"(?:{sep}{q})?" for q, _ in parts[k + 1 :]))
         return "(?:" + "|".join(options) + ")?"
-
-
-_JSON_SPECIAL = CharSet.of_ranges([(0, 0x1F), (ord('"'), ord('"')), (ord("\\"), ord("\\"))])
-_SHORT_ESCAPES = {
-    '"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
-}
-
-
-def _json_escaped(node: Node) -> Node:
-    """The tree matching the JSON string-body encodings of what ``node`` matches."""
-    if isinstance(node, Chars):
-        raw = node.chars.difference(_JSON_SPECIAL)
-        options: list[Node] = [Chars(raw)] if raw else []
-        for lo, hi in node.chars.intersection(_JSON_SPECIAL).ranges:
-            for cp in range(lo, hi + 1):
-                ch = chr(cp)
-                options.append(literal(_SHORT_ESCAPES.get(ch, f"\\u{cp:04x}")))
-        if len(options) == 1:
-            return options[0]
-        return Alt(tuple(options)) if options else Chars(CharSet())
-    if isinstance(node, Concat):
-        return Concat(tuple(_json_escaped(i) for i in node.items))
-    if isinstance(node, Alt):
-        return Alt(tuple(_json_escaped(o) for o in node.options))
-    if isinstance(node, Repeat):
-        return Repeat(_json_escaped(node.item), node.min, node.max)
-    assert not isinstance(node, Anchor)
-    return node
 
 
 def regex_from_json_schema(
