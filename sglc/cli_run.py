@@ -136,9 +136,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         writer = OrderedJsonlWriter(out)
         backend: Optional[Any] = None
         try:
+            # NOTE: graph.meta["num_api_spec_tokens"] reaches the backend per run (GraphExecutor)
             backend = _make_backend(args)
-            if graph.meta.get("num_api_spec_tokens") and hasattr(backend, "enable_api_speculation"):
-                backend.enable_api_speculation(int(graph.meta["num_api_spec_tokens"]))  # @function(num_api_spec_tokens=)
         except (SglcError, OSError, ValueError, RuntimeError) as err:
             reason = f"backend unavailable: {describe(err)}"
             for i, arguments in enumerate(inputs):

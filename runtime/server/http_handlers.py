@@ -6,7 +6,6 @@ streams (``*_stream`` -> SSE strings). Blocking: the web layer runs them in its 
 """
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from typing import Any, Iterator
@@ -47,6 +46,13 @@ def _check_abort(reason: dict) -> None:
             raise HttpError(503, message, "server_error", "unavailable")
         if kind == "internal":
             raise HttpError(500, message, "server_error", "internal")
+
+
+def _int_field(body: dict, name: str, default: int) -> int:
+    value = body.get(name, default)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise RequestError(f"'{name}' must be an integer, got {value!r}")
+    return value
 
 
 def _visible(out: Any) -> tuple[list[int], list[float], Any]:
@@ -183,26 +189,39 @@ class Handlers:
         yield proto.sse("[DONE]")
 
     # --- SGLang native ---
-    def generate_start(self, body: dict) -> tuple[Any, dict]:
-        text, ids = body.get("text"), body.get("input_ids")
-        if (text is None) == (ids is None):
-            raise RequestError("give exactly one of 'text' (a string) or 'input_ids' (a list of token ids)")
-        if text is not None and not isinstance(text, str):
-            raise RequestError("'text' must be a string (batches: send one request per prompt)")
-        if ids is not None and not (isinstance(ids, list) and all(isinstance(t, int) for t in ids)):
-            raise RequestError("'input_ids' must be a list of token ids")
-        fields = body.get("sampling_params") or {}
-        if not isinstance(fields, dict):
-            raise RequestError("'sampling_params' must be an object")
-        fields = dict(fields)
-        if isinstance(fields.get("json_schema"), (dict, list)):
-            fields["json_schema"] = json.dumps(fields["json_schema"])
-        if body.get("return_logprob"):
-            fields["return_logprob"] = True
-            fields["logprob_start_len"] = int(body.get("logprob_start_len", -1))
-            fields["top_logprobs_num"] = int(body.get("top_logprobs_num", 0))
-        call = self.svc.generate(PromptInput(text=text, token_ids=ids), self.svc.sampling_params(**fields))
-        return call, {"logprob": bool(body.get("return_logprob"))}
+    def generate_start(self, body: dict) -> tuple[list[Any], dict]:
+        """Submit a /generate: one prompt, or a batch (``text: [str]`` / ``input_ids: [[int]]``) with
+        ``sampling_params`` shared (an object) or one per prompt (a list of the same length).
+        Everything is validated before anything is submitted; a prompt the engine refuses
+        cancels the ones already submitted."""
+        prompts, batch = proto.generate_prompts(body)
+        per_prompt = proto.generate_sampling(body.get("sampling_params"), len(prompts), batch)
+        with_lp = bool(body.get("return_logprob"))
+        params = []
+        for i, fields in enumerate(per_prompt):
+            if with_lp:
+                fields.update(return_logprob=True, logprob_start_len=_int_field(body, "logprob_start_len", -1),
+                              top_logprobs_num=_int_field(body, "top_logprobs_num", 0))
+            params.append(self._batch_item(batch, i, lambda f=fields: self.svc.sampling_params(**f)))
+        calls: list[Any] = []
+        try:
+            for i, (prompt, sp) in enumerate(zip(prompts, params)):
+                calls.append(self._batch_item(batch, i, lambda p=prompt, sp=sp: self.svc.generate(p, sp)))
+        except BaseException:
+            for call in calls:
+                call.cancel("another prompt of the batch was rejected")
+            raise
+        return calls, {"logprob": with_lp, "batch": batch}
+
+    @staticmethod
+    def _batch_item(batch: bool, i: int, fn: Any) -> Any:
+        """fn(); in a batch, a RequestError names the prompt it is about."""
+        try:
+            return fn()
+        except RequestError as err:
+            if not batch:
+                raise
+            raise RequestError(f"batch prompt {i}: {err}") from None
 
     def _meta(self, out: Any, call: Any, with_lp: bool) -> dict:
         meta = {"id": call.rid, "prompt_tokens": out.prompt_tokens, "completion_tokens": out.completion_tokens,
@@ -216,19 +235,24 @@ class Handlers:
                 meta["output_top_logprobs"] = [[[v, i, None] for i, v in row] for row in out.output_top_logprobs]
         return meta
 
-    def generate_stream(self, call: Any, opts: dict) -> Iterator[str]:
-        text = ""
-        for chunk in call.chunks():
-            text += chunk.text
-            if chunk.finished:
-                out = chunk.output
-                if out.finish_reason.get("type") == "abort":
-                    yield proto.sse(proto.error_body(str(out.finish_reason.get("message")), "server_error"))
-                else:
-                    yield proto.sse({"text": text, "output_ids": out.token_ids,
-                                     "meta_info": self._meta(out, call, opts["logprob"])})
-            elif chunk.text:
-                yield proto.sse({"text": text, "meta_info": {"id": call.rid, "finish_reason": None}})
+    def generate_stream(self, calls: list, opts: dict) -> Iterator[str]:
+        """SSE of cumulative text per prompt; in a batch every event carries the prompt's ``index``
+        (the prompts run together; their events are sent prompt after prompt)."""
+        for index, call in enumerate(calls):
+            tag = {"index": index} if opts["batch"] else {}
+            text = ""
+            for chunk in call.chunks():
+                text += chunk.text
+                if chunk.finished:
+                    out = chunk.output
+                    if out.finish_reason.get("type") == "abort":
+                        yield proto.sse({**proto.error_body(str(out.finish_reason.get("message")), "server_error"),
+                                         **tag})
+                    else:
+                        yield proto.sse({"text": text, "output_ids": out.token_ids,
+                                         "meta_info": self._meta(out, call, opts["logprob"]), **tag})
+                elif chunk.text:
+                    yield proto.sse({"text": text, "meta_info": {"id": call.rid, "finish_reason": None}, **tag})
         yield proto.sse("[DONE]")
 
     def model_info(self) -> dict:
@@ -294,7 +318,11 @@ class Handlers:
         return proto.envelope("chat.completion", f"chatcmpl-{uuid.uuid4().hex}", model, choices,
                               proto.usage(pt, ct, cached))
 
-    def finish_generate(self, call: Any, opts: dict) -> dict:
-        """The JSON answer of a non-streamed /generate."""
-        out = _finished(call)
-        return {"text": out.text, "output_ids": out.token_ids, "meta_info": self._meta(out, call, opts["logprob"])}
+    def finish_generate(self, calls: list, opts: dict) -> Any:
+        """The JSON answer of a non-streamed /generate: one object, or a list for a batch."""
+        answers = []
+        for call in calls:
+            out = _finished(call)
+            answers.append({"text": out.text, "output_ids": out.token_ids,
+                            "meta_info": self._meta(out, call, opts["logprob"])})
+        return answers if opts["batch"] else answers[0]

@@ -9,6 +9,9 @@ bad field -> 400; unknown model -> 404; draining -> 503; a request the engine ab
 internal reason -> 500. Nothing here touches the engine directly: every call goes through the
 transport-neutral RuntimeService (the same object the gRPC server adapts).
 
+``/generate`` takes a batch too (``text: [str]`` / ``input_ids: [[int]]``, ``sampling_params`` an
+object or one per prompt) and answers a list; streamed, each SSE event carries its ``index``.
+
 Extensions: ``regex`` (a constraint) on both OpenAI endpoints; ``echo`` with ``logprobs`` and
 ``max_tokens=0`` on ``/v1/completions`` returns the prompt's token logprobs (used by the
 executor's openai backend for ``select``).

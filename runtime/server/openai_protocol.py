@@ -10,7 +10,7 @@ import json
 import time
 from typing import Any
 
-from .prompts import RequestError
+from .prompts import PromptInput, RequestError
 
 #: OpenAI request fields -> engine SamplingParams fields (same meaning, other name).
 _RENAMED = {"max_tokens": "max_new_tokens", "max_completion_tokens": "max_new_tokens"}
@@ -66,6 +66,73 @@ def openai_sampling_fields(body: dict) -> dict[str, Any]:
     if "regex" in fields and "json_schema" in fields:
         raise RequestError("give at most one constraint: 'regex' or 'response_format' json_schema")
     return fields
+
+
+def generate_prompts(body: dict) -> tuple[list[PromptInput], bool]:
+    """/generate's prompts and whether they are a batch: ``text`` (a string or a non-empty list of
+    strings) or ``input_ids`` (a list of token ids or a non-empty list of such lists)."""
+    text, ids = body.get("text"), body.get("input_ids")
+    if (text is None) == (ids is None):
+        raise RequestError("give exactly one of 'text' (a string or a list of strings) or 'input_ids' "
+                           "(a list of token ids or a list of such lists)")
+    if text is not None:
+        if isinstance(text, str):
+            return [PromptInput(text=text)], False
+        if not isinstance(text, list) or not text:
+            raise RequestError(f"'text' must be a string or a non-empty list of strings, got {_shape(text)}")
+        bad = [i for i, t in enumerate(text) if not isinstance(t, str)]
+        if bad:
+            raise RequestError(f"'text' is a batch, so every item must be a string; item {bad[0]} is "
+                               f"{_shape(text[bad[0]])}")
+        return [PromptInput(text=t) for t in text], True
+    if not isinstance(ids, list) or not ids:
+        raise RequestError(f"'input_ids' must be a non-empty list of token ids or of token-id lists, got {_shape(ids)}")
+    if all(_is_int(t) for t in ids):
+        return [PromptInput(token_ids=list(ids))], False
+    if not all(isinstance(row, list) for row in ids):
+        raise RequestError("'input_ids' mixes token ids and lists: give a list of token ids or a list of lists")
+    for i, row in enumerate(ids):
+        if not row or not all(_is_int(t) for t in row):
+            raise RequestError(f"'input_ids[{i}]' must be a non-empty list of integer token ids")
+    return [PromptInput(token_ids=list(row)) for row in ids], True
+
+
+def generate_sampling(value: Any, num_prompts: int, batch: bool) -> list[dict[str, Any]]:
+    """Per-prompt SamplingParams fields from /generate's ``sampling_params``: an object (shared by
+    every prompt) or, for a batch, a list with one object per prompt."""
+    if value is None:
+        value = {}
+    if isinstance(value, list):
+        if not batch:
+            raise RequestError("'sampling_params' is a list, which needs a batch prompt ('text' list or "
+                               "'input_ids' list of lists); give one object for a single prompt")
+        if len(value) != num_prompts:
+            raise RequestError(f"'sampling_params' has {len(value)} entries for {num_prompts} prompts; give one "
+                               "per prompt or a single object for all")
+        items = value
+    elif isinstance(value, dict):
+        items = [value] * num_prompts
+    else:
+        raise RequestError(f"'sampling_params' must be an object or a list of objects, got {_shape(value)}")
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise RequestError(f"'sampling_params[{i}]' must be an object, got {_shape(item)}")
+        fields = dict(item)
+        if isinstance(fields.get("json_schema"), (dict, list)):
+            fields["json_schema"] = json.dumps(fields["json_schema"])
+        out.append(fields)
+    return out
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _shape(value: Any) -> str:
+    if isinstance(value, list):
+        return "an empty list" if not value else f"a list of {type(value[0]).__name__}"
+    return type(value).__name__
 
 
 def num_choices(body: dict) -> int:

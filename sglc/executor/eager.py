@@ -36,8 +36,9 @@ class EagerRun:
     """What all streams of one eager program run share: backend semantics, pool, records."""
 
     def __init__(self, backend: Backend, sampling: Optional[dict[str, Any]] = None, max_parallel: int = 16,
-                 seed: Optional[int] = None) -> None:
-        self.semantics = Semantics(backend, sampling, seed)
+                 seed: Optional[int] = None, num_api_spec_tokens: Optional[int] = None) -> None:
+        self.semantics = Semantics(backend, sampling, seed, num_api_spec_tokens)
+        self.speculation = self.semantics.speculation()  # API speculative execution state of this run
         self.pool = DaemonPool(max_parallel, name="sglc-eager")
         self.calls: list[CallRecord] = []
         self.sinks: list[EagerSink] = []
@@ -119,7 +120,7 @@ class EagerSink(StreamSink):
         attrs = {"name": name, **expr.attrs}
 
         def do(st: StreamState) -> None:
-            _, record = self.run.semantics.gen(st, attrs, name)
+            _, record = self.run.semantics.gen(st, attrs, name, speculation=self.run.speculation)
             self.run.record(record)
 
         self._submit("gen", name, do)
@@ -228,9 +229,11 @@ class EagerSink(StreamSink):
 
 def run_program(func: Callable[..., Any], args: tuple, kwargs: dict[str, Any], backend: Backend, *,
                 index: int = 0, arguments: Optional[dict[str, Any]] = None, sampling: Optional[dict[str, Any]] = None,
-                max_parallel: int = 16, seed: Optional[int] = None) -> tuple[ProgramResult, Any, Optional[BaseException]]:
-    """Run `func(s, *args, **kwargs)` eagerly; returns (result, return value, the exception if any)."""
-    run = EagerRun(backend, sampling, max_parallel, seed)
+                max_parallel: int = 16, seed: Optional[int] = None, num_api_spec_tokens: Optional[int] = None,
+                ) -> tuple[ProgramResult, Any, Optional[BaseException]]:
+    """Run `func(s, *args, **kwargs)` eagerly; returns (result, return value, the exception if any).
+    `num_api_spec_tokens`: the program's API speculation setting (see api_speculative.py)."""
+    run = EagerRun(backend, sampling, max_parallel, seed, num_api_spec_tokens)
     root = run.root()
     state = ProgramState(root)
     ret: Any = None

@@ -32,7 +32,8 @@ def run_function(fn: Any, args: tuple, kwargs: dict[str, Any]) -> ExecutedState:
     arguments, sampling = split_run_kwargs(kwargs)
     arguments = bind_call(fn.arg_names, args, arguments, f"{fn.name}.run()")
     result, ret, failure = run_program(fn.func, (), _checked_arguments(fn, arguments), backend,
-                                       arguments=arguments, sampling=sampling, max_parallel=max_parallel)
+                                       arguments=arguments, sampling=sampling, max_parallel=max_parallel,
+                                       num_api_spec_tokens=fn.num_api_spec_tokens)
     if failure is not None:
         raise failure
     return ExecutedState(result, ret)
@@ -55,7 +56,8 @@ def run_function_batch(fn: Any, batch_kwargs: Sequence[dict[str, Any]], *, backe
         except TypeError as err:
             return ProgramResult(index=index, arguments=arguments, error=str(err))
         result, ret, _ = run_program(fn.func, (), checked, chosen, index=index, arguments=arguments,
-                                     sampling=sampling, max_parallel=max_parallel)
+                                     sampling=sampling, max_parallel=max_parallel,
+                                     num_api_spec_tokens=fn.num_api_spec_tokens)
         returns[index] = ret
         return result
 

@@ -73,7 +73,9 @@ class GraphExecutor:
         if max_parallel < 1:
             raise ValueError(f"max_parallel must be >= 1, got {max_parallel}")
         self.plan = ExecutionPlan(graph)
-        self.semantics = Semantics(backend, sampling, seed)
+        # NOTE: @sgl.function(num_api_spec_tokens=N) travels in graph.meta; each run gets its own state
+        spec = graph.meta.get("num_api_spec_tokens")
+        self.semantics = Semantics(backend, sampling, seed, num_api_spec_tokens=int(spec) if spec else None)
         self.max_parallel = max_parallel
         self.timeout = timeout
         self._own_pool = pool is None
@@ -125,6 +127,7 @@ class _Run:
         self.ex = executor
         self.plan = executor.plan
         self.sem = executor.semantics
+        self.speculation = self.sem.speculation()  # API speculative execution state of this run
         self.arguments = arguments
         self.index = index
         self.values: dict[int, Any] = {}
@@ -226,7 +229,8 @@ class _Run:
         failure: Optional[ExecutionError] = None
         try:
             if node.op is Op.GEN:
-                value, record = self.sem.gen(st, node.attrs, node.name, guard=self.lock)
+                value, record = self.sem.gen(st, node.attrs, node.name, guard=self.lock,
+                                             speculation=self.speculation)
             elif node.op is Op.SELECT:
                 value, record = self.sem.select(st, node.attrs, node.name, guard=self.lock)
             else:

@@ -4,6 +4,11 @@ these methods, so compiled and eager execution cannot drift apart.
 A :class:`Semantics` binds a backend (and run-level sampling defaults) to the operations on a
 :class:`StreamState`: text, roles (rendered with the backend's chat template), media, gen,
 select, var scopes, fork and join. Model calls return a :class:`CallRecord` for the results.
+
+API speculative execution is per program run: a run calls :meth:`Semantics.speculation` once and
+passes the state to each :meth:`Semantics.gen`. A backend that speculates (the openai backend)
+has ``new_speculation(n) -> state | None`` and takes ``generate(prompt, params, speculation=state)``;
+other backends ignore ``num_api_spec_tokens``.
 """
 from __future__ import annotations
 
@@ -54,8 +59,10 @@ class Semantics:
     """Primitive operations over stream states, executed on one backend. Thread-safe."""
 
     def __init__(self, backend: Backend, defaults: Optional[dict[str, Any]] = None,
-                 seed: Optional[int] = None) -> None:
+                 seed: Optional[int] = None, num_api_spec_tokens: Optional[int] = None) -> None:
         self.backend = backend
+        #: The program's ``@sgl.function(num_api_spec_tokens=N)`` (None: the backend's default).
+        self.num_api_spec_tokens = num_api_spec_tokens
         self.defaults = {**DEFAULT_SAMPLING, **(defaults or {})}
         self._info: Optional[ModelInfo] = None
         self._lock = threading.Lock()
@@ -106,6 +113,11 @@ class Semantics:
         st.add_media(kind, path, **extra)
 
     # ----- model calls -----
+    def speculation(self) -> Any:
+        """A fresh API speculation state for one program run, or None (backend cannot / not asked)."""
+        factory = getattr(self.backend, "new_speculation", None)
+        return factory(self.num_api_spec_tokens) if callable(factory) else None
+
     def gen_params(self, attrs: dict[str, Any]) -> GenParams:
         """Sampling parameters for a GEN: its attrs over the run's defaults; its constraint."""
         values = {k: v for k, v in self.defaults.items()}
@@ -128,16 +140,20 @@ class Semantics:
         return params
 
     def gen(self, st: StreamState, attrs: dict[str, Any], node: str,
-            guard: ContextManager[Any] = contextlib.nullcontext()) -> tuple[Any, CallRecord]:
+            guard: ContextManager[Any] = contextlib.nullcontext(), speculation: Any = None) -> tuple[Any, CallRecord]:
         """Generate after the stream's text, append the text, define the variable (typed by dtype).
 
         `guard` is held while `st` changes (the graph executor passes its run lock, so a result
-        snapshot never sees a half-applied call).
+        snapshot never sees a half-applied call). `speculation`: the run's state from
+        :meth:`speculation` (None: a plain call).
         """
         name = attrs["name"]
         params = self.gen_params(attrs)
         t0 = time.perf_counter()
-        result = self.backend.generate(st.prompt(), params)
+        if speculation is not None:
+            result = self.backend.generate(st.prompt(), params, speculation=speculation)  # type: ignore[call-arg]
+        else:
+            result = self.backend.generate(st.prompt(), params)
         latency = time.perf_counter() - t0
         value = convert(result.text, attrs.get("dtype"))
         record = CallRecord.of(node, st.stream_id, "gen", result.meta, latency)

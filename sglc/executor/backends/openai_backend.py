@@ -19,8 +19,15 @@ prompt logprobs, so select raises a BackendError saying so. Constraints: a JSON 
 ``regex`` extension field, which only sglc/SGLang servers understand — elsewhere the call
 raises a BackendError naming the unsupported constraint.
 
-API speculative execution (``num_api_spec_tokens=N`` or ``enable_api_speculation(N)``; completion
-models): see api_speculative.py. ``num_api_calls`` counts the requests made.
+API speculative execution (api_speculative.py; completion and chat models): per program run.
+The executor asks ``new_speculation(n)`` for a fresh state when a run starts (``n`` from
+``@sgl.function(num_api_spec_tokens=N)``, else the backend's default: the constructor's
+``num_api_spec_tokens`` or ``enable_api_speculation(N)``) and passes it to every
+``generate(..., speculation=state)`` of that run, so concurrent programs with different settings
+share this backend without interfering. A ``generate`` call without a state never speculates.
+Chat models speculate inside one assistant turn: the turn's first gen asks for the whole turn,
+later gens of the turn are matched from it (a miss there is the usual "cannot continue the
+partial assistant message" error). ``num_api_calls`` counts the requests made.
 
 The key comes from ``OPENAI_API_KEY`` (any value works for ``sglc serve``). Thread-safe (one
 ``openai.OpenAI`` client; httpx pools connections). Every failure -> ``BackendError`` (one line).
@@ -37,6 +44,7 @@ from typing import Any, Optional
 
 from sglc.executor.backend import (Backend, CallMeta, ChatTemplate, ChoiceLogprobs, GenParams, GenResult, ModelInfo,
                                    Prompt, ScoreResult)
+from sglc.executor.backends.api_speculative import SpeculativeCache
 from sglc.executor.errors import BackendError
 
 __all__ = ["OpenAIBackend", "base_url_of"]
@@ -62,8 +70,6 @@ class OpenAIBackend(Backend):
                  num_api_spec_tokens: Optional[int] = None) -> None:
         import openai
 
-        from sglc.executor.backends.api_speculative import SpeculativeCache
-
         if model_type not in ("auto", "completion", "chat"):
             raise ValueError(f"model_type is 'auto', 'completion' or 'chat', got {model_type!r}")
         self.base_url = base_url_of(endpoint)
@@ -82,17 +88,22 @@ class OpenAIBackend(Backend):
         #: API calls made (every request to the endpoint, model listing excluded).
         self.num_api_calls = 0
         self._count_lock = threading.Lock()
-        # NOTE: speculation needs the raw continuation text: completion models only (chat: off).
-        self.speculative = (SpeculativeCache(num_api_spec_tokens)
-                            if num_api_spec_tokens is not None and model_type == "completion" else None)
+        #: num_api_spec_tokens for runs whose program sets none (None: no speculation by default).
+        self.default_num_api_spec_tokens: Optional[int] = None
+        if num_api_spec_tokens is not None:
+            self.enable_api_speculation(num_api_spec_tokens)
 
     def enable_api_speculation(self, num_api_spec_tokens: int) -> None:
-        """Turn on API speculative execution (``@sgl.function(num_api_spec_tokens=N)``); a no-op
-        for chat models (speculation needs the raw continuation text)."""
-        from sglc.executor.backends.api_speculative import SpeculativeCache
+        """Backend-level default: speculate with N tokens in every run whose program gives no
+        ``num_api_spec_tokens`` of its own (a program's own setting always wins)."""
+        SpeculativeCache(num_api_spec_tokens)  # NOTE: validates N the same way
+        self.default_num_api_spec_tokens = num_api_spec_tokens
 
-        if self.model_type == "completion" and self.speculative is None:
-            self.speculative = SpeculativeCache(num_api_spec_tokens)
+    def new_speculation(self, num_api_spec_tokens: Optional[int] = None) -> Optional[SpeculativeCache]:
+        """A fresh speculation state for one program run with N (or this backend's default)
+        speculative tokens; None when neither is set."""
+        n = num_api_spec_tokens if num_api_spec_tokens is not None else self.default_num_api_spec_tokens
+        return None if n is None else SpeculativeCache(n)
 
     # ----- endpoint facts -----
     def _root(self) -> str:
@@ -199,25 +210,52 @@ class OpenAIBackend(Backend):
             raise BackendError(f"openai backend: {err}") from None
         return str(text)
 
-    def generate(self, prompt: Prompt, params: GenParams) -> GenResult:
-        if self.speculative is not None:
-            text = self.prompt_text(prompt)
-            return self.speculative.generate(text, params, lambda p: self._generate(prompt, p))
-        return self._generate(prompt, params)
+    def generate(self, prompt: Prompt, params: GenParams,
+                 speculation: Optional[SpeculativeCache] = None) -> GenResult:
+        """One gen; with a run's `speculation` state, answered from its surplus when it can be."""
+        if speculation is not None:
+            return speculation.generate(self.speculation_key(prompt), params,
+                                        lambda p, want_tokens: self._generate(prompt, p, want_tokens))
+        return self._generate(prompt, params)[0]
 
-    def _generate(self, prompt: Prompt, params: GenParams) -> GenResult:
+    def speculation_key(self, prompt: Prompt) -> str:
+        """The text a speculative surplus continues: the completion prompt, or (chat) the earlier
+        messages plus the open assistant turn's content so far."""
+        if self.model_type != "chat":
+            return self.prompt_text(prompt)
+        messages = [dict(m) for m in prompt.messages] or [{"role": "user", "content": prompt.text}]
+        content: Any = ""
+        if messages[-1].get("role") == "assistant":
+            content = messages.pop().get("content") or ""
+        tail = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
+        return json.dumps(messages, sort_keys=True) + "\x00" + tail
+
+    def _generate(self, prompt: Prompt, params: GenParams,
+                  want_tokens: bool = False) -> tuple[GenResult, Optional[list[str]]]:
+        """One request; with `want_tokens` it asks for logprobs and returns the generated tokens' texts."""
         fields = self.request_fields(params)
         t0 = time.perf_counter()
+        tokens: Optional[list[str]] = None
         if self.model_type == "chat":
             messages = self.chat_messages(prompt)
+            if want_tokens:
+                fields["logprobs"] = True
             r = self._call("chat completion", lambda: self.client.chat.completions.create(
                 model=self.model, messages=messages, **fields))
             text = r.choices[0].message.content or ""
+            content = getattr(r.choices[0].logprobs, "content", None)
+            if want_tokens and content is not None:
+                tokens = [c.token for c in content]
         else:
+            if want_tokens:
+                fields["logprobs"] = 0  # NOTE: 0 = no alternatives, but the tokens are listed
             r = self._call("completion", lambda: self.client.completions.create(
                 model=self.model, prompt=self.prompt_text(prompt), **fields))
             text = r.choices[0].text
-        return GenResult(text, self._meta(r, time.perf_counter() - t0, r.choices[0].finish_reason))
+            lp = r.choices[0].logprobs
+            if want_tokens and lp is not None and lp.tokens is not None:
+                tokens = list(lp.tokens)
+        return GenResult(text, self._meta(r, time.perf_counter() - t0, r.choices[0].finish_reason)), tokens
 
     @staticmethod
     def chat_messages(prompt: Prompt) -> list[dict[str, Any]]:
