@@ -7,6 +7,7 @@ background thread (``start`` / ``shutdown``), where any thread may submit, abort
 
 Per-request state lives in ``req.state``: "runner" (RunnerState: seed generator, constraint
 cursor, prompt logprobs) and "engine" (RequestOutput: text stream, output logprobs, delivery).
+``start_trace`` / ``stop_trace`` record the finished requests' tokens (request_trace.py).
 """
 from __future__ import annotations
 
@@ -17,16 +18,17 @@ import time
 import uuid
 from typing import Callable, Iterator, Sequence
 
-import torch
-
-from .constrained import ConstraintState, GrammarCache, plan_jump
+from .constrained import GrammarCache
 from .default_model import resolve_model_path
 from .engine_config import EngineConfig
+from .engine_constraints import EngineConstraints
 from .kv_buffer import KVBuffer
 from .model_runner import ModelRunner, RunnerState, TokenResult
 from .models import load_model
 from .outputs import GenerateOutput, ScoreResult, StreamChunk
+from .prompt_ids import Prompt, as_params, continuation_spans, to_token_ids
 from .request import Req
+from .request_trace import FORCED_AT_SUBMIT, RequestTrace
 from .request_output import RequestOutput
 from .sampler import Sampler
 from .sampling_params import SamplingParams
@@ -37,7 +39,6 @@ from .tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
-Prompt = str | Sequence[int]
 # Slots past the scheduler's pool, written only by prompt-logprob side passes (model_runner.py).
 _SCRATCH_SLOTS = 256
 
@@ -83,9 +84,11 @@ class Engine:
         self._flush_when_idle = False
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._grammars: GrammarCache | None = None
+        self._constraints = EngineConstraints(self.tokenizer, self.model.device, self.scheduler, self._lock,
+                                              jump_forward=not cfg.disable_jump_forward)
         #: Jump-forward counts: jumps made, tokens they added, jumps that re-queued the request.
-        self.jump_counts = {"jumps": 0, "tokens": 0, "requeued": 0}
+        self.jump_counts = self._constraints.counts
+        self._trace: RequestTrace | None = None
         #: Chunk queues of streaming requests, until chunks(rid) takes them.
         self._stream_queues: dict[str, queue.SimpleQueue] = {}
 
@@ -99,8 +102,8 @@ class Engine:
         Otherwise the final output waits for ``wait(rid)``. A constraint (regex / json_schema /
         fsm) is compiled here; the text it forces at the start is appended at once (jump-forward).
         """
-        params = self._compile_constraint(_as_params(params))
-        ids = self._prompt_ids(prompt)
+        params = self._constraints.compile(as_params(params))
+        ids = to_token_ids(prompt, self.tokenizer, self.runner.vocab_size)
         if len(ids) + max(params.max_new_tokens, 1) > self.max_context:
             raise ValueError(f"prompt of {len(ids)} tokens + max_new_tokens {params.max_new_tokens} exceeds "
                              f"the context of {self.max_context} tokens")
@@ -114,7 +117,8 @@ class Engine:
         req.state["engine"] = RequestOutput(req.rid, self.tokenizer, params, self.eos_token_ids, ids,
                                             stream=stream, callback=callback)
         if not params.stop:  # NOTE: forced text cannot end a request before it is queued
-            self._jump_forward(req, queued=True)
+            self._constraints.jump(req, queued=True)
+        req.state[FORCED_AT_SUBMIT] = len(req.output_ids)
         with self._lock:
             self.scheduler.add_request(req)  # ValueError on a duplicate id
             if stream:
@@ -191,7 +195,8 @@ class Engine:
                         finished.append(e.req)
             t2 = time.perf_counter()
             if not isinstance(results, Exception):  # constrained requests append their forced text
-                finished += [e.req for e in batch.reqs if e.samples and not e.req.finished and self._jump_forward(e.req)]
+                finished += [e.req for e in batch.reqs
+                             if e.samples and not e.req.finished and self._constraints.jump(e.req)]
             outs = [self._finalize(req) for req in finished]
             self._timers.schedule_s += t2 - t1
             self._timers.process_s += time.perf_counter() - t0 - (t2 - t1)
@@ -202,51 +207,7 @@ class Engine:
     @property
     def grammars(self) -> GrammarCache:
         """This engine's compiled constraints (one compile and token index per constraint)."""
-        with self._lock:
-            if self._grammars is None:
-                self._grammars = GrammarCache(self.tokenizer, device=self.model.device)
-            return self._grammars
-
-    def _compile_constraint(self, params: SamplingParams) -> SamplingParams:
-        """Params with ``constraint`` compiled from regex / json_schema / fsm (cached per constraint).
-        A constraint that cannot be compiled raises ValueError naming it, here at submit."""
-        spec = params.constraint_spec() if params.constraint is None else None
-        if spec is None:
-            return params
-        try:
-            grammar = self.grammars.get(spec)
-        except ValueError as err:  # the FSM library's errors name the problem and position
-            raise ValueError(f"SamplingParams.{spec.kind}: {err}") from err
-        return params.replace(constraint=grammar)
-
-    def _jump_forward(self, req: Req, queued: bool = False) -> bool:
-        """Append the text the request's constraint forces, retokenized at the boundary, without
-        sampling it. Returns True when that ended the request (now finished in the scheduler).
-
-        Only output tokens without KV (the last sampled one) are replaced in place; when the
-        retokenization changes earlier ones the scheduler re-queues the request, whose re-prefill
-        reuses the radix cache up to the first changed token. ``queued``: not yet scheduled.
-        """
-        cursor = req.state["runner"].cursor
-        if not (req.sampling_params.jump_forward and isinstance(cursor, ConstraintState)) or cursor.is_finished():
-            return False
-        plan = plan_jump(cursor, req.output_ids, self.tokenizer, max_tokens=req.max_new_tokens - 1)
-        if plan is None:
-            return False
-        completes = not queued and plan.state.is_finished()
-        reason = req.state["engine"].on_jump(plan.start, plan.token_ids, completes)
-        req.state["runner"].cursor = plan.state
-        self.jump_counts["jumps"] += 1
-        self.jump_counts["tokens"] += plan.start + len(plan.token_ids) - len(req.output_ids)
-        if reason is not None:  # NOTE: before output_ids change: the cache keys computed KV on them
-            self.scheduler.finish(req, reason)
-            return True
-        if queued or len(req.origin_input_ids) + plan.start >= req.kv_len:
-            req.output_ids[plan.start:] = plan.token_ids
-        else:
-            self.scheduler.rewrite_output(req, plan.apply_to(req.output_ids))
-            self.jump_counts["requeued"] += 1
-        return False
+        return self._constraints.grammars
 
     def _finalize(self, req: Req) -> GenerateOutput:
         st: RunnerState = req.state["runner"]
@@ -255,6 +216,8 @@ class Engine:
         out = rec.finalize(req, st.prompt_logprobs if p.return_logprob and p.logprob_start_len >= 0 else None)
         if rec.keeps_result:
             self._results[req.rid] = out
+        if self._trace is not None and req.finished_reason != "abort" and not rec.failed:
+            self._trace.record(req)
         return out
 
     # --- outputs -------------------------------------------------------------------------
@@ -329,21 +292,17 @@ class Engine:
         The prompt is prefilled once (so it is cached), then all continuations run in one
         batched prefill that shares it. Text continuations are tokenized together with the
         prompt; their tokens start where that tokenization departs from the prompt's own.
+        Each result carries the prompt's prompt_tokens and cached_tokens (of its own prefill).
         """
-        prompt_ids = self._prompt_ids(prompt)
-        fulls = []
-        for c in continuations:
-            full = self._prompt_ids(prompt + c) if isinstance(prompt, str) and isinstance(c, str) \
-                else prompt_ids + self._prompt_ids(c)
-            start = _common_prefix_len(prompt_ids, full)
-            if start >= len(full):
-                raise ValueError(f"continuation {c!r} adds no token to the prompt")
-            fulls.append((full, max(start, 1)))
+        prompt_ids = to_token_ids(prompt, self.tokenizer, self.runner.vocab_size)
+        fulls = continuation_spans(prompt, prompt_ids, continuations, self.tokenizer, self.runner.vocab_size)
+        cached = 0
         if not self.config.disable_radix_cache:
-            self.wait(self.submit(prompt_ids, SamplingParams(max_new_tokens=0)))
+            cached = self.wait(self.submit(prompt_ids, SamplingParams(max_new_tokens=0))).cached_tokens
         rids = [self.submit(f, SamplingParams(max_new_tokens=0, return_logprob=True, logprob_start_len=s))
                 for f, s in fulls]
-        return [ScoreResult(f[s:], self.wait(r).input_logprobs) for (f, s), r in zip(fulls, rids)]
+        return [ScoreResult(f[s:], self.wait(r).input_logprobs, len(prompt_ids), cached)
+                for (f, s), r in zip(fulls, rids)]
 
     # --- control -------------------------------------------------------------------------
     def start(self) -> None:
@@ -381,6 +340,24 @@ class Engine:
                     for req in list(self.scheduler.waiting) + list(self.scheduler.running):
                         self.abort(req.rid, "engine step failed")
 
+    def start_trace(self) -> RequestTrace:
+        """Record every request that finishes from now on (aborted ones excepted) until
+        stop_trace(); returns the live trace. RuntimeError if a trace is already on."""
+        with self._lock:
+            if self._trace is not None:
+                raise RuntimeError("Engine.start_trace: a trace is already on (call stop_trace() first)")
+            self._trace = RequestTrace()
+            return self._trace
+
+    def stop_trace(self) -> RequestTrace:
+        """Stop recording and return the trace. RuntimeError if no trace is on."""
+        with self._lock:
+            trace, self._trace = self._trace, None
+            if trace is None:
+                raise RuntimeError("Engine.stop_trace: no trace is on (call start_trace() first)")
+            trace.close()
+            return trace
+
     def flush_cache(self) -> bool:
         """Empty the prefix cache; only possible while idle (returns False otherwise)."""
         with self._lock:
@@ -407,41 +384,8 @@ class Engine:
             self._timers = StepTimers()
             self._radix.seconds, self._radix.calls = 0.0, 0
 
-    # --- helpers -------------------------------------------------------------------------
-    def _prompt_ids(self, prompt: Prompt) -> list[int]:
-        if isinstance(prompt, str):
-            ids = self.tokenizer.encode(prompt)
-        elif isinstance(prompt, (list, tuple)) or (isinstance(prompt, torch.Tensor) and prompt.dim() == 1):
-            ids = [int(t) for t in prompt]
-            bad = [t for t in ids if not 0 <= t < self.runner.vocab_size]
-            if bad:
-                raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary ({self.runner.vocab_size})")
-        else:
-            raise TypeError(f"prompt must be a str or a list of token ids, got {type(prompt).__name__}")
-        if not ids:
-            raise ValueError("prompt is empty: it must have at least one token")
-        return ids
-
     def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
-
-
-def _as_params(params: SamplingParams | dict | None) -> SamplingParams:
-    if params is None:
-        return SamplingParams()
-    if isinstance(params, SamplingParams):
-        return params
-    if isinstance(params, dict):
-        return SamplingParams(**params)
-    raise TypeError(f"sampling params must be SamplingParams or a dict, got {type(params).__name__}")
-
-
-def _common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i

@@ -21,6 +21,8 @@ class EngineConfig:
     - max_prefill_tokens: prefill tokens per step (all requests together).
     - schedule_policy: "lpm" (longest cached prefix first), "fcfs" or "random".
     - disable_radix_cache: no prefix reuse between requests (for comparisons).
+    - disable_jump_forward: never append forced text without sampling it, whatever a request's
+      ``jump_forward`` says (constraint masks still apply; for comparisons).
     - seed: seeds the sampler for requests without their own seed.
     - debug: check pool / cache / table integrity after every scheduler call (slow).
     """
@@ -35,6 +37,7 @@ class EngineConfig:
     max_prefill_tokens: int = 4096
     schedule_policy: str = "lpm"
     disable_radix_cache: bool = False
+    disable_jump_forward: bool = False
     seed: int = 0
     attention_backend: str = "torch"
     device: str = "cpu"
@@ -55,5 +58,7 @@ class EngineConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"EngineConfig.{name} must be an int >= 1, got {v!r}")
+        if not isinstance(self.disable_jump_forward, bool):
+            raise TypeError(f"EngineConfig.disable_jump_forward must be a bool, got {self.disable_jump_forward!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"EngineConfig.seed must be an int >= 0, got {self.seed!r}")

@@ -61,10 +61,14 @@ class ScoreResult:
 
     token_ids are the continuation's tokens (from the first token that differs from the
     prompt's own tokenization); logprobs[i] is log p(token_ids[i] | everything before it).
+    prompt_tokens / cached_tokens: the shared prompt's tokens and how many of them came from
+    the prefix cache (0 when unknown).
     """
 
     token_ids: list[int]
     logprobs: list[float]
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
 
     @property
     def total(self) -> float:

@@ -1,0 +1,84 @@
+"""EngineConstraints: the engine's constrained-decoding duties, in one place.
+
+- compile a request's constraint (regex / json_schema / fsm) at submit, once per distinct
+  constraint (the engine's :class:`GrammarCache`);
+- jump-forward: append the text a request's constraint forces without sampling it, at submit
+  and after every step that sampled for the request (see :func:`plan_jump`).
+
+It reads the per-request state the engine keeps (``req.state["runner"].cursor`` and
+``req.state["engine"]``, a RequestOutput) and asks the scheduler to finish or re-queue a
+request; it never runs the model.
+"""
+from __future__ import annotations
+
+import threading
+
+from .constrained import ConstraintState, GrammarCache, plan_jump
+from .request import Req
+from .sampling_params import SamplingParams
+from .scheduler import Scheduler
+
+
+class EngineConstraints:
+    """Constraint compilation and jump-forward for one engine.
+
+    ``jump_forward=False`` turns jump-forward off engine-wide (constraint masking still applies);
+    ``counts`` holds the jumps made, the tokens they added and the jumps that re-queued a request.
+    """
+
+    def __init__(self, tokenizer, device: str, scheduler: Scheduler, lock: threading.RLock,
+                 jump_forward: bool = True) -> None:
+        self._tokenizer, self._device, self._scheduler, self._lock = tokenizer, device, scheduler, lock
+        self.jump_forward = jump_forward
+        self._grammars: GrammarCache | None = None
+        self.counts = {"jumps": 0, "tokens": 0, "requeued": 0}
+
+    @property
+    def grammars(self) -> GrammarCache:
+        """The compiled constraints (one compile and token index per constraint)."""
+        with self._lock:
+            if self._grammars is None:
+                self._grammars = GrammarCache(self._tokenizer, device=self._device)
+            return self._grammars
+
+    def compile(self, params: SamplingParams) -> SamplingParams:
+        """Params with ``constraint`` compiled from regex / json_schema / fsm (cached per constraint).
+        A constraint that cannot be compiled raises ValueError naming it."""
+        spec = params.constraint_spec() if params.constraint is None else None
+        if spec is None:
+            return params
+        try:
+            grammar = self.grammars.get(spec)
+        except ValueError as err:  # the FSM library's errors name the problem and position
+            raise ValueError(f"SamplingParams.{spec.kind}: {err}") from err
+        return params.replace(constraint=grammar)
+
+    def jump(self, req: Req, queued: bool = False) -> bool:
+        """Append the text the request's constraint forces, retokenized at the boundary, without
+        sampling it. Returns True when that ended the request (now finished in the scheduler).
+
+        Only output tokens without KV (the last sampled one) are replaced in place; when the
+        retokenization changes earlier ones the scheduler re-queues the request, whose re-prefill
+        reuses the radix cache up to the first changed token. ``queued``: not yet scheduled.
+        """
+        cursor = req.state["runner"].cursor
+        if not (self.jump_forward and req.sampling_params.jump_forward and isinstance(cursor, ConstraintState)) \
+                or cursor.is_finished():
+            return False
+        plan = plan_jump(cursor, req.output_ids, self._tokenizer, max_tokens=req.max_new_tokens - 1)
+        if plan is None:
+            return False
+        completes = not queued and plan.state.is_finished()
+        reason = req.state["engine"].on_jump(plan.start, plan.token_ids, completes)
+        req.state["runner"].cursor = plan.state
+        self.counts["jumps"] += 1
+        self.counts["tokens"] += plan.start + len(plan.token_ids) - len(req.output_ids)
+        if reason is not None:  # NOTE: before output_ids change: the cache keys computed KV on them
+            self._scheduler.finish(req, reason)
+            return True
+        if queued or len(req.origin_input_ids) + plan.start >= req.kv_len:
+            req.output_ids[plan.start:] = plan.token_ids
+        else:
+            self._scheduler.rewrite_output(req, plan.apply_to(req.output_ids))
+            self.counts["requeued"] += 1
+        return False

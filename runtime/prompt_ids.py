@@ -1,0 +1,70 @@
+"""Prompts as the engine takes them (text or token ids) -> validated token ids.
+
+Also the token spans ``Engine.score`` feeds: each continuation's tokens after the prompt.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from .sampling_params import SamplingParams
+
+Prompt = str | Sequence[int]
+
+
+def to_token_ids(prompt: Prompt, tokenizer, vocab_size: int) -> list[int]:
+    """The prompt's token ids: text is encoded, ids are checked against the vocabulary.
+    Raises TypeError (not text / ids) or ValueError (empty, out-of-vocabulary ids)."""
+    if isinstance(prompt, str):
+        ids = tokenizer.encode(prompt)
+    elif isinstance(prompt, (list, tuple)) or (isinstance(prompt, torch.Tensor) and prompt.dim() == 1):
+        ids = [int(t) for t in prompt]
+        bad = [t for t in ids if not 0 <= t < vocab_size]
+        if bad:
+            raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary ({vocab_size})")
+    else:
+        raise TypeError(f"prompt must be a str or a list of token ids, got {type(prompt).__name__}")
+    if not ids:
+        raise ValueError("prompt is empty: it must have at least one token")
+    return ids
+
+
+def continuation_spans(prompt: Prompt, prompt_ids: list[int], continuations: Sequence[Prompt],
+                       tokenizer, vocab_size: int) -> list[tuple[list[int], int]]:
+    """``(full_ids, start)`` per continuation: ``full_ids[start:]`` are its tokens after the prompt.
+
+    Text continuations of a text prompt are tokenized together with it; their tokens start
+    where that tokenization departs from the prompt's own (never at 0: position 0 has no
+    logprob). Raises ValueError for a continuation that adds no token.
+    """
+    spans = []
+    for c in continuations:
+        if isinstance(prompt, str) and isinstance(c, str):
+            full = to_token_ids(prompt + c, tokenizer, vocab_size)
+        else:
+            full = prompt_ids + to_token_ids(c, tokenizer, vocab_size)
+        start = _common_prefix_len(prompt_ids, full)
+        if start >= len(full):
+            raise ValueError(f"continuation {c!r} adds no token to the prompt")
+        spans.append((full, max(start, 1)))
+    return spans
+
+
+def as_params(params: SamplingParams | dict | None) -> SamplingParams:
+    """SamplingParams from None (defaults), a dict of its fields, or itself."""
+    if params is None:
+        return SamplingParams()
+    if isinstance(params, SamplingParams):
+        return params
+    if isinstance(params, dict):
+        return SamplingParams(**params)
+    raise TypeError(f"sampling params must be SamplingParams or a dict, got {type(params).__name__}")
+
+
+def _common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
