@@ -7,6 +7,9 @@ on the returned logits). HF: ``generate(max_new_tokens=N)`` minus ``generate(max
 alternating, and keeps its best. Prints tok/s and ratios; writes
 bench/out/model_decode.json. No assertions: timings are noisy on shared machines.
 
+--compare-plain also times our model with plain ``F.linear`` weights (``pack_weights=False``)
+in the same alternation, to show what pre-packed oneDNN linears buy at each batch size.
+
     python bench/bench_model_decode.py [--batches 1 8 32] [--steps 32] [--prompt-len 64] [--dtype float32]
 """
 from __future__ import annotations
@@ -70,6 +73,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="alternating runs; the best of each is kept")
     parser.add_argument("--out", default=str(Path(__file__).parent / "out" / "model_decode.json"))
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    parser.add_argument("--compare-plain", action="store_true",
+                        help="also time our model with unpacked weights (pack_weights=False)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -78,18 +83,23 @@ def main() -> None:
 
     path = resolve_model_path(args.model)
     model = load_model(path, dtype=args.dtype)
+    plain = load_model(path, dtype=args.dtype, pack_weights=False) if args.compare_plain else None
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=model.dtype).eval()
     gen = torch.Generator().manual_seed(0)
     results = []
     for bsz in args.batches:
         prompts = torch.randint(100, model.config.vocab_size, (bsz, args.prompt_len), generator=gen).tolist()
-        ours_decode_tok_s(model, prompts[:1], 3)  # warm-up
-        ours = theirs = 0.0
+        for m in (model, plain) if plain is not None else (model,):
+            ours_decode_tok_s(m, prompts[:1], 3)  # warm-up
+        ours = theirs = unpacked = 0.0
         for _ in range(args.repeats):  # NOTE: alternate, so load changes hit both sides alike
             speed, ours_ids = ours_decode_tok_s(model, prompts, args.steps)
             ours = max(ours, speed)
             speed, hf_ids = hf_decode_tok_s(hf, prompts, args.steps, pad_id=0)
             theirs = max(theirs, speed)
+            if plain is not None:
+                speed, plain_ids = ours_decode_tok_s(plain, prompts, args.steps)
+                unpacked = max(unpacked, speed)
         same = sum(a == b for a, b in zip(ours_ids, hf_ids))
         row = {
             "batch": bsz,
@@ -98,15 +108,22 @@ def main() -> None:
             "ratio": round(ours / theirs, 2),
             "identical_greedy_sequences": f"{same}/{bsz}",
         }
+        extra = ""
+        if plain is not None:
+            same_plain = sum(a == b for a, b in zip(ours_ids, plain_ids))
+            row.update(unpacked_tok_s=round(unpacked, 1), packed_vs_unpacked=round(ours / unpacked, 2),
+                       identical_to_unpacked=f"{same_plain}/{bsz}")
+            extra = f"   unpacked {unpacked:8.1f} tok/s ({ours / unpacked:4.2f}x, identical {same_plain}/{bsz})"
         results.append(row)
         print(
             f"batch {bsz:3d}: ours {ours:8.1f} tok/s   HF generate {theirs:8.1f} tok/s   "
-            f"ratio {ours / theirs:5.2f}x   identical greedy outputs {same}/{bsz}",
+            f"ratio {ours / theirs:5.2f}x   identical greedy outputs {same}/{bsz}{extra}",
             flush=True,
         )
     report = {
         "benchmark": "model_decode",
         "dtype": args.dtype,
+        "pack_weights": model.pack_weights,
         "steps": args.steps,
         "prompt_len": args.prompt_len,
         "threads": torch.get_num_threads(),

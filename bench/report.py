@@ -74,6 +74,10 @@ def _git_commit() -> str | None:
         return None
 
 
+#: Programs the HF baseline times per workload (the head of the inputs, one at a time; see runner.py).
+HF_PROGRAMS = {"tiny": 2, "quick": 3, "full": 8}
+
+
 def _meta(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     import transformers
@@ -82,6 +86,7 @@ def _meta(args: argparse.Namespace) -> dict[str, Any]:
         "command": "python -m bench.report " + " ".join(sys.argv[1:]),
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "size": args.size, "seed": args.seed, "threads": args.threads, "dtype": args.dtype,
+        "hf_programs": args.hf_programs or HF_PROGRAMS[args.size],
         "model": "SmolLM2-135M-Instruct (default)",
         "machine": platform.platform(), "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(), "memory_gib": _memory_gib(),
@@ -128,7 +133,7 @@ def run_report(args: argparse.Namespace, checkpoint: Path | None = None) -> dict
                               "systems": [{"name": n, "title": SYSTEMS[n].title,
                                            "description": SYSTEMS[n].description} for n in systems],
                               "workloads": []}
-    context = SystemContext(dtype=args.dtype)
+    context = SystemContext(dtype=args.dtype, hf_max_programs=args.hf_programs or HF_PROGRAMS[args.size])
     start = time.perf_counter()
     try:
         for wi, name in enumerate(workloads, 1):
@@ -209,6 +214,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--size", choices=SIZES, default="quick", help="workload sizes (default: quick)")
     parser.add_argument("--workloads", help="comma-separated workload names (default: all)")
     parser.add_argument("--systems", help=f"comma-separated systems (default: all: {','.join(SYSTEMS)})")
+    parser.add_argument("--hf-programs", type=int, default=None,
+                        help="programs HF per call times, one at a time (default by size: "
+                             + ", ".join(f"{k} {v}" for k, v in HF_PROGRAMS.items()) + ")")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="data generation seed (default 0)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))

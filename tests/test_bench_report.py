@@ -245,7 +245,9 @@ def test_report_command_runs_tiny_workloads_end_to_end(tmp_path):
             r = w["results"][system]
             assert r["status"] == "ok", r
             assert r["num_errors"] == 0 and r["programs"] == len(r["fingerprints"]) > 0
-            assert r["programs_per_s"] > 0 and r["latency_s"] > 0
+            assert r["programs_per_s"] > 0
+            # NOTE: the feature-off variants skip the latency runs (the report compares sglc with HF only)
+            assert (r["latency_s"] > 0) if system != "no-cache" else r["latency_s"] is None
         sglc = w["results"]["sglc"]
         assert 0.0 <= sglc["hit_rate"] <= 1.0 and 0.0 <= sglc["optimal_hit_rate"] <= 1.0
         assert w["results"]["no-cache"]["hit_rate"] == 0.0

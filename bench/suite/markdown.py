@@ -191,7 +191,9 @@ def _how_run(report: dict[str, Any]) -> list[str]:
             f"- Size: {m.get('size', '?')}, seed {m.get('seed', '?')}; date {m.get('date', '?')}; total wall time {wall}",
             "- Decoding: greedy, eos ignored (every system does the same model work). Throughput: the timed "
             "batch with every input submitted at once; latency: one program alone, cold cache, mean over the "
-            "latency inputs.", ""]
+            "latency inputs. HF per call makes one model call at a time and keeps nothing between calls, so its "
+            f"batch is its programs one after another: it times the first {m.get('hf_programs', 'all')} programs of "
+            "each workload alone, which give both its throughput and its latency.", ""]
 
 
 def _throughput(report: dict[str, Any]) -> list[str]:

@@ -9,12 +9,16 @@ For an engine system (sglc and its feature-off variants), :func:`measure`
 4. times the batch: every input submitted at once (concurrency = number of inputs), greedy
    decoding with eos ignored; the engine's stats before/after give the achieved hit rate and
    the token/step counts, the request trace gives the optimal hit rate (Theorem 3.1);
-5. times each latency input alone (one program, nothing else running), each after a cache flush:
-   latency is a cold program's wall time (only its own intra-program reuse helps);
+5. for systems that measure latency (sglc), times each latency input alone (one program,
+   nothing else running), each after a cache flush: latency is a cold program's wall time
+   (only its own intra-program reuse helps);
 6. shuts the engine down.
 
-The HF baseline runs the same steps on one shared HFPerCallBackend (loaded once), one program
-at a time (it makes one model call at a time anyway); it has no cache (hit rate 0, no trace).
+The HF baseline runs on one shared HFPerCallBackend (loaded once). It makes one model call at a
+time and keeps nothing between calls, so a batch is exactly its programs run one after another:
+it times the first ``hf_max_programs`` inputs one at a time, and those runs give both its
+throughput (programs / total seconds) and its latency alone (mean seconds per program). This keeps
+the slowest system from dominating the quick report; it has no cache (hit rate 0, no trace).
 
 Every program's output variables get a fingerprint (a short hash), so the report can count the
 programs whose outputs agree with sglc all on. Nothing here asserts on timings or agreement.
@@ -75,8 +79,10 @@ def fingerprint(variables: dict[str, Any]) -> str:
 class SystemContext:
     """What measurements share: the base engine's weights and the HF baseline, each loaded once."""
 
-    def __init__(self, dtype: str = "float32") -> None:
+    def __init__(self, dtype: str = "float32", hf_max_programs: Optional[int] = None) -> None:
         self.dtype = dtype
+        #: HF times this many programs (the head of the timed inputs); None = all of them.
+        self.hf_max_programs = hf_max_programs
         self._base: Any = None
         self._hf: Any = None
 
@@ -178,7 +184,7 @@ def _measure_engine(graph: Any, instance: Any, system: System, context: SystemCo
             traced = list(engine.stop_trace().requests)
         after, jumps_after = engine.stats(), dict(engine.jump_counts)
         latency_runs, latency_results = [], []
-        for args in instance.latency_inputs:
+        for args in instance.latency_inputs if system.measures_latency else []:
             _flush(engine)
             seconds, alone = _timed_run(graph, backend, [args], 1, system.max_parallel)
             latency_runs.append(seconds)
@@ -206,24 +212,24 @@ def _measure_engine(graph: Any, instance: Any, system: System, context: SystemCo
 
 def _measure_hf(graph: Any, instance: Any, system: System, context: SystemContext, workload: str) -> Measurement:
     backend = context.hf_backend()
-    inputs = list(instance.inputs)
-    # NOTE: one program at a time (concurrency 1): the backend makes one model call at a time anyway.
+    inputs = list(instance.inputs)[: context.hf_max_programs or None]
     _run(graph, backend, [instance.warmup], 1, system.max_parallel)
     before = dict(backend.metrics())
-    wall, results = _timed_run(graph, backend, inputs, 1, system.max_parallel)
-    after = dict(backend.metrics())
-    latency_runs, latency_results = [], []
-    for args in instance.latency_inputs:
+    # NOTE: one program at a time is both how this baseline runs a batch and "a program alone".
+    runs, results = [], []
+    for args in inputs:
         seconds, alone = _timed_run(graph, backend, [args], 1, system.max_parallel)
-        latency_runs.append(seconds)
-        latency_results += alone
+        runs.append(seconds)
+        results += [dataclasses.replace(r, index=len(results)) for r in alone]
+    after = dict(backend.metrics())
     delta = {k: after[k] - before.get(k, 0) for k in after if isinstance(after[k], (int, float))}
     prompt = int(delta.get("prompt_tokens", 0))
     return _measurement(
-        workload, system, results, wall, latency_runs, latency_results, hit_rate=0.0, optimal_hit_rate=None,
-        prompt_tokens=prompt, cached_tokens=0, prefill_tokens_computed=prompt,
+        workload, system, results, sum(runs), runs if system.measures_latency else [], [], hit_rate=0.0,
+        optimal_hit_rate=None, prompt_tokens=prompt, cached_tokens=0, prefill_tokens_computed=prompt,
         completion_tokens=int(delta.get("completion_tokens", 0)), engine_steps=None,
-        requests=int(delta["calls"]) if "calls" in delta else None, extra={"hf_metrics": delta},
+        requests=int(delta["calls"]) if "calls" in delta else None,
+        extra={"hf_metrics": delta, "timed_programs_of": len(instance.inputs)},
     )
 
 

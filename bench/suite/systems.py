@@ -37,6 +37,8 @@ class System:
     - engine_options: EngineConfig overrides for a fresh engine sharing the base weights.
     - fork_hints: keep the fork-scoped CACHE_PREFIX hints in the compiled graph.
     - max_parallel: fork branches of one program running at once.
+    - measures_latency: also time programs alone (the report compares sglc with HF only, so
+      the feature-off variants skip it to keep the quick report short).
     - needs: the workload flag (``"has_forks"`` / ``"has_constraints"``) without which the
       turned-off feature cannot change anything; None = applies to every workload.
     """
@@ -50,6 +52,7 @@ class System:
     max_parallel: int = 16
     needs: str | None = None
     na_reason: str = ""
+    measures_latency: bool = False
 
     @property
     def is_ablation(self) -> bool:
@@ -70,7 +73,7 @@ class System:
 
 SYSTEMS: dict[str, System] = {s.name: s for s in (
     System("sglc", "sglc", "everything on: radix cache, cache-aware (lpm) order, fork hints, "
-           "intra-program parallelism, jump-forward"),
+           "intra-program parallelism, jump-forward", measures_latency=True),
     System("no-cache", "no cache", "the radix cache disabled: no prefix reuse between requests",
            engine_options={"disable_radix_cache": True}),
     System("no-cache-aware-order", "no cache-aware order", "first-come-first-served scheduling instead of "
@@ -83,7 +86,7 @@ SYSTEMS: dict[str, System] = {s.name: s for s in (
            engine_options={"disable_jump_forward": True}, needs="has_constraints",
            na_reason="no regex/JSON constraints"),
     System("hf-per-call", "HF per call", "Hugging Face transformers, one model call per LM call, one at a "
-           "time, no KV reuse", kind=HF, max_parallel=1),
+           "time, no KV reuse", kind=HF, max_parallel=1, measures_latency=True),
 )}
 
 #: The feature-off systems, in report order (the ablation table's columns).
