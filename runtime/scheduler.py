@@ -275,7 +275,7 @@ class Scheduler:
             if budget <= 0 or not self.table.can_alloc_row() or len(self.running) >= cfg.max_running:
                 break
             fill = req.fill_ids
-            match = cache.match_prefix(fill[:-1])  # NOTE: >= 1 token is always fed, for logits
+            match = cache.match_prefix(fill[: self._max_prefix_len(req)])
             if dedup is not None and dedup.should_hold(fill, match.prefix_len):
                 continue
             extend = len(fill) - match.prefix_len
@@ -301,6 +301,22 @@ class Scheduler:
             self.waiting = [r for r in self.waiting if id(r) not in admitted]
         self._counts["prefill"] += sum(e.extend_len for e in out)
         return out
+
+    @staticmethod
+    def _max_prefix_len(req: Req) -> int:
+        """How much of ``fill_ids`` the cache may serve at admission.
+
+        NOTE: >= 1 token is always fed, for logits. A request that wants prompt logprobs is fed
+        from the first position whose logits row it needs: cached positions have no logits, and
+        recomputing them later is one extra model pass per request (select would pay it for
+        every choice).
+        """
+        limit = len(req.fill_ids) - 1
+        p = req.sampling_params
+        if p.return_logprob and p.logprob_start_len >= 0:
+            first_row = min(p.logprob_start_len, len(req.origin_input_ids) - 1) - 1
+            limit = min(limit, max(first_row, 0))
+        return limit
 
     def _admit(self, req: Req, match) -> None:
         req.req_row = self.table.alloc_row()

@@ -137,6 +137,24 @@ def test_score_same_with_and_without_cache(engine):
     assert max(range(3), key=lambda i: on_scores[i].normalized) == 0  # " Paris" wins
 
 
+def test_score_over_a_cached_prompt_takes_two_model_passes(engine):
+    """select scoring: one pass prefills the prompt, one batched pass scores every choice; the
+    cache never serves the positions whose logits a choice needs (no per-choice side pass)."""
+    prompt, choices = "Question: which planet is red? Answer:" * 8, [" A", " B", " C", " D"]
+    engine.score(prompt, choices)  # the whole prompt is now cached
+    passes = []
+    forward = engine.model.forward
+    engine.model.forward = lambda *a, **k: passes.append(1) or forward(*a, **k)
+    try:
+        again = engine.score(prompt, choices)
+    finally:
+        engine.model.forward = forward
+    assert len(passes) == 2
+    alone = Engine(share_model_with=engine, disable_radix_cache=True).score(prompt, choices)
+    for a, b in zip(again, alone):
+        assert a.token_ids == b.token_ids and a.logprobs == pytest.approx(b.logprobs, abs=2e-3)
+
+
 def test_prompt_logprobs_from_a_start_position(engine):
     """logprob_start_len k returns one logprob per prompt token from position k on."""
     prompt = engine.tokenizer.encode(PROMPTS[5])
