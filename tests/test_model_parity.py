@@ -18,7 +18,7 @@ from sglc_runtime.forward_batch import ForwardBatch
 from sglc_runtime.model_config import ModelConfig
 from sglc_runtime.tokenizer import Tokenizer
 from sglc_runtime.models import LlamaForCausalLM, get_model_class, load_model
-from sglc_runtime.models.llama import can_pack_weights
+from sglc_runtime.models.linear import Linear, can_pack_weights
 from sglc_runtime.models.rope import RotaryEmbedding, apply_rope, rope_inv_freq
 from sglc_runtime.weights import WeightError
 
@@ -216,8 +216,47 @@ def test_prepacked_bf16_linears_agree_with_plain_linears(tmp_path):
     ids = torch.randint(0, 97, (24,), generator=torch.Generator().manual_seed(6)).tolist()
     a, b = _prefill_all_logits(packed, ids), _prefill_all_logits(plain, ids)
     assert torch.nn.functional.cosine_similarity(a, b, dim=-1).min() > 0.999
+
+
+@pytest.mark.skipif(
+    not can_pack_weights(torch.float32, torch.device("cpu")), reason="no oneDNN on this build"
+)
+def test_fp32_linear_uses_plain_weights_below_4_rows_and_packed_from_4():
+    """An fp32 packed Linear keeps F.linear for 1-3 rows, oneDNN from 4, and both compute x @ W.T + b."""
+    gen = torch.Generator().manual_seed(7)
+    w, b = torch.randn(40, 24, generator=gen), torch.randn(40, generator=gen)
+    lin = Linear.build(w, b, pack=True)
+    assert lin.weight is w and lin.packed is not None
+    assert [lin.uses_packed(n) for n in (1, 2, 3, 4, 8, 512)] == [False] * 3 + [True] * 3
+    for rows in (1, 3, 4, 8, 33):
+        x = torch.randn(rows, 24, generator=gen)
+        torch.testing.assert_close(lin(x), torch.nn.functional.linear(x, w, b), atol=1e-5, rtol=1e-5)
+    plain = Linear.build(w, b, pack=False)
+    assert plain.packed is None and not plain.uses_packed(64)
+
+
+@pytest.mark.skipif(
+    not can_pack_weights(torch.float32, torch.device("cpu")), reason="no oneDNN on this build"
+)
+def test_fp32_packed_model_matches_plain_model_in_prefill_and_batched_decode(tmp_path):
+    """fp32 pre-packed linears (on by default) give the logits of plain F.linear to fp32 rounding."""
+    _save_tiny(tmp_path, transformers.LlamaForCausalLM, transformers.LlamaConfig(**_TINY))
+    packed = load_model(tmp_path, dtype="float32")
+    plain = load_model(tmp_path, dtype="float32", pack_weights=False)
+    assert packed.pack_weights and not plain.pack_weights
+    gen = torch.Generator().manual_seed(8)
+    prompts = [torch.randint(0, 97, (n,), generator=gen).tolist() for n in (7, 12, 3, 9, 5)]
+    for a, b in zip(*(_three_ways(m, prompts)[0] for m in (packed, plain))):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    for a, b in zip(*(_three_ways(m, prompts)[2] for m in (packed, plain))):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_packing_where_onednn_cannot_is_a_clear_error():
+    """pack_weights=True off the CPU raises a ValueError naming pack_weights."""
+    cfg = ModelConfig.from_dict(transformers.LlamaConfig(**_TINY).to_dict())
     with pytest.raises(ValueError, match="pack_weights"):
-        load_model(tmp_path, dtype="float32", pack_weights=True)
+        LlamaForCausalLM(cfg, dtype="float32", device="meta", pack_weights=True)
 
 
 # ---------------------------------------------------------------- RoPE

@@ -18,6 +18,7 @@ from ..forward_batch import ForwardBatch
 from ..kv_buffer import KVBuffer
 from ..model_config import ModelConfig, parse_dtype
 from ..weights import check_state_dict, load_state_dict
+from .linear import Linear, can_pack_weights
 from .rope import RotaryEmbedding, apply_rope
 
 
@@ -26,37 +27,11 @@ class _Layer:
     """One decoder layer's (fused) weights."""
 
     input_norm: torch.Tensor
-    qkv: torch.Tensor  # [q_size + 2 * kv_size, hidden]
-    qkv_bias: torch.Tensor | None
-    o: torch.Tensor  # [hidden, q_size]
-    o_bias: torch.Tensor | None
+    qkv: Linear  # [q_size + 2 * kv_size, hidden]
+    o: Linear  # [hidden, q_size]
     post_norm: torch.Tensor
-    gate_up: torch.Tensor  # [2 * intermediate, hidden]
-    down: torch.Tensor  # [hidden, intermediate]
-
-
-def _mkldnn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """``F.linear`` with a weight pre-packed by :func:`_pack` (oneDNN blocked layout)."""
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
-
-
-def _pack(weight: torch.Tensor) -> torch.Tensor:
-    """Reorder a linear weight into oneDNN's blocked layout once, so every call skips it."""
-    return torch.ops.mkldnn._reorder_linear_weight(weight, 1)
-
-
-def can_pack_weights(dtype: torch.dtype, device: torch.device) -> bool:
-    """True where pre-packed oneDNN linears exist: CPU, bf16/fp16 supported natively by oneDNN."""
-    if device.type != "cpu" or not torch.backends.mkldnn.is_available():
-        return False
-    try:
-        if dtype == torch.bfloat16:
-            return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-        if dtype == torch.float16:
-            return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-    return False
+    gate_up: Linear  # [2 * intermediate, hidden]
+    down: Linear  # [hidden, intermediate]
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -83,17 +58,18 @@ class LlamaForCausalLM:
         attention: AttentionBackend | str = "torch",
         pack_weights: bool | None = None,
     ) -> None:
-        """``pack_weights``: pre-pack linear weights for oneDNN (CPU bf16/fp16: ~1.5x faster
-        matmuls than ``F.linear``); None = when :func:`can_pack_weights`."""
+        """``pack_weights``: pre-pack linear weights for oneDNN; None = when
+        :func:`can_pack_weights`. bf16/fp16: ~1.5x faster matmuls than ``F.linear``. fp32: keeps
+        the plain weights too and uses the packed ones from 4 rows on (batched decode, prefill),
+        ~2x faster there, at twice the weight memory (see :mod:`.linear`)."""
         self.config = config
         self.dtype = parse_dtype(dtype) if dtype is not None else config.torch_dtype
         self.device = torch.device(device)
         if pack_weights is None:
             pack_weights = can_pack_weights(self.dtype, self.device)
         elif pack_weights and not can_pack_weights(self.dtype, self.device):
-            raise ValueError(f"pack_weights=True needs CPU bf16/fp16 oneDNN support ({self.dtype}, {self.device})")
+            raise ValueError(f"pack_weights=True needs CPU oneDNN support for {self.dtype} ({self.device})")
         self.pack_weights = pack_weights
-        self._linear = _mkldnn_linear if pack_weights else F.linear
         c = config
         self.attn = (
             attention
@@ -104,7 +80,7 @@ class LlamaForCausalLM:
             c.head_dim, c.rope_theta, c.rope_scaling, c.max_position_embeddings, self.device
         )
         self.embed: torch.Tensor | None = None
-        self.lm_head: torch.Tensor | None = None
+        self.lm_head: Linear | None = None
         self.final_norm: torch.Tensor | None = None
         self.layers: list[_Layer] = []
 
@@ -135,9 +111,11 @@ class LlamaForCausalLM:
         def cat(*names: str) -> torch.Tensor:
             return torch.cat([get(n) for n in names]).contiguous()
 
-        pack = _pack if self.pack_weights else (lambda w: w)
+        def linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
+            return Linear.build(weight, bias, pack=self.pack_weights)
+
         self.embed = get("model.embed_tokens.weight")
-        self.lm_head = pack(self.embed if c.tie_word_embeddings else get("lm_head.weight"))
+        self.lm_head = linear(self.embed if c.tie_word_embeddings else get("lm_head.weight"))
         self.final_norm = get("model.norm.weight")
         self.layers = []
         for i in range(c.num_hidden_layers):
@@ -146,15 +124,14 @@ class LlamaForCausalLM:
             self.layers.append(
                 _Layer(
                     input_norm=get(p + "input_layernorm.weight"),
-                    qkv=pack(cat(a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight")),
-                    qkv_bias=cat(a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias")
-                    if c.qkv_bias
-                    else None,
-                    o=pack(get(a + "o_proj.weight")),
-                    o_bias=get(a + "o_proj.bias") if c.o_bias else None,
+                    qkv=linear(
+                        cat(a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
+                        cat(a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias") if c.qkv_bias else None,
+                    ),
+                    o=linear(get(a + "o_proj.weight"), get(a + "o_proj.bias") if c.o_bias else None),
                     post_norm=get(p + "post_attention_layernorm.weight"),
-                    gate_up=pack(cat(m + "gate_proj.weight", m + "up_proj.weight")),
-                    down=pack(get(m + "down_proj.weight")),
+                    gate_up=linear(cat(m + "gate_proj.weight", m + "up_proj.weight")),
+                    down=linear(get(m + "down_proj.weight")),
                 )
             )
 
@@ -176,26 +153,25 @@ class LlamaForCausalLM:
         t = batch.num_tokens
         nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         q_size, kv_size, inter, eps = c.q_size, c.kv_size, c.intermediate_size, c.rms_norm_eps
-        linear = self._linear
 
         self.attn.prepare(batch)
         cos, sin = self.rope.cos_sin(batch.positions, self.dtype)
         h = F.embedding(batch.input_ids, self.embed)
         for i, layer in enumerate(self.layers):
             x = rms_norm(h, layer.input_norm, eps)
-            qkv = linear(x, layer.qkv, layer.qkv_bias)
+            qkv = layer.qkv(x)
             qk = apply_rope(qkv[:, : q_size + kv_size].view(t, nh + nkv, hd), cos, sin)
             v = qkv[:, q_size + kv_size :].view(t, nkv, hd)
             o = self.attn.forward(i, qk[:, :nh], qk[:, nh:], v, kv_buffer)
-            h = h + linear(o, layer.o, layer.o_bias)
-            gu = linear(rms_norm(h, layer.post_norm, eps), layer.gate_up, None)
-            h = h + linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.down, None)
+            h = h + layer.o(o)
+            gu = layer.gate_up(rms_norm(h, layer.post_norm, eps))
+            h = h + layer.down(F.silu(gu[:, :inter]) * gu[:, inter:])
 
         rows = _logit_rows(batch)
         if rows is not None:
             h = h.index_select(0, rows.to(h.device))
         h = rms_norm(h, self.final_norm, eps)
-        return linear(h, self.lm_head, None).float()
+        return self.lm_head(h).float()
 
     __call__ = forward
 
