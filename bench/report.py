@@ -74,6 +74,10 @@ def _git_commit() -> str | None:
         return None
 
 
+#: Every core: the report is meant to run alone (torch threads spinning against other jobs make
+#: steps several times slower, so never compare timings taken under load).
+DEFAULT_THREADS = max(1, min(os.cpu_count() or 1, 16))
+
 #: Programs the HF baseline times per workload (the head of the inputs, one at a time; see runner.py).
 HF_PROGRAMS = {"tiny": 2, "quick": 3, "full": 8}
 
@@ -217,7 +221,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--hf-programs", type=int, default=None,
                         help="programs HF per call times, one at a time (default by size: "
                              + ", ".join(f"{k} {v}" for k, v in HF_PROGRAMS.items()) + ")")
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
+                        help=f"torch intra-op threads (default: the CPU count, here {DEFAULT_THREADS}); "
+                             "take timings on an otherwise idle machine")
     parser.add_argument("--seed", type=int, default=0, help="data generation seed (default 0)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--out-dir", type=Path, default=Path("bench"),

@@ -173,7 +173,7 @@ def test_json_examples_and_regex_agree(size):
     (gen,) = ops_of(graph, Op.GEN)
     pattern = re.compile(gen.attrs["regex"])
     prefix = "".join(n.attrs["text"] for n in ops_of(graph, Op.CONSTANT_TEXT))
-    examples = re.findall(r"JSON: (\{.*\})", prefix)
+    examples = re.findall(r"JSON: (\{.*?\n\})", prefix, re.S)
     assert len(examples) == json_decode.SIZE[size][2]
     assert all(pattern.fullmatch(e) for e in examples), examples
 

@@ -37,8 +37,8 @@ class System:
     - engine_options: EngineConfig overrides for a fresh engine sharing the base weights.
     - fork_hints: keep the fork-scoped CACHE_PREFIX hints in the compiled graph.
     - max_parallel: fork branches of one program running at once.
-    - measures_latency: also time programs alone (the report compares sglc with HF only, so
-      the feature-off variants skip it to keep the quick report short).
+    - measures_latency: also time programs alone (the report compares sglc with HF, and with
+      no-jump-forward; the other feature-off variants skip it to keep the quick report short).
     - needs: the workload flag (``"has_forks"`` / ``"has_constraints"``) without which the
       turned-off feature cannot change anything; None = applies to every workload.
     """
@@ -83,7 +83,7 @@ SYSTEMS: dict[str, System] = {s.name: s for s in (
     System("no-parallelism", "no parallelism", "a program's fork branches run one after another "
            "(max_parallel=1)", max_parallel=1, needs="has_forks", na_reason="no forks"),
     System("no-jump-forward", "no jump-forward", "constrained decoding token by token (no jump-forward)",
-           engine_options={"disable_jump_forward": True}, needs="has_constraints",
+           engine_options={"disable_jump_forward": True}, needs="has_constraints", measures_latency=True,
            na_reason="no regex/JSON constraints"),
     System("hf-per-call", "HF per call", "Hugging Face transformers, one model call per LM call, one at a "
            "time, no KV reuse", kind=HF, max_parallel=1, measures_latency=True),

@@ -31,7 +31,7 @@ CALLS = [  # (variable, question after the observation; NAME is the agent's firs
 ]
 
 # agents (the warm-up uses one more), programs per agent, memories per agent, tokens per call
-SIZE = {"tiny": (1, 2, 4, 2), "quick": (3, 2, 10, 6), "full": (4, 6, 30, 24)}
+SIZE = {"tiny": (1, 2, 4, 2), "quick": (3, 4, 10, 6), "full": (4, 6, 30, 24)}
 
 
 def make_agent(rng: random.Random, num_memories: int) -> tuple[str, str]:

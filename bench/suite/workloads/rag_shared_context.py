@@ -21,7 +21,7 @@ INSTRUCTION = (
 )
 
 # groups (contexts), questions per group, documents per context, answer tokens
-SIZE = {"tiny": (1, 2, 2, 3), "quick": (2, 4, 6, 12), "full": (4, 8, 10, 32)}
+SIZE = {"tiny": (1, 2, 2, 3), "quick": (2, 8, 6, 12), "full": (4, 8, 10, 32)}
 
 
 def group_inputs(rng: random.Random, questions: int, documents: int) -> list[dict[str, Any]]:
