@@ -65,6 +65,11 @@ def test_eos_ends_the_output_like_the_engine_unless_ignored(hf, engine):
     ours, theirs = engine.generate(prompt, params), hf.generate(prompt, params)
     assert ours.meta.finish_reason["type"] == "stop", "the prompt must make the model stop early"
     assert (theirs.text, theirs.meta.finish_reason) == (ours.text, ours.meta.finish_reason)
+    # NOTE: generate() would take eos from the model's generation_config if the backend let it.
+    ignoring = GenParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    ours, theirs = engine.generate(prompt, ignoring), hf.generate(prompt, ignoring)
+    assert theirs.meta.completion_tokens == ours.meta.completion_tokens == 24
+    assert theirs.text == ours.text
 
 
 @pytest.mark.model

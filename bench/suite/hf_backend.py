@@ -64,6 +64,9 @@ class HFPerCallBackend(Backend):
         self.tokenizer = Tokenizer(self.path)
         self.model = transformers.AutoModelForCausalLM.from_pretrained(
             str(self.path), dtype=torch_dtype).to(device).eval()
+        # NOTE: generate() fills a None field of the per-call GenerationConfig from the model's own
+        # generation_config, which names eos: without this, ignore_eos would still stop at eos.
+        self.model.generation_config.eos_token_id = None
         self.device = torch.device(device)
         cfg = self.model.config
         hf_eos = cfg.eos_token_id if isinstance(cfg.eos_token_id, list) else [cfg.eos_token_id]
