@@ -2,11 +2,11 @@
 
     python -m bench.report [--size quick|full|tiny] [--workloads a,b] [--systems x,y]
                            [--threads 1] [--seed 0] [--dtype float32] [--out-dir bench]
-    python -m bench.report --from-json bench/out/report.json [--out-dir bench]
+    python -m bench.report --from-json bench/results.json [--out-dir bench]
 
 Runs each workload (bench.suite.workloads.WORKLOADS, built for --size with --seed) on each
 system (bench.suite.systems.SYSTEMS) that applies to it, printing progress and a summary
-table, then writes OUT/out/report.json (raw numbers + how it was run), OUT/RESULTS.md and
+table, then writes OUT/results.json (raw numbers + how it was run), OUT/RESULTS.md and
 OUT/plots/*.png. ``--from-json`` re-renders the markdown and plots from a saved json without
 running anything. A measurement that crashes is recorded as failed and the report goes on.
 Timings are never asserted; see docs/benchmarks.md for what each number means.
@@ -188,7 +188,7 @@ def write_outputs(report: dict[str, Any], out_dir: Path, json_path: Path | None 
     """RESULTS.md and plots/ under out_dir (and the json itself unless json_path is given)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     if json_path is None:
-        json_path = _write_json(report, out_dir / "out" / "report.json")
+        json_path = _write_json(report, out_dir / "results.json")
     try:
         shown = json_path.resolve().relative_to(Path.cwd().resolve())
     except ValueError:
@@ -227,7 +227,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="data generation seed (default 0)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--out-dir", type=Path, default=Path("bench"),
-                        help="writes OUT/out/report.json, OUT/RESULTS.md, OUT/plots/ (default: bench)")
+                        help="writes OUT/results.json, OUT/RESULTS.md, OUT/plots/ (default: bench)")
     parser.add_argument("--from-json", type=Path, help="re-render markdown and plots from this json; runs nothing")
     args = parser.parse_args(argv)
     if args.threads < 1:
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"bench.report: {args.from_json} is not a {SCHEMA} json (schema {report.get('schema')!r})")
         written = write_outputs(report, args.out_dir, json_path=args.from_json)
     else:
-        report = run_report(args, checkpoint=args.out_dir / "out" / "report.json")
+        report = run_report(args, checkpoint=args.out_dir / "results.json")
         print()
         print(summary_table(report))
         written = write_outputs(report, args.out_dir)

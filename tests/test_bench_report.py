@@ -238,7 +238,7 @@ def test_report_command_runs_tiny_workloads_end_to_end(tmp_path):
            "--systems", "sglc,no-cache,hf-per-call", "--out-dir", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    report = json.loads((tmp_path / "results.json").read_text())
     assert [w["name"] for w in report["workloads"]] == names
     for w in report["workloads"]:
         for system in ("sglc", "no-cache", "hf-per-call"):
