@@ -60,7 +60,8 @@ class Engine:
         else:
             path = resolve_model_path(cfg.model)  # FileNotFoundError / ValueError naming the path
             self.tokenizer = Tokenizer(path)
-            self.model = load_model(path, dtype=cfg.dtype, device=cfg.device, attention=cfg.attention_backend)
+            self.model = load_model(path, dtype=cfg.dtype, device=cfg.device, attention=cfg.attention_backend,
+                                    pack_weights=cfg.pack_weights)
         mc = self.model.config
         num_slots = cfg.num_kv_slots or KVBuffer.slots_for_budget(
             cfg.kv_cache_bytes, mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, self.model.dtype)

@@ -51,6 +51,18 @@ def test_greedy_identical_with_chunked_prefill(engine, reference):
     assert [o.token_ids for o in chunked.generate(PROMPTS, GREEDY)] == reference
 
 
+def test_greedy_identical_with_unpacked_weights(engine, reference):
+    """The oneDNN pre-packed linears (the CPU default) change no greedy token vs plain F.linear."""
+    plain = Engine(pack_weights=False, max_running_requests=32)
+    assert [o.token_ids for o in plain.generate(PROMPTS, GREEDY)] == reference
+
+
+def test_engine_config_rejects_a_pack_weights_that_is_not_a_bool():
+    """pack_weights is None (auto) or a bool; anything else names the field."""
+    with pytest.raises(TypeError, match="pack_weights"):
+        Engine(pack_weights="yes")
+
+
 def test_greedy_identical_one_at_a_time(engine, reference):
     """Running prompts one by one (each reusing the previous ones' cache) gives the same tokens."""
     engine.flush_cache()

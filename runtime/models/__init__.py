@@ -37,7 +37,7 @@ def load_model(
 ) -> LlamaForCausalLM:
     """Load a model folder (config.json + safetensors) with the class its architecture names.
 
-    ``pack_weights`` (None = auto): pre-pack CPU bf16/fp16 linear weights for oneDNN.
+    ``pack_weights`` (None = auto: on for CPU): pre-pack linear weights for oneDNN (see .linear).
     """
     config = ModelConfig.from_pretrained(path)
     return get_model_class(config.architecture).from_pretrained(
