@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import IO, Any, Iterator, Optional
 
+from sglc.cli_args import positive_int
 from sglc.errors import SglcError
 
 EXIT_OK, EXIT_FAILED_INPUTS = 0, 1
@@ -45,9 +46,9 @@ def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
     run.add_argument("--input", "-i", metavar="ARGS.jsonl", required=True,
                      help="one JSON object of program arguments per line ('-' for stdin)")
     run.add_argument("--output", "-o", metavar="OUT.jsonl", default="-", help="results file (default: stdout)")
-    run.add_argument("--concurrency", type=_positive_int, default=DEFAULT_CONCURRENCY,
+    run.add_argument("--concurrency", type=positive_int, default=DEFAULT_CONCURRENCY,
                      help=f"inputs in flight at once (default {DEFAULT_CONCURRENCY})")
-    run.add_argument("--max-parallel", type=_positive_int, default=DEFAULT_MAX_PARALLEL,
+    run.add_argument("--max-parallel", type=positive_int, default=DEFAULT_MAX_PARALLEL,
                      help=f"model calls in flight per program, e.g. fork branches (default {DEFAULT_MAX_PARALLEL}; "
                           "1 = no intra-program parallelism)")
     run.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
@@ -58,16 +59,6 @@ def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     run.set_defaults(handler=cmd_run)
     return run
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
 
 
 def read_inputs(path: str) -> list[dict[str, Any]]:

@@ -12,31 +12,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from sglc.cli_args import port, positive_int
 from sglc.errors import SglcError
 
 
 class ServeError(SglcError):
     """`sglc serve` could not start (bad model path or setting)."""
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0..65535 (0 = any free port), got {value}")
-    return value
 
 
 def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -48,16 +29,16 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--model", default="default", metavar="PATH_OR_DEFAULT",
                    help="'default' (SmolLM2-135M-Instruct), a Hugging Face Llama-family folder, or a .gguf file")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    p.add_argument("--port", type=_port, default=30000, help="gRPC port (0 = any free port; default: 30000)")
-    p.add_argument("--http-port", type=_port, default=None, metavar="N",
+    p.add_argument("--port", type=port, default=30000, help="gRPC port (0 = any free port; default: 30000)")
+    p.add_argument("--http-port", type=port, default=None, metavar="N",
                    help="also serve OpenAI-compatible and SGLang HTTP endpoints on port N (0 = any free port)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="weights and KV cache dtype")
-    p.add_argument("--kv-slots", type=_positive_int, metavar="N", help="KV cache size in tokens (default: 512 MiB worth)")
-    p.add_argument("--chunked-prefill-size", type=_positive_int, metavar="N", help="prefill in chunks of N tokens")
+    p.add_argument("--kv-slots", type=positive_int, metavar="N", help="KV cache size in tokens (default: 512 MiB worth)")
+    p.add_argument("--chunked-prefill-size", type=positive_int, metavar="N", help="prefill in chunks of N tokens")
     p.add_argument("--schedule-policy", choices=("lpm", "fcfs", "random"), default="lpm",
                    help="waiting-queue order (lpm: longest cached prefix first)")
     p.add_argument("--disable-radix-cache", action="store_true", help="no prefix reuse between requests")
-    p.add_argument("--max-running-requests", type=_positive_int, default=64, metavar="N",
+    p.add_argument("--max-running-requests", type=positive_int, default=64, metavar="N",
                    help="requests decoding at once (default: 64)")
     p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, time given to requests in flight (default: 10)")
