@@ -1,121 +1,21 @@
 """prefix_hoisting: text every fork child starts with is computed once before the fork, and no
 prompt, captured variable or stream text changes (default); aggressive mode changes prompts and says so.
 
-A small reference renderer gives each stream's text with placeholders for values (``<arg:x>``,
-``<gen:node>``, ``[user]``...) following fork semantics: a child starts with its parent's text at
-the fork; a concatenate-and-append join appends each child's text after that point.
+Prompts are compared with the reference renderer in prompt_rendering.py; random graphs are in
+test_pass_prefix_hoisting_random.py.
 """
 from __future__ import annotations
 
-import itertools
-import os
-import runpy
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from ir_strategies import _Builder, texts, valid_graphs
-from sglc.frontend.function import SglFunction
-from sglc.ir import Graph, Guard, Node, Op, ValueType
-from sglc.ir.verify import guard_chain, verify
+from prompt_rendering import SAMPLES, assert_same_prompts, fork_prefix, load_sample, render_path
+from sglc.ir import Graph, Guard, Op, ValueType
+from sglc.ir.verify import verify
 from sglc.passes.fork_hints import fork_hints
 from sglc.passes.merge_constants import merge_constants
 from sglc.passes.prefix_hoisting import REWRITES_KEY, aggressive_prefix_hoisting, prefix_hoisting, shared_cut
-
-SAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "samples")
-SAMPLES = {
-    "essay_judge": "essay_judge", "few_shot_qa": "few_shot_qa", "tree_of_thought": "tree_of_thought",
-    "multi_turn_chat": "multi_turn_chat", "json_extraction": "json_extraction", "react_agent": "react_agent",
-    "call_other_program": "research_brief",
-}
-
-
-# ----- the reference prompt renderer -----
-class Rendering(NamedTuple):
-    observed: dict  # ("prompt", gen) / ("value", node) / ("final", stream) -> text or value
-    fork_text: dict  # fork name -> the text its children start with
-
-
-def render_path(g: Graph, cases: dict[str, int]) -> Rendering:
-    """Run `g` symbolically for one outcome of every branch (`cases`: branch name -> case)."""
-    text: dict[int, str] = {0: ""}
-    values: dict[Node, object] = {}
-    variables: dict[int, dict[str, object]] = {0: {}}
-    scopes: dict[int, list[int]] = {}
-    observed: dict = {}
-    fork_text: dict[str, str] = {}
-    for node in g.nodes:
-        if any(cases[gd.branch.name] != gd.case for gd in guard_chain(node)):
-            continue
-        s, op = node.stream, node.op
-        if op is Op.ARGUMENT:
-            values[node] = f"<arg:{node.attrs['name']}>"
-        elif op is Op.CONSTANT_TEXT:
-            text[s] += node.attrs["text"]
-        elif op is Op.APPEND:
-            text[s] += str(values[node.inputs[0]])
-        elif op in (Op.ROLE_BEGIN, Op.ROLE_END):
-            text[s] += f"[{'/' if op is Op.ROLE_END else ''}{node.attrs['role']}]"
-        elif op in (Op.IMAGE, Op.VIDEO):
-            text[s] += f"<{op.value}:{values[node.inputs[0]] if node.inputs else node.attrs['path']}>"
-        elif op in (Op.GEN, Op.SELECT):
-            observed[("prompt", node.name)] = text[s]
-            values[node] = f"<{op.value}:{node.name}>"
-            variables[s][node.attrs["name"]] = values[node]
-            text[s] += values[node]
-        elif op is Op.VARIABLE:
-            source = values[node.inputs[0]]
-            values[node] = source[node.attrs["name"]] if isinstance(source, dict) else source
-            observed[("value", node.name)] = values[node]
-        elif op is Op.STREAM_TEXT:
-            values[node] = observed[("value", node.name)] = text[s]
-        elif op is Op.VAR_SCOPE_BEGIN:
-            scopes.setdefault(s, []).append(len(text[s]))
-        elif op is Op.VAR_SCOPE_END:
-            values[node] = observed[("value", node.name)] = text[s][scopes[s].pop():]
-            variables[s][node.attrs["name"]] = values[node]
-        elif op is Op.FORK:
-            fork_text[node.name] = text[s]
-        elif op is Op.GET_FORK_ITEM:
-            text[s], variables[s] = fork_text[node.inputs[0].name], {}
-        elif op is Op.JOIN:
-            children = [i.stream for i in node.inputs[1:]]
-            start = len(fork_text[node.inputs[0].name])
-            if node.attrs["mode"] == "concate_and_append":
-                text[s] += "".join(text[c][start:] for c in children)
-            values[node] = {v: tuple(variables[c].get(v) for c in children) for v in node.attrs.get("variables") or []}
-    for s, t in text.items():
-        observed[("final", s)] = t
-    return Rendering(observed, fork_text)
-
-
-def branch_paths(g: Graph, limit: int = 64) -> list[dict[str, int]]:
-    branches = [n for n in g.nodes if n.op is Op.BRANCH]
-    combos = itertools.product(*(range(len(b.attrs["cases"])) for b in branches))
-    return [{b.name: c for b, c in zip(branches, combo)} for combo in itertools.islice(combos, limit)]
-
-
-def assert_same_prompts(before: Graph, after: Graph) -> None:
-    """Every prompt, value and original stream's final text is the same on every branch path."""
-    for cases in branch_paths(before):
-        old, new = render_path(before, cases).observed, render_path(after, cases).observed
-        for key, value in old.items():
-            assert new.get(key) == value, f"{key} changed on path {cases}"
-        extra = {k for k in new if k not in old}
-        assert all(k[0] == "final" and k[1] >= before.num_streams for k in extra), extra
-
-
-def fork_prefix(g: Graph, fork: str, cases: Optional[dict[str, int]] = None) -> str:
-    return render_path(g, cases or {b: 0 for b in branch_paths(g)[0]}).fork_text[fork]
-
-
-def load_sample(name: str) -> Graph:
-    namespace = runpy.run_path(os.path.join(SAMPLES_DIR, f"{name}.py"), run_name=f"sample_{name}")
-    program = namespace[SAMPLES[name]]
-    assert isinstance(program, SglFunction)
-    return program.trace()
 
 
 # ----- small hand-built graphs -----
@@ -445,85 +345,3 @@ def test_aggressive_mode_lengthens_the_batch_prefix_and_is_idempotent():
     assert hint.attrs == {"scope": "batch"}
     assert hinted.stream_nodes(0)[hinted.stream_nodes(0).index(hint) + 1].op is Op.APPEND
     assert not aggressive_prefix_hoisting(out).modified
-
-
-# ----- random graphs -----
-class _SharedPrefixBuilder(_Builder):
-    """Random valid graphs whose forks' children start with shared text (and sometimes a role)."""
-
-    def fork(self, stream: int, guard, visible: list[Node], in_role: bool, depth: int) -> None:
-        draw = self.draw
-        n = draw(st.integers(1, 3))
-        fork = self.node(Op.FORK, attrs={"n": n}, stream=stream, guard=guard)
-        role = None if in_role else draw(st.sampled_from([None, "user", "assistant"]))
-        words = st.text(alphabet=st.sampled_from("ab \n"), max_size=6)
-        shared = draw(st.lists(st.one_of(words, st.just("append")), max_size=3))
-        appendable = [v for v in visible if v.type in (ValueType.ANY, ValueType.STR)]
-        stem = draw(words)
-        lasts, gathered = [], set()
-        for index in range(n):
-            child = self.g.new_stream()
-            self.node(Op.GET_FORK_ITEM, [fork], {"index": index}, stream=child, guard=guard)
-            if role:
-                self.node(Op.ROLE_BEGIN, attrs={"role": role}, stream=child, guard=guard)
-            for part in shared:
-                if part != "append":
-                    self.node(Op.CONSTANT_TEXT, attrs={"text": part}, stream=child, guard=guard)
-                elif appendable:
-                    self.node(Op.APPEND, [appendable[0]], stream=child, guard=guard)
-            self.node(Op.CONSTANT_TEXT, attrs={"text": stem + draw(words)}, stream=child, guard=guard)
-            child_visible = list(visible)
-            self.block(child, guard, child_visible, in_role or role is not None, depth + 1)
-            if role:
-                self.node(Op.ROLE_END, attrs={"role": role}, stream=child, guard=guard)
-            visible.extend(v for v in child_visible if v not in visible)
-            lasts.append(self.g.stream_nodes(child)[-1])
-            gathered.update(v.attrs["name"] for v in child_visible if v.op in (Op.GEN, Op.SELECT))
-        if all(last.guard == guard for last in lasts) and draw(st.booleans()):
-            mode = draw(st.sampled_from(["gather_variable", "gather_variable", "concate_and_append"]))
-            variables = sorted(gathered)[: draw(st.integers(0, 3))]
-            visible.append(self.node(Op.JOIN, [fork, *lasts], {"mode": mode, "variables": variables},
-                                     stream=stream, guard=guard))
-
-
-@st.composite
-def shared_prefix_graphs(draw, max_nodes: int = 40) -> Graph:
-    b = _SharedPrefixBuilder(draw, max_nodes)
-    visible: list[Node] = [b.node(Op.ARGUMENT, attrs={"name": "topic"}, type=ValueType.STR)]
-    b.node(Op.CONSTANT_TEXT, attrs={"text": draw(texts)})
-    b.block(0, None, visible, False, 0)
-    if not any(n.op is Op.FORK for n in b.g.nodes):
-        b.fork(0, None, visible, False, 0)
-    return b.g
-
-
-def _check_random(g: Graph) -> None:
-    verify(g)
-    result = prefix_hoisting(g)
-    verify(result.graph)
-    assert_same_prompts(g, result.graph)
-    assert not prefix_hoisting(result.graph).modified
-    for fork in (n for n in result.graph.nodes if n.op is Op.FORK):
-        # NOTE: a fork's prefix can only grow: the text its children start with never shrinks.
-        if fork.name in {n.name for n in g.nodes}:
-            for cases in branch_paths(g, limit=4):
-                old = render_path(g, cases).fork_text.get(fork.name)
-                new = render_path(result.graph, cases).fork_text.get(fork.name)
-                assert old is None or new.startswith(old)
-    full = merge_constants(fork_hints(merge_constants(result.graph).graph).graph).graph
-    verify(full)
-    assert_same_prompts(g, full)
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(shared_prefix_graphs())
-def test_random_graphs_with_shared_child_prefixes_keep_prompts(g: Graph):
-    """On random valid graphs whose fork children share text, prompts never change and the result is a fixed point."""
-    _check_random(g)
-
-
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(valid_graphs())
-def test_random_valid_graphs_keep_prompts(g: Graph):
-    """On any random valid graph the result verifies, keeps every prompt and is a fixed point."""
-    _check_random(g)
