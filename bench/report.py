@@ -87,7 +87,7 @@ def _meta(args: argparse.Namespace) -> dict[str, Any]:
     import transformers
 
     return {
-        "command": "python -m bench.report " + " ".join(sys.argv[1:]),
+        "command": " ".join(["python -m bench.report", *sys.argv[1:]]),
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "size": args.size, "seed": args.seed, "threads": args.threads, "dtype": args.dtype,
         "hf_programs": args.hf_programs or HF_PROGRAMS[args.size],

@@ -184,7 +184,7 @@ def _how_run(report: dict[str, Any]) -> list[str]:
     wall = "?" if total is None else f"{total:.1f} s ({total / 60:.1f} min)"
     note = "- **Partial report**: the run was interrupted; only the measurements below were made."
     return ["## How it was run", "", *([note] if m.get("partial") else []),
-            f"- Command: `{m.get('command', '?')}`",
+            f"- Command: `{m.get('command', '?').strip()}`",
             f"- Machine: {machine}",
             f"- Software: {software}",
             f"- Model: {m.get('model', '?')}, dtype {m.get('dtype', '?')}, torch threads {m.get('threads', '?')}",
