@@ -275,7 +275,7 @@ class Scheduler:
             if budget <= 0 or not self.table.can_alloc_row() or len(self.running) >= cfg.max_running:
                 break
             fill = req.fill_ids
-            match = cache.match_prefix(fill[: self._max_prefix_len(req)])
+            match = cache.match_prefix(fill[: self._max_prefix_len(req, len(fill))])
             if dedup is not None and dedup.should_hold(fill, match.prefix_len):
                 continue
             extend = len(fill) - match.prefix_len
@@ -303,7 +303,7 @@ class Scheduler:
         return out
 
     @staticmethod
-    def _max_prefix_len(req: Req) -> int:
+    def _max_prefix_len(req: Req, fill_len: int) -> int:
         """How much of ``fill_ids`` the cache may serve at admission.
 
         NOTE: >= 1 token is always fed, for logits. A request that wants prompt logprobs is fed
@@ -311,7 +311,7 @@ class Scheduler:
         recomputing them later is one extra model pass per request (select would pay it for
         every choice).
         """
-        limit = len(req.fill_ids) - 1
+        limit = fill_len - 1
         p = req.sampling_params
         if p.return_logprob and p.logprob_start_len >= 0:
             first_row = min(p.logprob_start_len, len(req.origin_input_ids) - 1) - 1

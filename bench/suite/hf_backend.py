@@ -39,7 +39,7 @@ from sglc.executor.backend import (
     Prompt,
     ScoreResult,
 )
-from sglc.executor.backends.engine import _SAMPLING_FIELDS  # NOTE: one GenParams -> SamplingParams mapping
+from sglc.executor.backends.engine import sampling_kwargs  # NOTE: one GenParams -> SamplingParams mapping
 from sglc.executor.errors import BackendError
 
 
@@ -229,9 +229,7 @@ class HFPerCallBackend(Backend):
         """The runtime's SamplingParams for `params` (same defaults and checks as the engine)."""
         from sglc_runtime.sampling_params import SamplingParams
 
-        kwargs = {field: getattr(params, key) for key, field in _SAMPLING_FIELDS.items()
-                  if getattr(params, key) is not None}
-        return SamplingParams(**kwargs)
+        return SamplingParams(**sampling_kwargs(params))
 
     def _grammar(self, params: GenParams) -> Any:
         """The compiled constraint of `params` (None without one); ValueError naming a bad one."""

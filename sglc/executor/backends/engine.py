@@ -44,6 +44,11 @@ _SAMPLING_FIELDS = {
 }
 
 
+def sampling_kwargs(params: GenParams) -> dict[str, Any]:
+    """The runtime SamplingParams fields a GenParams sets (constraints aside), by runtime name."""
+    return {field: getattr(params, key) for key, field in _SAMPLING_FIELDS.items() if getattr(params, key) is not None}
+
+
 class EngineBackend(Backend):
     """A Backend over an in-process ``sglc_runtime.engine.Engine`` (thread-safe).
 
@@ -171,8 +176,7 @@ class EngineBackend(Backend):
     def _sampling_params(self, params: GenParams) -> Any:
         from sglc_runtime.sampling_params import SamplingParams
 
-        kwargs = {field: getattr(params, key) for key, field in _SAMPLING_FIELDS.items()
-                  if getattr(params, key) is not None}
+        kwargs = sampling_kwargs(params)
         fields = getattr(SamplingParams, "__dataclass_fields__", {})
         if "regex" in fields and "fsm" in fields:  # the engine compiles constraints itself
             kwargs.update({k: getattr(params, k) for k in ("regex", "json_schema", "fsm") if getattr(params, k) is not None})
