@@ -20,12 +20,14 @@ from typing import Callable, Iterator, Sequence
 
 from .constrained import GrammarCache
 from .default_model import resolve_model_path
+from .cuda_graph import DecodeGraphs
 from .engine_config import EngineConfig
 from .engine_constraints import EngineConstraints
 from .kv_buffer import KVBuffer
 from .model_runner import ModelRunner, RunnerState, TokenResult
 from .models import load_model
 from .outputs import GenerateOutput, ScoreResult, StreamChunk
+from .placement import resolve_placement
 from .prompt_ids import Prompt, as_params, continuation_spans, to_token_ids
 from .request import Req
 from .request_trace import FORCED_AT_SUBMIT, RequestTrace
@@ -57,11 +59,15 @@ class Engine:
         self.config = cfg = config if config is not None else EngineConfig(**overrides)
         if share_model_with is not None:
             self.tokenizer, self.model = share_model_with.tokenizer, share_model_with.model
+            self.placement = share_model_with.placement
         else:
+            #: where the model runs and which attention backend it uses ("auto" resolved)
+            self.placement = resolve_placement(cfg.device, cfg.attention_backend)  # ValueError: why not
+            log.info("engine: %s", self.placement.describe())
             path = resolve_model_path(cfg.model)  # FileNotFoundError / ValueError naming the path
             self.tokenizer = Tokenizer(path)
-            self.model = load_model(path, dtype=cfg.dtype, device=cfg.device, attention=cfg.attention_backend,
-                                    pack_weights=cfg.pack_weights)
+            self.model = load_model(path, dtype=cfg.dtype, device=self.placement.device,
+                                    attention=self.placement.attention_backend, pack_weights=cfg.pack_weights)
         mc = self.model.config
         num_slots = cfg.num_kv_slots or KVBuffer.slots_for_budget(
             cfg.kv_cache_bytes, mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, self.model.dtype)
@@ -74,8 +80,16 @@ class Engine:
             debug=cfg.debug,
         ))
         self.kv_buffer = self.model.new_kv_buffer(num_slots + _SCRATCH_SLOTS)
+        graphs = None
+        use_graphs = cfg.cuda_graph
+        if use_graphs is None:  # auto: where the model runs on a GPU with the triton backend
+            use_graphs = self.model.device.type == "cuda" and self.model.attn.name == "triton"
+        if use_graphs:
+            # NOTE: padding requests write the last scratch slot, never a pool slot.
+            graphs = DecodeGraphs(self.model, self.kv_buffer, pad_slot=self.kv_buffer.num_slots - 1,
+                                  max_batch=cfg.max_running_requests, max_context=self.max_context)
         self.runner = ModelRunner(self.model, self.kv_buffer, Sampler(cfg.seed, self.model.device),
-                                  num_pool_slots=num_slots, eos_token_ids=self.eos_token_ids)
+                                  num_pool_slots=num_slots, eos_token_ids=self.eos_token_ids, graphs=graphs)
         self._radix = RadixTimer(self.scheduler.tree_cache)
         self._timers = StepTimers()
         self._completion_tokens = 0

@@ -1,10 +1,12 @@
 """EngineConfig: how to build an engine (model, sizes, scheduling knobs), validated once."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 _DTYPES = ("float32", "bfloat16")
 _POLICIES = ("lpm", "fcfs", "random")
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
 @dataclass(slots=True)
@@ -24,6 +26,13 @@ class EngineConfig:
     - disable_jump_forward: never append forced text without sampling it, whatever a request's
       ``jump_forward`` says (constraint masks still apply; for comparisons).
     - seed: seeds the sampler for requests without their own seed.
+    - device: "auto" (a CUDA GPU when torch sees one, else the CPU), "cpu", "cuda" or "cuda:N".
+    - attention_backend: "auto" (triton on a GPU when installed, else torch), "torch", "triton"
+      or "flashinfer" (see ``sglc_runtime.attention``; the engine checks availability at start
+      and logs what it picked, see ``placement.py``).
+    - cuda_graph: replay decode steps through CUDA graphs (``cuda_graph.py``); None = auto: on
+      where the model runs on a GPU with the triton backend. True elsewhere runs the same static
+      path eagerly (for tests).
     - pack_weights: keep CPU linear weights pre-packed for oneDNN (None = auto: on for CPU; fp32
       then holds a second copy of the weights, about 2x the memory, for ~1.5x batched decode).
     - debug: check pool / cache / table integrity after every scheduler call (slow).
@@ -41,8 +50,9 @@ class EngineConfig:
     disable_radix_cache: bool = False
     disable_jump_forward: bool = False
     seed: int = 0
-    attention_backend: str = "torch"
-    device: str = "cpu"
+    attention_backend: str = "auto"
+    device: str = "auto"
+    cuda_graph: bool | None = None
     pack_weights: bool | None = None
     debug: bool = False
 
@@ -61,9 +71,16 @@ class EngineConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"EngineConfig.{name} must be an int >= 1, got {v!r}")
+        if self.cuda_graph is not None and not isinstance(self.cuda_graph, bool):
+            raise TypeError(f"EngineConfig.cuda_graph must be None or a bool, got {self.cuda_graph!r}")
         if self.pack_weights is not None and not isinstance(self.pack_weights, bool):
             raise TypeError(f"EngineConfig.pack_weights must be None or a bool, got {self.pack_weights!r}")
         if not isinstance(self.disable_jump_forward, bool):
             raise TypeError(f"EngineConfig.disable_jump_forward must be a bool, got {self.disable_jump_forward!r}")
+        if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
+            raise ValueError(f"EngineConfig.device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        if not isinstance(self.attention_backend, str) or not self.attention_backend:
+            raise ValueError(f"EngineConfig.attention_backend must be a backend name or 'auto', "
+                             f"got {self.attention_backend!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"EngineConfig.seed must be an int >= 0, got {self.seed!r}")

@@ -16,6 +16,7 @@ from typing import NamedTuple, Protocol
 
 import torch
 
+from .cuda_graph import DecodeGraphs
 from .forward_batch import ForwardBatch
 from .kv_buffer import KVBuffer
 from .logprobs import token_logprobs, top_logprobs
@@ -81,8 +82,10 @@ class ModelRunner:
     """Runs one ``ScheduleBatch``: forward, prompt logprobs, sampling, output logprobs."""
 
     def __init__(self, model, kv_buffer: KVBuffer, sampler: Sampler, *, num_pool_slots: int,
-                 eos_token_ids: tuple[int, ...] = ()) -> None:
+                 eos_token_ids: tuple[int, ...] = (), graphs: DecodeGraphs | None = None) -> None:
+        """``graphs``: run the decode batches it accepts through CUDA graphs (``cuda_graph.py``)."""
         self.model = model
+        self.graphs = graphs
         self.kv_buffer = kv_buffer
         self.sampler = sampler
         self.vocab_size = model.config.vocab_size
@@ -108,10 +111,13 @@ class ModelRunner:
             out_cache_loc=batch.out_cache_loc.to(self.device),
             extend_lens=batch.extend_lens,
             prefix_lens=batch.prefix_lens,
-            kv_indices=[k.to(self.device) for k in batch.kv_indices],
+            kv_indices=self._to_device(batch.kv_indices),
             logits_start=starts,
         )
-        logits = self.model.forward(fb, self.kv_buffer)
+        if self.graphs is not None and self.graphs.can_run(fb):
+            logits = self.graphs.forward(fb)
+        else:
+            logits = self.model.forward(fb, self.kv_buffer)
         last_rows: list[int] = []
         row = 0
         for e, s in zip(entries, starts):
@@ -121,6 +127,14 @@ class ModelRunner:
             row += n
             last_rows.append(row - 1)
         return self._sample(entries, logits, last_rows)
+
+    def _to_device(self, kv_indices: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Per-request slot lists on the model's device: one copy of their concatenation (on a
+        GPU, one transfer instead of one per request), split back into views."""
+        if self.device.type == "cpu" or not kv_indices:
+            return list(kv_indices)
+        flat = torch.cat(kv_indices).to(self.device)
+        return list(flat.split([k.numel() for k in kv_indices]))
 
     # --- sampling ------------------------------------------------------------------------------
     def _sample(self, entries: list[ScheduledReq], logits: torch.Tensor,

@@ -173,8 +173,14 @@ class Sampler:
         noise = torch.empty_like(probs).exponential_(generator=self.generator)
         if generators is not None:
             for i, g in enumerate(generators):
-                if g is not None:
+                if g is None:
+                    continue
+                if g.device == probs.device:
                     noise[i].exponential_(generator=g)
+                else:
+                    # NOTE: a request's generator lives on the CPU (make_generator's default), so
+                    # a seed gives the same noise, hence the same tokens, on every device.
+                    noise[i].copy_(torch.empty(probs.shape[1], dtype=probs.dtype).exponential_(generator=g))
         return noise.clamp_min_(_MIN_NOISE)
 
     @staticmethod

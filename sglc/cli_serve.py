@@ -2,7 +2,7 @@
 
     sglc serve --model PATH_OR_DEFAULT --port N [--host 127.0.0.1] [--dtype float32|bfloat16]
                [--kv-slots N] [--chunked-prefill-size N] [--schedule-policy lpm|fcfs|random]
-               [--disable-radix-cache]
+               [--disable-radix-cache] [--device auto|cpu|cuda] [--attention-backend auto|torch|triton|flashinfer]
 
 Prints ``sglc serve: listening on HOST:PORT (grpc)`` on stdout when ready (port 0 picks a free
 port: read it from that line). Exits 0 after a clean shutdown.
@@ -40,6 +40,10 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--disable-radix-cache", action="store_true", help="no prefix reuse between requests")
     p.add_argument("--max-running-requests", type=positive_int, default=64, metavar="N",
                    help="requests decoding at once (default: 64)")
+    p.add_argument("--device", default="auto", metavar="auto|cpu|cuda[:N]",
+                   help="where the model runs (default auto: a CUDA GPU when present, else the CPU)")
+    p.add_argument("--attention-backend", choices=("auto", "torch", "triton", "flashinfer"), default="auto",
+                   help="attention kernels (default auto: triton on a GPU, torch on the CPU)")
     p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, time given to requests in flight (default: 10)")
     p.set_defaults(handler=cmd_serve)
@@ -57,7 +61,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         kv_slots=args.kv_slots,
         chunked_prefill_size=args.chunked_prefill_size, schedule_policy=args.schedule_policy,
         disable_radix_cache=args.disable_radix_cache, max_running_requests=args.max_running_requests,
-        grace_s=max(0.0, args.grace),
+        device=args.device, attention_backend=args.attention_backend, grace_s=max(0.0, args.grace),
     )
     try:
         return serve(config)

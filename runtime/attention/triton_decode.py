@@ -151,6 +151,7 @@ def decode_attention(
     scale: float,
     *,
     block_n: int = 64,
+    partials: torch.Tensor | None = None,
 ) -> None:
     """Attend one query token per request over its paged history; writes ``out`` rows in place.
 
@@ -162,6 +163,9 @@ def decode_attention(
             ``kv_indices[kv_starts[b] : kv_starts[b] + seq_lens[b]]`` (its new token's slot last).
         seq_lens: ``>= 1`` each.
         num_splits: chunks per request (see :func:`pick_num_splits`).
+        partials: optional float32 scratch of at least ``batch * num_heads * num_splits *
+            (head_dim + 1)`` elements for the per-chunk outputs and log-sum-exps (a caller that
+            keeps one avoids an allocation per layer, and inside a CUDA graph it stays put).
     """
     batch = q_rows.numel()
     num_heads, head_dim = q.shape[1], q.shape[2]
@@ -176,8 +180,12 @@ def decode_attention(
         part_out = part_lse = out  # unused by the kernel when DIRECT
         pb = ph = ps = lb = lh = 0
     else:
-        part_out = torch.empty(batch, num_heads, num_splits, head_dim, dtype=torch.float32, device=q.device)
-        part_lse = torch.empty(batch, num_heads, num_splits, dtype=torch.float32, device=q.device)
+        n_out, n_lse = batch * num_heads * num_splits * head_dim, batch * num_heads * num_splits
+        if partials is None:
+            partials = torch.empty(n_out + n_lse, dtype=torch.float32, device=q.device)
+        assert partials.dtype == torch.float32 and partials.numel() >= n_out + n_lse, "partials too small"
+        part_out = partials[:n_out].view(batch, num_heads, num_splits, head_dim)
+        part_lse = partials[n_out : n_out + n_lse].view(batch, num_heads, num_splits)
         pb, ph, ps, _ = part_out.stride()
         lb, lh, _ = part_lse.stride()
     _decode_split_kernel[(batch, num_kv_heads, num_splits)](

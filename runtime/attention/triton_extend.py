@@ -1,17 +1,17 @@
 """Triton extend attention: new tokens over a cached prefix (prefill, chunked prefill, scoring).
 
-``_extend_kernel``, grid ``(num_requests, num_heads, cdiv(max_extend_len, BLOCK_M))``: a program
-takes ``BLOCK_M`` new tokens of one request and one query head, and runs an online softmax in two
-phases:
+``_extend_kernel``, grid ``(num_requests, num_kv_heads, cdiv(max_extend_len, TOKENS))``: a
+program takes ``TOKENS = BLOCK_M // G`` new tokens of one request and all ``G = num_heads /
+num_kv_heads`` query heads that share one kv head, as the ``BLOCK_M`` rows of one tile (row
+``r`` is token ``r // G``, head ``r % G``; at most ``G - 1`` rows are padding). So each K/V block
+is loaded once for the whole group (GQA), and the programs are G times fewer. It runs an online
+softmax in two phases:
 
 1. the request's cached prefix, read through its slot ids (``kv_indices[kv_start : kv_start +
    prefix_len]``, the radix cache's scattered slots) — every new token sees all of it, no mask;
 2. the request's new tokens, read from the contiguous ``k``/``v`` of this forward (no gather),
-   with the causal mask ``key <= query``; the loop stops at the block's last query, so the
+   with the causal mask ``key <= query``; the loop stops at the program's last token, so the
    blocks above the diagonal are never loaded.
-
-GQA: query head ``h`` reads kv head ``h // G``; programs of the G heads of a group run side by
-side and share the K/V blocks through the L2 cache.
 """
 from __future__ import annotations
 
@@ -37,21 +37,23 @@ def _extend_kernel(
     IEEE: tl.constexpr,
 ):
     r = tl.program_id(0)
-    h = tl.program_id(1)
+    kvh = tl.program_id(1)
     mb = tl.program_id(2)
+    TOKENS: tl.constexpr = BLOCK_M // GROUP
     extend_len = tl.load(extend_len_ptr + r)
-    if mb * BLOCK_M >= extend_len:  # the grid is sized for the longest request
+    if mb * TOKENS >= extend_len:  # the grid is sized for the longest request
         return
     q_start = tl.load(q_start_ptr + r)
     prefix_len = tl.load(prefix_len_ptr + r)
     kv_start = tl.load(kv_start_ptr + r)
-    kvh = h // GROUP
 
-    offs_m = mb * BLOCK_M + tl.arange(0, BLOCK_M)
-    m_mask = offs_m < extend_len
+    rows = tl.arange(0, BLOCK_M)
+    tok = mb * TOKENS + rows // GROUP  # the row's new token (0-based within the request)
+    head = kvh * GROUP + rows % GROUP  # and its query head
+    m_mask = (rows < TOKENS * GROUP) & (tok < extend_len)
     offs_d = tl.arange(0, HEAD_DIM)
     offs_n0 = tl.arange(0, BLOCK_N)
-    q = tl.load(Q + (q_start + offs_m)[:, None] * stride_qt + h * stride_qh + offs_d[None, :],
+    q = tl.load(Q + (q_start + tok)[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
                 mask=m_mask[:, None], other=0.0)
     q = q.to(K.dtype.element_ty)
 
@@ -86,8 +88,8 @@ def _extend_kernel(
         m_i = m_new
 
     # Phase 2: the new tokens themselves, causal. NOTE: key 0 is visible to every row (also the
-    # padding rows past extend_len), so no row is ever all -inf after the first block.
-    hi = tl.minimum((mb + 1) * BLOCK_M, extend_len)
+    # padding rows), so no row is ever all -inf after the first block.
+    hi = tl.minimum((mb + 1) * TOKENS, extend_len)
     for n0 in range(0, hi, BLOCK_N):
         offs_n = n0 + offs_n0
         n_mask = offs_n < hi
@@ -98,7 +100,7 @@ def _extend_kernel(
         else:
             s = tl.dot(q, tl.trans(k))
         s = s * qk_scale  # NOTE: scaled after the product: no extra rounding of q in bf16
-        s = tl.where(n_mask[None, :] & (offs_n[None, :] <= offs_m[:, None]), s, float("-inf"))
+        s = tl.where(n_mask[None, :] & (offs_n[None, :] <= tok[:, None]), s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
@@ -113,7 +115,7 @@ def _extend_kernel(
         m_i = m_new
 
     out = acc / l_i[:, None]
-    tl.store(Out + (q_start + offs_m)[:, None] * stride_ot + h * HEAD_DIM + offs_d[None, :],
+    tl.store(Out + (q_start + tok)[:, None] * stride_ot + head[:, None] * HEAD_DIM + offs_d[None, :],
              out.to(Out.dtype.element_ty), mask=m_mask[:, None])
 
 
@@ -148,11 +150,13 @@ def extend_attention(
     """
     num_requests = q_starts.numel()
     num_heads, head_dim = q.shape[1], q.shape[2]
-    group = num_heads // k_cache.shape[1]
+    num_kv_heads = k_cache.shape[1]
+    group = num_heads // num_kv_heads
+    assert block_m >= group, f"block_m={block_m} must hold one token's {group} query heads"
     assert k_cache.stride(2) == 1 and v_cache.stride(2) == 1 and q.stride(2) == 1, "head_dim must be contiguous"
     assert k_new.stride(2) == 1 and v_new.stride(2) == 1 and out.is_contiguous(), "contiguous rows"
     assert head_dim & (head_dim - 1) == 0, "head_dim must be a power of two"
-    grid = (num_requests, num_heads, triton.cdiv(max_extend_len, block_m))
+    grid = (num_requests, num_kv_heads, triton.cdiv(max_extend_len, block_m // group))
     _extend_kernel[grid](
         q, k_new, v_new, k_cache, v_cache, out,
         kv_indices, kv_start, prefix_lens, q_starts, extend_lens,

@@ -155,7 +155,9 @@ class LlamaForCausalLM:
         q_size, kv_size, inter, eps = c.q_size, c.kv_size, c.intermediate_size, c.rms_norm_eps
 
         self.attn.prepare(batch)
-        cos, sin = self.rope.cos_sin(batch.positions, self.dtype)
+        # NOTE: the largest position from the host-side lengths: no device sync on a GPU.
+        max_pos = max(p + e for p, e in zip(batch.prefix_lens, batch.extend_lens)) - 1
+        cos, sin = self.rope.cos_sin(batch.positions, self.dtype, max_pos)
         h = F.embedding(batch.input_ids, self.embed)
         for i, layer in enumerate(self.layers):
             x = rms_norm(h, layer.input_norm, eps)

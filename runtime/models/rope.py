@@ -70,13 +70,17 @@ class RotaryEmbedding:
         self._cos = emb.cos() * self.attention_scaling
         self._sin = emb.sin() * self.attention_scaling
 
-    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype,
+                max_position: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(cos, sin_signed)`` of shape ``[T, 1, head_dim]`` for :func:`apply_rope`.
 
         ``sin_signed`` has its first half negated, so that ``rotate_half(x) * sin`` becomes
-        ``x.flip-halves * sin_signed``.
+        ``x.flip-halves * sin_signed``. ``max_position``: the largest entry of ``positions`` when
+        the caller knows it (on a GPU, reading it from the tensor would wait for the device).
         """
-        need = int(positions.max()) + 1 if positions.numel() else 0
+        if max_position is None:
+            max_position = int(positions.max()) if positions.numel() else -1
+        need = max_position + 1
         if need > self._cos.shape[0]:
             self._grow(max(need, 2 * self._cos.shape[0]))
         cos = self._cos.index_select(0, positions).to(dtype)

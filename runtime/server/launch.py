@@ -49,6 +49,8 @@ class ServeConfig:
     schedule_policy: str = "lpm"
     disable_radix_cache: bool = False
     max_running_requests: int = 64
+    device: str = "auto"
+    attention_backend: str = "auto"
     grpc_workers: int = 256
     grace_s: float = 10.0
 
@@ -58,7 +60,8 @@ class ServeConfig:
         return EngineConfig(model=self.model, dtype=self.dtype, num_kv_slots=self.kv_slots,
                             chunked_prefill_size=self.chunked_prefill_size, schedule_policy=self.schedule_policy,
                             disable_radix_cache=self.disable_radix_cache,
-                            max_running_requests=self.max_running_requests)
+                            max_running_requests=self.max_running_requests, device=self.device,
+                            attention_backend=self.attention_backend)
 
 
 def build_frontends(config: ServeConfig, service: Any) -> list[Frontend]:
@@ -146,6 +149,9 @@ def serve(config: ServeConfig, *, say: Callable[[str], None] = _say) -> int:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         runtime = Runtime(config)
+        placement = getattr(runtime.engine, "placement", None)
+        if placement is not None:
+            print(f"sglc serve: {placement.describe()}", file=sys.stderr, flush=True)
         for f in runtime.frontends:
             say(f"sglc serve: listening on {f.address} ({f.kind})")
         while not signals:
