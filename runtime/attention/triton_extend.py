@@ -39,7 +39,7 @@ def _extend_kernel(
     r = tl.program_id(0)
     kvh = tl.program_id(1)
     mb = tl.program_id(2)
-    TOKENS: tl.constexpr = BLOCK_M // GROUP
+    TOKENS = BLOCK_M // GROUP  # constexpr arithmetic: a compile-time constant
     extend_len = tl.load(extend_len_ptr + r)
     if mb * TOKENS >= extend_len:  # the grid is sized for the longest request
         return
