@@ -119,9 +119,11 @@ def apply_masks(logits: torch.Tensor, masks: Sequence[torch.Tensor | None]) -> N
     Raises ValueError when a mask leaves a row with no allowed token.
     """
     vocab = logits.shape[1]
+    rows = []
     for i, m in enumerate(masks):
         if m is None:
             continue
+        rows.append(i)
         if m.dtype == torch.bool:
             n = min(m.shape[0], vocab)
             row = logits[i]
@@ -130,8 +132,11 @@ def apply_masks(logits: torch.Tensor, masks: Sequence[torch.Tensor | None]) -> N
             row[:n].masked_fill_(~m[:n].to(row.device), float("-inf"))
         else:
             logits[i] += m.to(logits.device, logits.dtype)
-        if torch.isneginf(logits[i]).all():
-            raise ValueError(f"constraint mask for batch row {i} allows no token")
+    if rows:
+        # NOTE: one check for all masked rows: on a GPU, reading the result waits for the device.
+        dead = torch.isneginf(logits[rows]).all(dim=1).nonzero().flatten().tolist()
+        if dead:
+            raise ValueError(f"constraint mask for batch row {rows[dead[0]]} allows no token")
 
 
 class Sampler:
