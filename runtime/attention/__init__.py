@@ -29,14 +29,21 @@ def _triton_factory(num_heads: int, num_kv_heads: int, head_dim: int, scale: flo
     return TritonAttentionBackend(num_heads, num_kv_heads, head_dim, scale)
 
 
+def _installed(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # a broken or blocked installation counts as absent
+        return False
+
+
 def _triton_probe() -> str | None:
-    if importlib.util.find_spec("triton") is None:
+    if not _installed("triton"):
         return "triton is not installed (pip install 'sglc[triton]')"
     return None
 
 
 def _flashinfer_probe() -> str | None:
-    if importlib.util.find_spec("flashinfer") is None:
+    if not _installed("flashinfer"):
         return "flashinfer is not installed"
     # NOTE: its calls are not wired up: no machine that ran this project's tests had it.
     return "flashinfer is installed, but sglc's flashinfer backend is not implemented yet"
