@@ -79,3 +79,18 @@ class FSMFormatError(FSMError):
 
 class ConstraintViolationError(FSMError):
     """A cursor was asked to take a token or text the constraint does not allow there."""
+
+
+class CompileBudgetError(FSMError):
+    """Compiling the constraint would cost more than its :class:`~sglc.fsm.budget.CompileBudget`
+    allows (states, table size, nesting, wall time, ...). ``limit`` is the budget field's name,
+    ``value`` its setting; the message names both and what was measured."""
+
+    def __init__(self, limit: str, value: float, measured: str) -> None:
+        self.limit = limit
+        self.value = value
+        self.measured = measured
+        super().__init__(
+            f"constraint exceeds its compile budget: {measured} "
+            f"(limit CompileBudget.{limit} = {value:,}; raise it to allow this)"
+        )
