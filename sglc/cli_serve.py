@@ -2,7 +2,7 @@
 
     sglc serve --model PATH_OR_DEFAULT --port N [--host 127.0.0.1] [--dtype float32|bfloat16]
                [--kv-slots N] [--chunked-prefill-size N] [--schedule-policy lpm|fcfs|random]
-               [--disable-radix-cache]
+               [--disable-radix-cache] [--constraint-budget LIMIT=N,...] [--constraint-workers N]
 
 Prints ``sglc serve: listening on HOST:PORT (grpc)`` on stdout when ready (port 0 picks a free
 port: read it from that line). Exits 0 after a clean shutdown.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sglc.cli_args import port, positive_int
+from sglc.cli_args import compile_budget, non_negative_int, port, positive_int
 from sglc.errors import SglcError
 
 
@@ -40,6 +40,12 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--disable-radix-cache", action="store_true", help="no prefix reuse between requests")
     p.add_argument("--max-running-requests", type=positive_int, default=64, metavar="N",
                    help="requests decoding at once (default: 64)")
+    p.add_argument("--constraint-budget", type=compile_budget, default=None, metavar="LIMIT=N,...",
+                   help="what compiling one request constraint may cost, e.g. 'max_dfa_states=20000,"
+                        "max_compile_seconds=10' (see docs/constrained_decoding.md for the limits and defaults)")
+    p.add_argument("--constraint-workers", type=non_negative_int, default=1, metavar="N",
+                   help="processes compiling request constraints (default: 1; 0 compiles in the server's own "
+                        "threads: no hard timeout or memory cap)")
     p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, time given to requests in flight (default: 10)")
     p.set_defaults(handler=cmd_serve)
@@ -49,6 +55,7 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging
 
+    from sglc_runtime.constrained.compiler_config import ConstraintCompilerConfig
     from sglc_runtime.server.launch import ServeConfig, serve
 
     logging.basicConfig(level=logging.WARNING, format="sglc serve: %(levelname)s %(name)s: %(message)s")
@@ -58,6 +65,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         chunked_prefill_size=args.chunked_prefill_size, schedule_policy=args.schedule_policy,
         disable_radix_cache=args.disable_radix_cache, max_running_requests=args.max_running_requests,
         grace_s=max(0.0, args.grace),
+        constraint_compiler=ConstraintCompilerConfig(
+            **({"budget": args.constraint_budget} if args.constraint_budget else {}),
+            num_workers=args.constraint_workers),
     )
     try:
         return serve(config)

@@ -257,3 +257,17 @@ def test_serialized_fsm_lists_longer_than_its_dimensions_are_malformed():
         fsm.fsm_from_dict(serialized(transitions=[0, 0, 1] * 13))
     with pytest.raises(fsm.FSMFormatError, match="bad num_states 0 / num_classes 4"):
         fsm.fsm_from_dict(serialized(num_states=0))
+
+
+def test_fsm_errors_pickle_as_themselves():
+    """Errors cross the compile worker's process boundary with their type and fields."""
+    import pickle
+
+    errors = [fsm.InvalidRegexError("missing )", "(a", 0), fsm.UnsupportedRegexError("lookahead (?=...)", "a(?=b)", 1),
+              fsm.UnsupportedSchemaError("if", "#/if", "detail"), fsm.InvalidSchemaError("bad", "#/x"),
+              fsm.IncompatibleVocabularyError(3, ["a", "b"], "ab"), fsm.EmptyLanguageError("none"),
+              CompileBudgetError("max_dfa_states", 10, "DFA states 11"),
+              CompileBudgetError("worker_memory_bytes", 2**30, "memory", owner="ConstraintCompilerConfig")]
+    for err in errors:
+        again = pickle.loads(pickle.dumps(err))
+        assert type(again) is type(err) and str(again) == str(err) and vars(again) == vars(err)

@@ -61,6 +61,8 @@ def build_app(service: RuntimeService) -> Any:
             body = json.loads(raw or b"{}")
         except (ValueError, UnicodeDecodeError) as err:
             raise HttpError(400, f"the request body is not valid JSON: {err}") from None
+        except RecursionError:  # NOTE: a clean refusal, never a traceback
+            raise HttpError(400, "the request body nests too deeply to parse") from None
         if not isinstance(body, dict):
             raise HttpError(400, "the request body must be a JSON object")
         return body

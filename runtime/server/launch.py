@@ -51,14 +51,16 @@ class ServeConfig:
     max_running_requests: int = 64
     grpc_workers: int = 256
     grace_s: float = 10.0
+    constraint_compiler: Any = None  # a ConstraintCompilerConfig; None = the defaults
 
     def engine_config(self) -> Any:
         from sglc_runtime.engine_config import EngineConfig
 
+        extra = {} if self.constraint_compiler is None else {"constraint_compiler": self.constraint_compiler}
         return EngineConfig(model=self.model, dtype=self.dtype, num_kv_slots=self.kv_slots,
                             chunked_prefill_size=self.chunked_prefill_size, schedule_policy=self.schedule_policy,
                             disable_radix_cache=self.disable_radix_cache,
-                            max_running_requests=self.max_running_requests)
+                            max_running_requests=self.max_running_requests, **extra)
 
 
 def build_frontends(config: ServeConfig, service: Any) -> list[Frontend]:
