@@ -78,6 +78,11 @@ _KEYWORDS = {
 _TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
 
 
+def _short(path: str, keep: int = 30) -> str:
+    """A JSON path cut to its ends for one-line messages (deep paths run to kilobytes)."""
+    return path if len(path) <= 2 * keep + 3 else f"{path[:keep]}...{path[-keep:]}"
+
+
 def _alt(options: list[str]) -> str:
     options = list(dict.fromkeys(options))
     return options[0] if len(options) == 1 else "(?:" + "|".join(options) + ")"
@@ -99,11 +104,11 @@ class _Converter:
         """The regex of ``schema`` (at JSON path ``path``), within the budget."""
         self.depth += 1
         try:
-            self.meter.check("max_nesting_depth", self.depth, f"nested JSON schema levels (at {path})")
+            self.meter.check("max_nesting_depth", self.depth, f"nested JSON schema levels (at {_short(path)})")
             regex = self._convert(schema, path)
         finally:
             self.depth -= 1
-        self.meter.check("max_pattern_chars", len(regex), f"regex characters for the schema at {path}")
+        self.meter.check("max_pattern_chars", len(regex), f"regex characters for the schema at {_short(path)}")
         self.meter.check_time("turning the JSON schema into a regex")
         return regex
 
