@@ -163,7 +163,8 @@ def test_a_burst_of_distinct_constraints_gets_429_past_max_pending_and_health_st
 def test_a_plain_request_completes_while_a_pathological_compile_runs(runtime):
     """With the structural limits raised, (a|b)*a(a|b){25} compiles until the time limit in its
     worker; meanwhile a plain request completes, /health answers, a second distinct constraint
-    gets 429 (max_pending=1), and the compile ends in a 400 naming max_compile_seconds."""
+    gets 429 / RESOURCE_EXHAUSTED (max_pending=1), and the compile ends in a 400 naming
+    max_compile_seconds."""
     slow = ConstraintCompilerConfig(max_pending=1, budget=fsm.CompileBudget(
         max_dfa_states=10**8, max_dfa_cells=10**9, max_subset_states=10**10, max_compile_seconds=6.0))
     # NOTE: shares the module runtime's weights; that engine stays idle while this one runs.
@@ -189,8 +190,17 @@ def test_a_plain_request_completes_while_a_pathological_compile_runs(runtime):
         assert status == 200 and answer["choices"][0]["text"]
         assert get_status(base, "/health") == 200
         busy_status, busy = post(base, "/v1/completions", completion("[a-c]+x"))
+        channel = grpc.insecure_channel(rt.frontends[0].address)
+        try:
+            request = pb.GenerateRequest(prompt=pb.Prompt(text="Hi"),
+                                         sampling=pb.SamplingParams(max_new_tokens=1, regex="[d-f]+x"))
+            with pytest.raises(grpc.RpcError) as info:
+                list(pb_grpc.RuntimeStub(channel).Generate(request, timeout=REFUSED_WITHIN_S))
+        finally:
+            channel.close()
         assert thread.is_alive(), "the pathological compile ended before the plain request completed"
         assert busy_status == 429 and "ConstraintCompilerConfig.max_pending" in busy["error"]["message"]
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         thread.join(60)
         status, answer = outcome["answer"]
         assert status == 400 and "CompileBudget.max_compile_seconds = 6" in answer["error"]["message"]
