@@ -100,7 +100,8 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._constraints = EngineConstraints(self.tokenizer, self.model.device, self.scheduler, self._lock,
-                                              jump_forward=not cfg.disable_jump_forward)
+                                              jump_forward=not cfg.disable_jump_forward,
+                                              compiler=cfg.constraint_compiler)
         #: Jump-forward counts: jumps made, tokens they added, jumps that re-queued the request.
         self.jump_counts = self._constraints.counts
         self._trace: RequestTrace | None = None
@@ -329,7 +330,8 @@ class Engine:
         self._thread.start()
 
     def shutdown(self) -> None:
-        """Stop the background thread and abort whatever is still queued or running."""
+        """Stop the background thread, abort whatever is still queued or running, and stop the
+        constraint compile workers."""
         with self._lock:
             self._stopping = True
             self._cv.notify_all()
@@ -339,6 +341,7 @@ class Engine:
         with self._lock:
             for req in list(self.scheduler.waiting) + list(self.scheduler.running):
                 self.abort(req.rid, "engine shut down")
+        self._constraints.close()
 
     def _loop(self) -> None:
         while True:

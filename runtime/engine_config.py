@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .constrained.compiler_config import ConstraintCompilerConfig
 
 _DTYPES = ("float32", "bfloat16")
 _POLICIES = ("lpm", "fcfs", "random")
@@ -36,6 +38,8 @@ class EngineConfig:
     - pack_weights: keep CPU linear weights pre-packed for oneDNN (None = auto: on for CPU; fp32
       then holds a second copy of the weights, about 2x the memory, for ~1.5x batched decode).
     - debug: check pool / cache / table integrity after every scheduler call (slow).
+    - constraint_compiler: how request constraints are compiled and what one may cost (the
+      CompileBudget, worker processes, compiles in flight, grammar cache bytes).
     """
 
     model: str = "default"
@@ -55,6 +59,7 @@ class EngineConfig:
     cuda_graph: bool | None = None
     pack_weights: bool | None = None
     debug: bool = False
+    constraint_compiler: ConstraintCompilerConfig = field(default_factory=ConstraintCompilerConfig)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
@@ -84,3 +89,6 @@ class EngineConfig:
                              f"got {self.attention_backend!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"EngineConfig.seed must be an int >= 0, got {self.seed!r}")
+        if not isinstance(self.constraint_compiler, ConstraintCompilerConfig):
+            raise TypeError(f"EngineConfig.constraint_compiler must be a ConstraintCompilerConfig, "
+                            f"got {type(self.constraint_compiler).__name__}")

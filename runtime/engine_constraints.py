@@ -1,7 +1,8 @@
 """EngineConstraints: the engine's constrained-decoding duties, in one place.
 
 - compile a request's constraint (regex / json_schema / fsm) at submit, once per distinct
-  constraint (the engine's :class:`GrammarCache`);
+  constraint, under the engine's compile budget (the engine's :class:`GrammarCache`, which
+  the server shares; compiles run in worker processes);
 - jump-forward: append the text a request's constraint forces without sampling it, at submit
   and after every step that sampled for the request (see :func:`plan_jump`).
 
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import threading
 
-from .constrained import ConstraintState, GrammarCache, plan_jump
+from sglc import fsm
+
+from .constrained import ConstraintCompilerConfig, ConstraintState, GrammarCache, plan_jump
 from .request import Req
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
@@ -27,8 +30,9 @@ class EngineConstraints:
     """
 
     def __init__(self, tokenizer, device: str, scheduler: Scheduler, lock: threading.RLock,
-                 jump_forward: bool = True) -> None:
+                 jump_forward: bool = True, compiler: ConstraintCompilerConfig | None = None) -> None:
         self._tokenizer, self._device, self._scheduler, self._lock = tokenizer, device, scheduler, lock
+        self._compiler = compiler if compiler is not None else ConstraintCompilerConfig()
         self.jump_forward = jump_forward
         self._grammars: GrammarCache | None = None
         self.counts = {"jumps": 0, "tokens": 0, "requeued": 0}
@@ -38,20 +42,30 @@ class EngineConstraints:
         """The compiled constraints (one compile and token index per constraint)."""
         with self._lock:
             if self._grammars is None:
-                self._grammars = GrammarCache(self._tokenizer, device=self._device)
+                self._grammars = GrammarCache(self._tokenizer, device=self._device, config=self._compiler)
             return self._grammars
 
     def compile(self, params: SamplingParams) -> SamplingParams:
         """Params with ``constraint`` compiled from regex / json_schema / fsm (cached per constraint).
-        A constraint that cannot be compiled raises ValueError naming it."""
+        A constraint that cannot be compiled (or is over the compile budget) raises ValueError
+        naming it; too many compiles in flight raise ConstraintCompilerBusy."""
         spec = params.constraint_spec() if params.constraint is None else None
         if spec is None:
             return params
         try:
             grammar = self.grammars.get(spec)
+        except fsm.CompileBudgetError as err:
+            raise ValueError(f"SamplingParams.{spec.kind}: {err}; {budget_hint(err)}") from err
         except ValueError as err:  # the FSM library's errors name the problem and position
             raise ValueError(f"SamplingParams.{spec.kind}: {err}") from err
         return params.replace(constraint=grammar)
+
+    def close(self) -> None:
+        """Stop the compile workers (at engine shutdown)."""
+        with self._lock:
+            grammars = self._grammars
+        if grammars is not None:
+            grammars.close()
 
     def jump(self, req: Req, queued: bool = False) -> bool:
         """Append the text the request's constraint forces, retokenized at the boundary, without
@@ -82,3 +96,11 @@ class EngineConstraints:
             self._scheduler.rewrite_output(req, plan.apply_to(req.output_ids))
             self.counts["requeued"] += 1
         return False
+
+
+def budget_hint(err: fsm.CompileBudgetError) -> str:
+    """Where a server operator changes the limit ``err`` names."""
+    if err.owner == "CompileBudget":
+        return (f"the server sets it with `sglc serve --constraint-budget {err.limit}=N` "
+                f"(EngineConfig.constraint_compiler.budget)")
+    return f"the server sets it in EngineConfig.constraint_compiler.{err.limit}"

@@ -24,3 +24,24 @@ def port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"a port is 0..65535 (0 = any free port), got {value}")
     return value
+
+
+def non_negative_int(text: str) -> int:
+    """An int >= 0 (counts where 0 means "none")."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def compile_budget(text: str):  # -> sglc.fsm.CompileBudget
+    """``max_dfa_states=20000,max_compile_seconds=10`` (unnamed limits keep their defaults)."""
+    from sglc.fsm import CompileBudget
+
+    try:
+        return CompileBudget.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None

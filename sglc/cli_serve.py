@@ -3,6 +3,7 @@
     sglc serve --model PATH_OR_DEFAULT --port N [--host 127.0.0.1] [--dtype float32|bfloat16]
                [--kv-slots N] [--chunked-prefill-size N] [--schedule-policy lpm|fcfs|random]
                [--disable-radix-cache] [--device auto|cpu|cuda] [--attention-backend auto|torch|triton|flashinfer]
+               [--constraint-budget LIMIT=N,...] [--constraint-workers N]
 
 Prints ``sglc serve: listening on HOST:PORT (grpc)`` on stdout when ready (port 0 picks a free
 port: read it from that line). Exits 0 after a clean shutdown.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sglc.cli_args import port, positive_int
+from sglc.cli_args import compile_budget, non_negative_int, port, positive_int
 from sglc.errors import SglcError
 
 
@@ -44,6 +45,12 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="where the model runs (default auto: a CUDA GPU when present, else the CPU)")
     p.add_argument("--attention-backend", choices=("auto", "torch", "triton", "flashinfer"), default="auto",
                    help="attention kernels (default auto: triton on a GPU, torch on the CPU)")
+    p.add_argument("--constraint-budget", type=compile_budget, default=None, metavar="LIMIT=N,...",
+                   help="what compiling one request constraint may cost, e.g. 'max_dfa_states=20000,"
+                        "max_compile_seconds=10' (see docs/constrained_decoding.md for the limits and defaults)")
+    p.add_argument("--constraint-workers", type=non_negative_int, default=1, metavar="N",
+                   help="processes compiling request constraints (default: 1; 0 compiles in the server's own "
+                        "threads: no hard timeout or memory cap)")
     p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, time given to requests in flight (default: 10)")
     p.set_defaults(handler=cmd_serve)
@@ -53,6 +60,7 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging
 
+    from sglc_runtime.constrained.compiler_config import ConstraintCompilerConfig
     from sglc_runtime.server.launch import ServeConfig, serve
 
     logging.basicConfig(level=logging.WARNING, format="sglc serve: %(levelname)s %(name)s: %(message)s")
@@ -62,6 +70,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         chunked_prefill_size=args.chunked_prefill_size, schedule_policy=args.schedule_policy,
         disable_radix_cache=args.disable_radix_cache, max_running_requests=args.max_running_requests,
         device=args.device, attention_backend=args.attention_backend, grace_s=max(0.0, args.grace),
+        constraint_compiler=ConstraintCompilerConfig(
+            **({"budget": args.constraint_budget} if args.constraint_budget else {}),
+            num_workers=args.constraint_workers),
     )
     try:
         return serve(config)

@@ -202,3 +202,25 @@ def test_python_dash_m_runs_the_cli_in_a_subprocess(tmp_path):
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.startswith("sglc: error: ") and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_serve_constraint_flags_reach_the_engine_config(capsys, monkeypatch):
+    """--constraint-budget / --constraint-workers end up in EngineConfig.constraint_compiler."""
+    from sglc_runtime.server import launch
+
+    captured = []
+    monkeypatch.setattr(launch, "serve", lambda config: captured.append(config) or 0)
+    code, _, _ = run_main(capsys, "serve", "--port", "0", "--constraint-budget",
+                          "max_dfa_states=20000,max_compile_seconds=2.5", "--constraint-workers", "2")
+    assert code == 0
+    compiler = captured[0].engine_config().constraint_compiler
+    assert (compiler.budget.max_dfa_states, compiler.budget.max_compile_seconds, compiler.num_workers) == (20000, 2.5, 2)
+    assert compiler.budget.max_nfa_states == 50_000  # unnamed limits keep their defaults
+
+
+def test_serve_constraint_budget_with_an_unknown_limit_exits_2_naming_it(capsys):
+    """An unknown --constraint-budget entry is refused by name before anything loads."""
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "--port", "0", "--constraint-budget", "max_states=3"])
+    assert info.value.code == 2
+    assert "unknown constraint budget entry 'max_states=3'" in capsys.readouterr().err

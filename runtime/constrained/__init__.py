@@ -5,19 +5,48 @@ Built on :mod:`sglc.fsm` (which never imports the runtime):
 - :class:`ConstraintSpec` (spec.py): a request's constraint (compiler FSM dict, regex, JSON
   schema or choices), validated, with a cache key.
 - :class:`GrammarCache` / :class:`CompiledGrammar` (grammar.py): one compile and one token
-  index per distinct constraint and tokenizer; cached torch masks per state.
+  index per distinct constraint and tokenizer, under a compile budget, shared in flight,
+  bounded by bytes; cached torch masks per state.
+- :class:`ConstraintCompilerConfig` (compiler_config.py): the budget, workers, in-flight and
+  cache limits; :class:`CompilePool` (compile_pool.py) runs compiles in worker processes
+  (compile_worker.py); errors.py: busy / worker failure.
 - :class:`ConstraintState` (state.py): one request's cursor: mask, advance, finished, the
   forced bytes for jump-forward.
 - :func:`plan_jump` (jump_forward.py): the retokenized tail that appends the forced text.
 
 The engine, model runner and sampler use these; nothing here imports them.
-"""
-from .grammar import CompiledGrammar, GrammarCache, vocabulary_for
-from .jump_forward import DEFAULT_WINDOW, JumpPlan, plan_jump
-from .spec import ConstraintSpec
-from .state import ConstraintState
 
-__all__ = [
-    "CompiledGrammar", "ConstraintSpec", "ConstraintState", "DEFAULT_WINDOW", "GrammarCache",
-    "JumpPlan", "plan_jump", "vocabulary_for",
-]
+NOTE: names are imported on first use (PEP 562), so a compile worker process can import
+``compile_worker`` and ``spec`` without torch (grammar.py and state.py import it).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "CompiledGrammar": "grammar", "GrammarCache": "grammar", "vocabulary_for": "grammar",
+    "DEFAULT_WINDOW": "jump_forward", "JumpPlan": "jump_forward", "plan_jump": "jump_forward",
+    "ConstraintSpec": "spec", "ConstraintState": "state", "ConstraintCompilerConfig": "compiler_config",
+    "CompilePool": "compile_pool", "ConstraintCompilerBusy": "errors", "ConstraintCompilerFailed": "errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from .compile_pool import CompilePool
+    from .compiler_config import ConstraintCompilerConfig
+    from .errors import ConstraintCompilerBusy, ConstraintCompilerFailed
+    from .grammar import CompiledGrammar, GrammarCache, vocabulary_for
+    from .jump_forward import DEFAULT_WINDOW, JumpPlan, plan_jump
+    from .spec import ConstraintSpec
+    from .state import ConstraintState
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

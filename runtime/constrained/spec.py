@@ -72,16 +72,18 @@ class ConstraintSpec:
             raise TypeError(f"fsm must be the dict written by sglc.fsm.fsm_to_dict, got {type(fsm).__name__}")
         return cls("fsm", _digest(fsm), fsm)
 
-    def compile(self) -> fsm.FSM:
-        """Build the FSM (raises a ``sglc.fsm.FSMError``, a ValueError, naming the problem)."""
+    def compile(self, meter: fsm.CompileMeter | None = None) -> fsm.FSM:
+        """Build the FSM (uncached) under ``meter``'s budget (the default one when none is
+        given). Raises a ``sglc.fsm.FSMError`` (a ValueError) naming the problem; over budget,
+        a ``CompileBudgetError`` naming the limit."""
         if self.kind == "regex":
-            return fsm.compile_regex(self.text)
+            return fsm.compile_regex_metered(self.text, meter)
         if self.kind == "json_schema":
-            return fsm.compile_json_schema(self.text)
+            return fsm.compile_json_schema(self.text, meter=fsm.budget.as_meter(meter))
         if self.kind == "choices":
-            return fsm.compile_choices(json.loads(self.text))
+            return fsm.compile_choices(json.loads(self.text), fsm.budget.as_meter(meter))
         # NOTE: no recompilation: the compiler's table is checked and rebuilt as is.
-        return fsm.fsm_from_dict(self.data)
+        return fsm.fsm_from_dict(self.data, meter)
 
     def describe(self) -> str:
         """A short human-readable form for error messages."""
@@ -100,15 +102,26 @@ def _schema_text(schema: Any) -> str:
             schema = json.loads(schema)
         except json.JSONDecodeError as err:
             raise ValueError(f"json_schema is not valid JSON: {err}") from None
+        except RecursionError:
+            limit = fsm.DEFAULT_BUDGET.max_nesting_depth
+            raise fsm.CompileBudgetError("max_nesting_depth", limit, "json_schema text nested too deeply to parse") from None
     if not isinstance(schema, (dict, bool)):
         raise TypeError(f"json_schema must be JSON text, a dict or a pydantic model class, got {type(schema).__name__}")
     # NOTE: key order is kept (not sorted): property order decides the order of the output.
-    return json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+    return _dumps(schema, "json_schema", sort_keys=False)
 
 
 def _digest(data: dict) -> str:
+    return hashlib.sha256(_dumps(data, "fsm", sort_keys=True).encode()).hexdigest()
+
+
+def _dumps(value: Any, what: str, sort_keys: bool) -> str:
+    """Compact JSON text of a request's value; ValueError naming ``what`` when it is not plain
+    JSON data or nests too deeply to write (never a RecursionError)."""
+    limit = fsm.DEFAULT_BUDGET.max_nesting_depth
+    if fsm.budget.nesting_depth(value, 4 * limit) > 4 * limit:
+        raise fsm.CompileBudgetError("max_nesting_depth", limit, f"{what} nested more than {4 * limit} levels")
     try:
-        blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return json.dumps(value, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"fsm is not plain data: {err}") from None
-    return hashlib.sha256(blob.encode()).hexdigest()
+        raise ValueError(f"{what} is not plain data: {err}") from None

@@ -1,7 +1,7 @@
 """The gRPC front of the runtime: a thin servicer over RuntimeService, and the server object.
 
 Error mapping (every RPC): RequestError -> INVALID_ARGUMENT (the engine's one-line message),
-ServiceUnavailable -> UNAVAILABLE, anything else -> INTERNAL ("internal error: ..."), logged
+ServiceUnavailable -> UNAVAILABLE, ConstraintCompilerBusy -> RESOURCE_EXHAUSTED, anything else -> INTERNAL ("internal error: ..."), logged
 with its traceback. A Generate that the engine aborts after it was accepted ends with a
 GenerateError message (status OK). Cancelling a Generate call aborts its engine request.
 """
@@ -18,7 +18,7 @@ from sglc.proto import runtime_pb2 as pb
 from sglc.proto import runtime_pb2_grpc as pb_grpc
 
 from . import convert
-from .service import RequestError, RuntimeService, ServiceUnavailable, abort_kind, one_line
+from .service import ConstraintCompilerBusy, RequestError, RuntimeService, ServiceUnavailable, abort_kind, one_line
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,8 @@ def _fail(context: grpc.ServicerContext, err: BaseException, rpc: str) -> None:
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, one_line(err))
     if isinstance(err, ServiceUnavailable):
         context.abort(grpc.StatusCode.UNAVAILABLE, one_line(err))
+    if isinstance(err, ConstraintCompilerBusy):
+        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, one_line(err))
     log.error("%s failed", rpc, exc_info=err)
     context.abort(grpc.StatusCode.INTERNAL, f"internal error in {rpc}: {type(err).__name__}: {one_line(err)}")
 

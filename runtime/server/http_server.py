@@ -5,8 +5,8 @@ then ``data: [DONE]``), ``/v1/models``; SGLang's ``/generate``, ``/health``, ``/
 ``/get_model_info``, ``/get_server_info``, ``/flush_cache``; ``/metrics`` (Prometheus text).
 
 Errors (OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``): invalid JSON or a
-bad field -> 400; unknown model -> 404; draining -> 503; a request the engine aborts for an
-internal reason -> 500. Nothing here touches the engine directly: every call goes through the
+bad field -> 400; unknown model -> 404; draining -> 503; too many constraint compilations in
+flight -> 429 (Retry-After: 1); a request the engine aborts for an internal reason -> 500. Nothing here touches the engine directly: every call goes through the
 transport-neutral RuntimeService (the same object the gRPC server adapts).
 
 ``/generate`` takes a batch too (``text: [str]`` / ``input_ids: [[int]]``, ``sampling_params`` an
@@ -31,7 +31,7 @@ from starlette.concurrency import run_in_threadpool
 
 from . import openai_protocol as proto
 from .http_handlers import Handlers, HttpError
-from .service import RequestError, RuntimeService, ServiceUnavailable, one_line
+from .service import ConstraintCompilerBusy, RequestError, RuntimeService, ServiceUnavailable, one_line
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,9 @@ def build_app(service: RuntimeService) -> Any:
             return JSONResponse(proto.error_body(one_line(err)), status_code=400)
         if isinstance(err, ServiceUnavailable):
             return JSONResponse(proto.error_body(one_line(err), "server_error", code=503), status_code=503)
+        if isinstance(err, ConstraintCompilerBusy):
+            return JSONResponse(proto.error_body(one_line(err), "rate_limit_error", code=429), status_code=429,
+                                headers={"Retry-After": "1"})
         log.error("HTTP request failed", exc_info=err)
         return JSONResponse(proto.error_body(f"internal error: {type(err).__name__}: {one_line(err)}",
                                              "server_error", code=500), status_code=500)
@@ -58,6 +61,8 @@ def build_app(service: RuntimeService) -> Any:
             body = json.loads(raw or b"{}")
         except (ValueError, UnicodeDecodeError) as err:
             raise HttpError(400, f"the request body is not valid JSON: {err}") from None
+        except RecursionError:  # NOTE: a clean refusal, never a traceback
+            raise HttpError(400, "the request body nests too deeply to parse") from None
         if not isinstance(body, dict):
             raise HttpError(400, "the request body must be a JSON object")
         return body

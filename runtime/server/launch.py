@@ -53,15 +53,17 @@ class ServeConfig:
     attention_backend: str = "auto"
     grpc_workers: int = 256
     grace_s: float = 10.0
+    constraint_compiler: Any = None  # a ConstraintCompilerConfig; None = the defaults
 
     def engine_config(self) -> Any:
         from sglc_runtime.engine_config import EngineConfig
 
+        extra = {} if self.constraint_compiler is None else {"constraint_compiler": self.constraint_compiler}
         return EngineConfig(model=self.model, dtype=self.dtype, num_kv_slots=self.kv_slots,
                             chunked_prefill_size=self.chunked_prefill_size, schedule_policy=self.schedule_policy,
                             disable_radix_cache=self.disable_radix_cache,
                             max_running_requests=self.max_running_requests, device=self.device,
-                            attention_backend=self.attention_backend)
+                            attention_backend=self.attention_backend, **extra)
 
 
 def build_frontends(config: ServeConfig, service: Any) -> list[Frontend]:

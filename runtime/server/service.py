@@ -23,6 +23,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 from sglc.executor.backend import ChatTemplate
 
+from sglc_runtime.constrained.errors import ConstraintCompilerBusy
+
 from .chat_template import derive_chat_template
 from .prompts import IMAGE_MARKER, PromptInput, RequestError, image_placeholder, resolve_prompt
 
@@ -40,7 +42,8 @@ def one_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-__all__ = ["IMAGE_MARKER", "PromptInput", "RequestError", "ServiceUnavailable", "RuntimeService", "GenerateCall",
+__all__ = ["IMAGE_MARKER", "PromptInput", "RequestError", "ServiceUnavailable", "ConstraintCompilerBusy",
+           "RuntimeService", "GenerateCall",
            "ChoiceScore", "ScoreOutcome", "RuntimeModelInfo", "abort_kind", "image_placeholder", "resolve_prompt"]
 
 
@@ -140,7 +143,6 @@ class RuntimeService:
         self._counts = {"num_requests": 0, "num_cancelled": 0, "num_invalid": 0, "num_errors": 0}
         self._active: dict[str, GenerateCall] = {}
         self._info: RuntimeModelInfo | None = None
-        self._grammars: Any = None
 
     # --- lifecycle ---
     @property
@@ -213,16 +215,11 @@ class RuntimeService:
             raise self._invalid(err) from err
 
     def _grammar(self, given: dict[str, Any]) -> Any:
-        from sglc_runtime.constrained import ConstraintSpec, GrammarCache
+        from sglc_runtime.constrained import ConstraintSpec
 
         spec = ConstraintSpec.of(**given)
-        with self._lock:
-            if self._grammars is None:
-                device = str(getattr(self.engine.model, "device", "cpu"))
-                self._grammars = GrammarCache(self.engine.tokenizer, device=device)
-            grammars = self._grammars
-        try:
-            return grammars.get(spec)
+        try:  # NOTE: the engine's cache: one compile budget, one in-flight table, one byte bound
+            return self.engine.grammars.get(spec)
         except ValueError as err:  # the FSM library's errors: name the constraint
             raise ValueError(f"{spec.kind}: {one_line(err)}") from err
 
@@ -250,7 +247,8 @@ class RuntimeService:
             self._mark_ended(call)
             if isinstance(err, (ValueError, TypeError)):
                 raise self._invalid(err) from err
-            self._count("num_errors")
+            if not isinstance(err, ConstraintCompilerBusy):  # busy is load, not a server error
+                self._count("num_errors")
             raise
         return call
 

@@ -9,16 +9,19 @@ Layers (outlines-core style):
      next states, over UTF-8 bytes; cached by (FSM fingerprint, vocabulary fingerprint).
   3. ``Cursor(index)``: allowed tokens / mask, ``advance``, ``advance_bytes``, ``forced_bytes``,
      ``can_finish``, ``is_finished``, ``rollback``.
+Every stage runs under a ``CompileBudget`` (budget.py): what one constraint may cost to compile.
 See docs/fsm.md.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from .compressed import FSM, Edge, compile_regex
+from .budget import DEFAULT_BUDGET, CompileBudget, CompileMeter
+from .compressed import FSM, Edge, compile_regex, compile_regex_metered
 from .cursor import Cursor
 from .dtypes import DTYPE_REGEX, compile_choices, compile_dtype, regex_for_choices, regex_for_dtype
 from .errors import (
+    CompileBudgetError,
     ConstraintViolationError,
     EmptyLanguageError,
     FSMError,
@@ -37,15 +40,17 @@ from .walk import sample
 
 
 def compile_json_schema(
-    schema: Any, *, separators: tuple[str, str] = (", ", ": "), max_nesting: int = 2
+    schema: Any, *, separators: tuple[str, str] = (", ", ": "), max_nesting: int = 2,
+    meter: CompileMeter | None = None,
 ) -> FSM:
-    """``compile_regex(regex_from_json_schema(schema, ...))``."""
-    regex = regex_from_json_schema(schema, separators=separators, max_nesting=max_nesting)
-    return compile_regex(regex)
+    """``compile_regex(regex_from_json_schema(schema, ...))`` (uncached under ``meter``)."""
+    regex = regex_from_json_schema(schema, separators=separators, max_nesting=max_nesting, meter=meter)
+    return compile_regex(regex) if meter is None else compile_regex_metered(regex, meter)
 
 
 __all__ = [
-    "FSM", "Edge", "compile_regex", "compile_json_schema", "regex_from_json_schema",
+    "FSM", "Edge", "compile_regex", "compile_regex_metered", "compile_json_schema", "regex_from_json_schema",
+    "CompileBudget", "CompileMeter", "DEFAULT_BUDGET", "CompileBudgetError",
     "DTYPE_REGEX", "regex_for_dtype", "regex_for_choices", "compile_dtype", "compile_choices",
     "Vocabulary", "TokenIndex", "build_token_index", "clear_token_index_cache", "Cursor",
     "fsm_to_dict", "fsm_from_dict", "fsm_to_json", "fsm_from_json", "sample",

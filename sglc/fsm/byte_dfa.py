@@ -16,6 +16,7 @@ from functools import cached_property
 
 import numpy as np
 
+from .budget import CompileMeter, as_meter
 from .dfa import DFA
 from .utf8 import ByteSeq, utf8_sequences
 
@@ -84,8 +85,11 @@ class ByteDFA:
         return self._forced[state]
 
 
-def build_byte_dfa(dfa: DFA) -> ByteDFA:
-    """Expand every code-point move of ``dfa`` into UTF-8 byte moves."""
+def build_byte_dfa(dfa: DFA, meter: CompileMeter | None = None) -> ByteDFA:
+    """Expand every code-point move of ``dfa`` into UTF-8 byte moves. Budget (``meter``): the
+    byte DFA's states are counted as interior states are added, the clock once per state."""
+    meter = as_meter(meter)
+    meter.check("max_byte_states", dfa.num_states, "byte DFA states")
     class_seqs: list[list[ByteSeq]] = []
     for c in range(dfa.num_classes):
         seqs: list[ByteSeq] = []
@@ -114,11 +118,13 @@ def build_byte_dfa(dfa: DFA) -> ByteDFA:
                 if target < 0:
                     target = interior[key] = len(rows)
                     rows.append([-1] * 256)
+                    meter.check("max_byte_states", len(rows), "byte DFA states")
                     fill(rows[target], list(key))
             for byte in range(a, b + 1):
                 row[byte] = target
 
     for s in range(dfa.num_states):
+        meter.check_time("building the byte DFA")
         items = [(seq, t) for c, t in dfa.out_edges(s) for seq in class_seqs[c]]
         if items:
             fill(rows[s], items)

@@ -7,8 +7,9 @@ branch points (the initial state and every non-forced state); each of its edges 
 step (a character class) followed by the forced characters up to the next branch point, so a
 chain like ``{"name": "`` becomes a single edge carrying a string.
 
-An :class:`FSM` is immutable once built: construct it with :func:`compile_regex`, from a DFA,
-or with ``sglc.fsm.serialize.fsm_from_dict``.
+An :class:`FSM` is immutable once built: construct it with :func:`compile_regex` (cached) or
+:func:`compile_regex_metered` (under a running compile budget), from a DFA, or with
+``sglc.fsm.serialize.fsm_from_dict``.
 """
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
+from .budget import CompileBudget, CompileMeter, as_meter
 from .charset import CharSet, describe_ranges
 from .dfa import DFA, determinize, minimize
 from .nfa import build_nfa
-from .regex_parser import parse_regex
+from .regex_parser import parse_regex, too_deep
 
 if TYPE_CHECKING:
     from .byte_dfa import ByteDFA
@@ -51,9 +53,11 @@ class FSM:
     States are ints ``0..num_states-1``; ``initial`` is 0. ``-1`` stands for "rejected".
     """
 
-    def __init__(self, dfa: DFA, pattern: str = "") -> None:
+    def __init__(self, dfa: DFA, pattern: str = "", byte_dfa: "ByteDFA | None" = None) -> None:
         self._dfa = dfa
         self._pattern = pattern
+        if byte_dfa is not None:  # NOTE: fills the cached property (one built elsewhere, e.g. in a worker)
+            self.__dict__["byte_dfa"] = byte_dfa
 
     # -- identity ----------------------------------------------------------------------
     @property
@@ -216,17 +220,37 @@ class FSM:
     # -- bytes -------------------------------------------------------------------------
     @cached_property
     def byte_dfa(self) -> "ByteDFA":
-        """The same language over UTF-8 bytes (what token walking uses)."""
+        """The same language over UTF-8 bytes (what token walking uses); built on first use
+        under the default budget unless :meth:`build_byte_dfa` built it first."""
+        return self.build_byte_dfa()
+
+    def build_byte_dfa(self, meter: CompileMeter | None = None) -> "ByteDFA":
+        """``byte_dfa``, built now (if it was not yet) under ``meter``'s budget."""
         from .byte_dfa import build_byte_dfa
 
-        return build_byte_dfa(self._dfa)
+        if "byte_dfa" not in self.__dict__:
+            self.__dict__["byte_dfa"] = build_byte_dfa(self._dfa, meter)
+        return self.__dict__["byte_dfa"]
 
 
 @lru_cache(maxsize=256)
-def compile_regex(pattern: str) -> FSM:
+def compile_regex(pattern: str, budget: CompileBudget | None = None) -> FSM:
     """Compile a regex (Python syntax, full-match semantics) into a minimal, compressed FSM.
+    Cached (256 patterns); ``budget`` defaults to ``DEFAULT_BUDGET``.
 
-    Raises ``InvalidRegexError`` / ``UnsupportedRegexError`` (see ``regex_parser``).
+    Raises ``InvalidRegexError`` / ``UnsupportedRegexError`` (see ``regex_parser``) and
+    ``CompileBudgetError`` when the pattern costs more than the budget allows.
     """
-    tree = parse_regex(pattern)
-    return FSM(minimize(determinize(build_nfa(tree))), pattern)
+    return compile_regex_metered(pattern, CompileMeter(budget))
+
+
+def compile_regex_metered(pattern: str, meter: CompileMeter | None = None) -> FSM:
+    """:func:`compile_regex` without the cache, under a running ``meter`` (one clock for this
+    and whatever later stages share the meter, e.g. the token index)."""
+    meter = as_meter(meter)
+    tree = parse_regex(pattern, meter=meter)
+    try:
+        nfa = build_nfa(tree)
+    except RecursionError:  # NOTE: only past a raised max_nesting_depth; never a traceback
+        raise too_deep(meter) from None
+    return FSM(minimize(determinize(nfa, meter), meter), pattern)

@@ -18,6 +18,7 @@ from functools import cached_property
 
 import numpy as np
 
+from .budget import CompileMeter, as_meter
 from .charset import MAX_CODE_POINT, SURROGATES
 from .nfa import NFA
 
@@ -94,8 +95,14 @@ class DFA:
         return arr
 
 
-def determinize(nfa: NFA) -> DFA:
-    """Subset construction. The result is deterministic but neither trimmed nor minimal."""
+def determinize(nfa: NFA, meter: CompileMeter | None = None) -> DFA:
+    """Subset construction. The result is deterministic but neither trimmed nor minimal.
+
+    Budget (``meter``): DFA states and states x classes are checked as each state is added, the
+    NFA states held in subsets as each closure is made, and the clock once per state, so an
+    exponential blow-up (``(a|b)*a(a|b){25}``) stops at the limit instead of running out of memory.
+    """
+    meter = as_meter(meter)
     cuts = {0}
     for charset in nfa.charsets():
         for lo, hi in charset.ranges:
@@ -103,6 +110,10 @@ def determinize(nfa: NFA) -> DFA:
             if hi < MAX_CODE_POINT:
                 cuts.add(hi + 1)
     starts = sorted(cuts)
+    num_classes = len(starts)
+    meter.check("max_dfa_cells", num_classes, "DFA alphabet classes")
+    # NOTE: the tighter of the two state limits, so one comparison per new state suffices.
+    max_states = min(meter.budget.max_dfa_states, meter.budget.max_dfa_cells // num_classes)
     # Each NFA state's edges as (elementary class indices, target).
     moves: list[list[tuple[range, int]]] = []
     for out in nfa.edges:
@@ -113,13 +124,14 @@ def determinize(nfa: NFA) -> DFA:
                 b = bisect.bisect_right(starts, hi)
                 row.append((range(a, b), target))
         moves.append(row)
-    num_classes = len(starts)
     first = nfa.epsilon_closure({nfa.start})
     index = {first: 0}
     order = [first]
     rows: list[tuple[int, ...]] = []
     closures: dict[frozenset[int], frozenset[int]] = {}
+    held = len(first)  # NFA states held in subsets (closures and their keys)
     for subset in order:  # NOTE: `order` grows while we iterate (breadth-first)
+        meter.check_time("building the DFA (subset construction)")
         targets: dict[int, set[int]] = {}
         for s in subset:
             for classes, t in moves[s]:
@@ -131,10 +143,15 @@ def determinize(nfa: NFA) -> DFA:
             closed = closures.get(key)
             if closed is None:
                 closed = closures[key] = nfa.epsilon_closure(key)
+                held += len(key) + len(closed)
+                meter.check("max_subset_states", held, "NFA states held by subset construction")
             nxt = index.get(closed)
             if nxt is None:
                 nxt = index[closed] = len(order)
                 order.append(closed)
+                if len(order) > max_states:  # one of the two checks raises
+                    meter.check("max_dfa_states", len(order), "DFA states")
+                    meter.check("max_dfa_cells", len(order) * num_classes, f"DFA cells (states x {num_classes} classes)")
             row[c] = nxt
         rows.append(tuple(row))
     finals = frozenset(i for i, sub in enumerate(order) if nfa.accept in sub)
@@ -161,7 +178,7 @@ def _coreachable(table: np.ndarray, finals: frozenset[int]) -> np.ndarray:
     return alive
 
 
-def _hopcroft(ext: np.ndarray, is_final: np.ndarray) -> np.ndarray:
+def _hopcroft(ext: np.ndarray, is_final: np.ndarray, meter: CompileMeter) -> np.ndarray:
     """Hopcroft's partition refinement on a complete table; returns a block id per state."""
     n, k = ext.shape
     inverse = []  # per class: states sorted by target, and where each target's run starts
@@ -176,6 +193,7 @@ def _hopcroft(ext: np.ndarray, is_final: np.ndarray) -> np.ndarray:
         return np.zeros(n, dtype=np.int64)
     work = {0 if len(members[0]) <= len(members[1]) else 1}
     while work:
+        meter.check_time("minimizing the DFA")
         splitter = list(members[work.pop()])
         for order, starts in inverse:
             touched: dict[int, list[int]] = {}
@@ -202,8 +220,10 @@ def _hopcroft(ext: np.ndarray, is_final: np.ndarray) -> np.ndarray:
     return np.array(block, dtype=np.int64)
 
 
-def minimize(dfa: DFA) -> DFA:
-    """The canonical minimal DFA with the same language (see the module docstring)."""
+def minimize(dfa: DFA, meter: CompileMeter | None = None) -> DFA:
+    """The canonical minimal DFA with the same language (see the module docstring).
+    ``meter``'s clock is checked as the partition is refined."""
+    meter = as_meter(meter)
     table = np.array(dfa.transitions, dtype=np.int64).reshape(dfa.num_states, dfa.num_classes)
     alive = _coreachable(table, dfa.finals)
     if not alive[dfa.initial]:
@@ -214,7 +234,7 @@ def minimize(dfa: DFA) -> DFA:
     ext = np.vstack([ext, np.full((1, ext.shape[1]), sink)])
     is_final = np.zeros(n + 1, dtype=bool)
     is_final[list(dfa.finals)] = True
-    block = _hopcroft(ext, is_final)
+    block = _hopcroft(ext, is_final, meter)
     dead_block = block[sink]
     # Quotient automaton, renumbered breadth-first from the initial state.
     rep: dict[int, int] = {}

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .compressed import FSM, compile_regex
+from .budget import CompileMeter
+from .compressed import FSM, compile_regex, compile_regex_metered
 from .json_schema import INTEGER, NUMBER, STRING
 from .regex_ast import escape
 
@@ -49,6 +50,7 @@ def compile_dtype(dtype: Any) -> FSM:
     return compile_regex(regex_for_dtype(dtype))
 
 
-def compile_choices(choices: Sequence[str]) -> FSM:
-    """The compiled FSM matching exactly one of ``choices``."""
-    return compile_regex(regex_for_choices(choices))
+def compile_choices(choices: Sequence[str], meter: CompileMeter | None = None) -> FSM:
+    """The compiled FSM matching exactly one of ``choices`` (cached unless ``meter`` is given)."""
+    regex = regex_for_choices(choices)
+    return compile_regex(regex) if meter is None else compile_regex_metered(regex, meter)

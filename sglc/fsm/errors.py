@@ -3,6 +3,9 @@
 Every error a user can provoke with a bad pattern, schema, vocabulary or serialized FSM is a
 subclass of :class:`FSMError` (itself a ``ValueError``), so callers at the edges can catch one
 type. Messages name the problem and, where there is one, its position or JSON path.
+
+Errors pickle with their constructor's arguments (``_args``), so they cross process boundaries
+(the runtime compiles constraints in worker processes) as the same type with the same fields.
 """
 from __future__ import annotations
 
@@ -12,11 +15,20 @@ from typing import Sequence
 class FSMError(ValueError):
     """Base class of every error raised by ``sglc.fsm``."""
 
+    _args: tuple | None = None
+
+    def __reduce__(self):  # type: ignore[override]
+        # NOTE: BaseException pickles ``args`` (the message), which custom constructors reject.
+        if self._args is None:
+            return super().__reduce__()
+        return (type(self), self._args)
+
 
 class InvalidRegexError(FSMError):
     """The pattern is not a valid regular expression (Python ``re`` would reject it too)."""
 
     def __init__(self, message: str, pattern: str, position: int) -> None:
+        self._args = (message, pattern, position)
         self.pattern = pattern
         self.position = position
         self.reason = message
@@ -28,6 +40,7 @@ class UnsupportedRegexError(FSMError):
     express (backreferences, lookaround, inline flags, ...)."""
 
     def __init__(self, construct: str, pattern: str, position: int) -> None:
+        self._args = (construct, pattern, position)
         self.pattern = pattern
         self.position = position
         self.construct = construct
@@ -40,6 +53,7 @@ class UnsupportedSchemaError(FSMError):
     """The JSON schema uses a keyword (or a keyword value) that cannot be lowered to a regex."""
 
     def __init__(self, keyword: str, path: str, detail: str = "") -> None:
+        self._args = (keyword, path, detail)
         self.keyword = keyword
         self.path = path
         extra = f": {detail}" if detail else ""
@@ -50,6 +64,7 @@ class InvalidSchemaError(FSMError):
     """The JSON schema is malformed (wrong value type for a keyword, dangling $ref, ...)."""
 
     def __init__(self, message: str, path: str) -> None:
+        self._args = (message, path)
         self.path = path
         super().__init__(f"invalid JSON schema at {path}: {message}")
 
@@ -63,6 +78,7 @@ class IncompatibleVocabularyError(FSMError):
     an accepting state (outlines-core's ``IncompatibleVocabulary``)."""
 
     def __init__(self, state: int, missing: Sequence[str], pattern: str = "") -> None:
+        self._args = (state, tuple(missing), pattern)
         self.state = state
         self.missing = tuple(missing)
         shown = ", ".join(self.missing[:12]) + (", ..." if len(self.missing) > 12 else "")
@@ -79,3 +95,22 @@ class FSMFormatError(FSMError):
 
 class ConstraintViolationError(FSMError):
     """A cursor was asked to take a token or text the constraint does not allow there."""
+
+
+class CompileBudgetError(FSMError):
+    """Compiling the constraint would cost more than its :class:`~sglc.fsm.budget.CompileBudget`
+    allows (states, table size, nesting, wall time, ...). ``limit`` is the budget field's name,
+    ``value`` its setting; the message names both and what was measured. ``owner`` is the
+    settings class the limit belongs to (the runtime's worker memory limit is not a
+    CompileBudget field)."""
+
+    def __init__(self, limit: str, value: float, measured: str, owner: str = "CompileBudget") -> None:
+        self._args = (limit, value, measured, owner)
+        self.limit = limit
+        self.value = value
+        self.measured = measured
+        self.owner = owner
+        super().__init__(
+            f"constraint exceeds its compile budget: {measured} "
+            f"(limit {owner}.{limit} = {value:,}; raise it to allow this)"
+        )

@@ -16,6 +16,11 @@ booleans, null, ``enum``, ``const``, arrays (``items``, ``prefixItems``, ``minIt
 (treated as ``anyOf``: a value matching several branches is not prevented), one-element
 ``allOf``, and ``{}`` / ``true`` (any JSON value, nested at most ``max_nesting`` deep).
 Anything else raises :class:`UnsupportedSchemaError` with the keyword and its JSON path.
+
+Budget (``meter``): schema levels (nested schemas and ``$ref`` chains alike) count against
+``max_nesting_depth`` as the converter descends, and every piece of regex it builds against
+``max_pattern_chars`` as it is built, so ``$ref`` fan-out (each definition using the previous one
+twice) stops at the limit instead of doubling the text thirty times.
 """
 from __future__ import annotations
 
@@ -23,7 +28,9 @@ import json
 import math
 from typing import Any
 
+from .budget import CompileMeter, as_meter
 from .errors import (
+    CompileBudgetError,
     InvalidRegexError,
     InvalidSchemaError,
     UnsupportedRegexError,
@@ -71,14 +78,21 @@ _KEYWORDS = {
 _TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
 
 
+def _short(path: str, keep: int = 30) -> str:
+    """A JSON path cut to its ends for one-line messages (deep paths run to kilobytes)."""
+    return path if len(path) <= 2 * keep + 3 else f"{path[:keep]}...{path[-keep:]}"
+
+
 def _alt(options: list[str]) -> str:
     options = list(dict.fromkeys(options))
     return options[0] if len(options) == 1 else "(?:" + "|".join(options) + ")"
 
 
 class _Converter:
-    def __init__(self, root: dict, separators: tuple[str, str], max_nesting: int) -> None:
+    def __init__(self, root: dict, separators: tuple[str, str], max_nesting: int, meter: CompileMeter) -> None:
         self.root = root
+        self.meter = meter
+        self.depth = 0
         self.item_sep = escape(separators[0])
         self.key_sep = escape(separators[1])
         self.separators = separators
@@ -87,6 +101,18 @@ class _Converter:
 
     # -- dispatch ----------------------------------------------------------------------
     def convert(self, schema: Any, path: str) -> str:
+        """The regex of ``schema`` (at JSON path ``path``), within the budget."""
+        self.depth += 1
+        try:
+            self.meter.check("max_nesting_depth", self.depth, f"nested JSON schema levels (at {_short(path)})")
+            regex = self._convert(schema, path)
+        finally:
+            self.depth -= 1
+        self.meter.check("max_pattern_chars", len(regex), f"regex characters for the schema at {_short(path)}")
+        self.meter.check_time("turning the JSON schema into a regex")
+        return regex
+
+    def _convert(self, schema: Any, path: str) -> str:
         if schema is True:
             return self.any_value(self.max_nesting)
         if schema is False:
@@ -265,7 +291,7 @@ class _Converter:
             if (len(before) - len(before.rstrip("\\"))) % 2 == 0:  # the $ is not escaped
                 body, end = before, True
         try:
-            tree = parse_regex(body, allow_anchors=False)
+            tree = parse_regex(body, allow_anchors=False, meter=self.meter)
         except InvalidRegexError as err:
             raise InvalidSchemaError(f"pattern is not a valid regex: {err.reason}", path) from None
         except UnsupportedRegexError as err:
@@ -361,18 +387,25 @@ class _Converter:
 
 
 def regex_from_json_schema(
-    schema: Any, *, separators: tuple[str, str] = (", ", ": "), max_nesting: int = 2
+    schema: Any, *, separators: tuple[str, str] = (", ", ": "), max_nesting: int = 2,
+    meter: CompileMeter | None = None,
 ) -> str:
     """The regex of JSON texts valid under ``schema`` (dict, JSON string, bool, or a pydantic
-    model class). See the module docstring for the layout and what is supported."""
+    model class). See the module docstring for the layout and what is supported; over
+    ``meter``'s budget (the default one when none is given) raises CompileBudgetError."""
+    meter = as_meter(meter)
     if isinstance(schema, str):
+        meter.check("max_pattern_chars", len(schema), "JSON schema characters")
         try:
             schema = json.loads(schema)
         except json.JSONDecodeError as err:
             raise InvalidSchemaError(f"not valid JSON: {err}", "#") from None
+        except RecursionError:
+            limit = meter.budget.max_nesting_depth
+            raise CompileBudgetError("max_nesting_depth", limit, "JSON schema text nested too deeply to parse") from None
     elif hasattr(schema, "model_json_schema"):
         schema = schema.model_json_schema()
     if not isinstance(schema, (dict, bool)):
         raise InvalidSchemaError(f"expected a schema object, got {type(schema).__name__}", "#")
     root = schema if isinstance(schema, dict) else {}
-    return _Converter(root, separators, max_nesting).convert(schema, "#")
+    return _Converter(root, separators, max_nesting, meter).convert(schema, "#")

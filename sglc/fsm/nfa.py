@@ -57,6 +57,23 @@ class NFA:
         return self.accept in current
 
 
+def nfa_num_states(node: Node) -> int:
+    """How many states :func:`build_nfa` would create for ``node``, computed on the tree
+    without expanding any repetition (so ``(a{1000}){1000}`` costs nothing to measure).
+    NOTE: mirrors ``_fragment`` and ``_repeat`` exactly; a test holds them in step."""
+    if isinstance(node, Chars):
+        return 2
+    if isinstance(node, Concat):
+        return 1 + sum(nfa_num_states(item) for item in node.items)
+    if isinstance(node, Alt):
+        return 2 + sum(nfa_num_states(option) for option in node.options)
+    if isinstance(node, Repeat):
+        inner = nfa_num_states(node.item)
+        copies = node.min + 1 if node.max is None else node.max
+        return 2 + copies * inner
+    return 0  # an Anchor: the parser rejects leftover anchors before this matters
+
+
 def build_nfa(node: Node) -> NFA:
     """The Thompson NFA of a (validated, anchor-free) syntax tree."""
     nfa = NFA()

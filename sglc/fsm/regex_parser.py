@@ -11,6 +11,12 @@ under full matching).
 Rejected with :class:`UnsupportedRegexError`: backreferences, lookaround, atomic groups,
 possessive quantifiers, conditionals, inline flags, word boundaries, anchors elsewhere and
 surrogate code points. Syntax errors raise :class:`InvalidRegexError` with the position.
+
+Budgets (:class:`~sglc.fsm.budget.CompileBudget`, :class:`CompileBudgetError`): the pattern's
+length and group nesting are checked by a linear scan BEFORE lark parses it (the parse tree
+transformer recurses once per group level, so 5,000 nested groups would end in RecursionError),
+and the NFA's state count is computed on the tree before anything is expanded (``a{1000}``
+is one node until the NFA is built).
 """
 from __future__ import annotations
 
@@ -18,12 +24,15 @@ import re
 import unicodedata
 from functools import lru_cache
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, v_args
+from lark.visitors import Transformer_NonRecursive
 from lark.exceptions import UnexpectedInput, VisitError
 
 from . import charset as cs
 from .charset import CharSet
-from .errors import InvalidRegexError, UnsupportedRegexError
+from .budget import CompileMeter, as_meter
+from .errors import CompileBudgetError, InvalidRegexError, UnsupportedRegexError
+from .nfa import nfa_num_states
 from .regex_ast import EMPTY, Alt, Anchor, Chars, Concat, Node, Repeat
 from .regex_syntax_errors import BRACE_QUANTIFIER, follows_quantifier, syntax_error
 
@@ -76,9 +85,6 @@ _CLASS_SHORTHAND = {
     "d": cs.DIGIT, "D": cs.DIGIT.negate(), "w": cs.WORD, "W": cs.WORD.negate(),
     "s": cs.SPACE, "S": cs.SPACE.negate(),
 }
-# Largest number of character positions a pattern may expand to (``a{100000}`` and the like).
-MAX_EXPANDED_SIZE = 100_000
-
 
 class _GroupExtension(Exception):
     """Raised from the lexer on ``(?`` extensions, before the parser can misreport them."""
@@ -100,8 +106,9 @@ def _parser() -> Lark:
     )
 
 
-class _ToTree(Transformer):
-    """Lark parse tree -> ``regex_ast`` nodes; semantic errors carry the token position."""
+class _ToTree(Transformer_NonRecursive):
+    """Lark parse tree -> ``regex_ast`` nodes; semantic errors carry the token position.
+    NOTE: the non-recursive transformer: the recursive one spends ~8 frames per group level."""
 
     def __init__(self, pattern: str) -> None:
         super().__init__()
@@ -329,47 +336,97 @@ def _strip(node: Node, start: bool, end: bool) -> Node:
     return Concat(tuple(items))
 
 
-def _check(node: Node, pattern: str) -> int:
-    """Reject leftover anchors; return the expanded size (character positions) of ``node``."""
+def _check_anchors(node: Node, pattern: str) -> None:
+    """Reject anchors left anywhere but at the ends."""
     if isinstance(node, Anchor):
         sym = "^" if node.kind == "start" else "$"
         where = "start" if node.kind == "start" else "end"
         what = f"anchor {sym!r} not at the {where} of the pattern"
         raise UnsupportedRegexError(what, pattern, node.position)
-    if isinstance(node, Chars):
-        return 1
     if isinstance(node, Repeat):
-        inner = _check(node.item, pattern)
-        return inner * max(node.min, node.max if node.max is not None else node.min + 1, 1)
-    items = node.items if isinstance(node, Concat) else node.options
-    return sum(_check(i, pattern) for i in items)
+        _check_anchors(node.item, pattern)
+    elif isinstance(node, (Concat, Alt)):
+        for item in node.items if isinstance(node, Concat) else node.options:
+            _check_anchors(item, pattern)
 
 
-def parse_regex(pattern: str, *, allow_anchors: bool = True) -> Node:
+def nesting_depth(pattern: str) -> int:
+    """How deeply the pattern's groups nest (an upper bound: escapes and character classes are
+    skipped, every other ``(`` opens a level). Linear, no recursion: safe on any input."""
+    depth = deepest = 0
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            i += 1
+            if i < n and pattern[i] == "^":
+                i += 1
+            if i < n and pattern[i] == "]":
+                i += 1  # a leading ] is a literal
+            while i < n and pattern[i] != "]":
+                i += 2 if pattern[i] == "\\" else 1
+        elif c == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c == ")":
+            depth = max(depth - 1, 0)
+        i += 1
+    return deepest
+
+
+def check_pattern_size(pattern: str, meter: CompileMeter) -> None:
+    """The checks that run before parsing: the pattern's length and its group nesting."""
+    meter.check("max_pattern_chars", len(pattern), "pattern characters")
+    depth = nesting_depth(pattern)
+    meter.check("max_nesting_depth", depth, "nested groups")
+
+
+def parse_regex(pattern: str, *, allow_anchors: bool = True, meter: CompileMeter | None = None) -> Node:
     """Parse ``pattern`` into a syntax tree (anchors at the ends removed).
 
-    Raises :class:`InvalidRegexError` for syntax errors and :class:`UnsupportedRegexError` for
-    constructs outside regular languages (see the module docstring).
+    Raises :class:`InvalidRegexError` for syntax errors, :class:`UnsupportedRegexError` for
+    constructs outside regular languages (see the module docstring) and
+    :class:`CompileBudgetError` when the pattern, its nesting or its NFA is over ``meter``'s
+    budget (the default budget when none is given).
     """
     if not isinstance(pattern, str):
         raise TypeError(f"regex pattern must be a str, not {type(pattern).__name__}")
+    meter = as_meter(meter)
+    check_pattern_size(pattern, meter)
+    try:
+        node = _parse(pattern)
+        if allow_anchors:
+            node = _strip(node, True, True)
+        _check_anchors(node, pattern)
+        num_states = nfa_num_states(node)
+    except RecursionError:  # NOTE: not expected below max_nesting_depth; never a traceback
+        raise too_deep(meter) from None
+    meter.check("max_nfa_states", num_states, "NFA states")
+    meter.check_time("parsing the pattern")
+    return node
+
+
+def too_deep(meter: CompileMeter) -> CompileBudgetError:
+    """The error for a RecursionError on nesting that passed the depth check (possible only
+    with a raised ``max_nesting_depth``): still a clean error naming the limit."""
+    limit = meter.budget.max_nesting_depth
+    return CompileBudgetError("max_nesting_depth", limit, "nesting too deep to process")
+
+
+def _parse(pattern: str) -> Node:
     try:
         tree = _parser().parse(pattern)
-        node = _ToTree(pattern).transform(tree)
+        return _ToTree(pattern).transform(tree)
     except VisitError as err:  # an error raised inside the transformer
         if isinstance(err.orig_exc, (InvalidRegexError, UnsupportedRegexError)):
             raise err.orig_exc from None
+        if isinstance(err.orig_exc, RecursionError):
+            raise err.orig_exc
         raise
     except _GroupExtension as ext:
         raise _ToTree(pattern)._group_ext_error(ext.token) from None
     except UnexpectedInput as err:
         raise syntax_error(pattern, err) from None
-    if allow_anchors:
-        node = _strip(node, True, True)
-    size = _check(node, pattern)
-    if size > MAX_EXPANDED_SIZE:
-        raise UnsupportedRegexError(
-            f"pattern too large: expands to {size} character positions (limit {MAX_EXPANDED_SIZE})",
-            pattern, 0,
-        )
-    return node

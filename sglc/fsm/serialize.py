@@ -11,12 +11,19 @@ Layout (format version 1)::
 is rejected. Integral floats are accepted for ints (a
 protobuf ``Struct`` stores numbers as doubles). Malformed input or a newer version raises
 :class:`FSMFormatError`. The compressed view and the byte DFA are derived, so not stored.
+
+A serialized FSM is untrusted input (it arrives in requests and graph.pb files): its stated
+dimensions are checked against the compile budget (``max_dfa_states``, ``max_dfa_cells``,
+``max_pattern_chars``) and against its own list lengths BEFORE the transition table
+(``num_states x num_classes``) is allocated, so 150 bytes claiming ``num_classes = 10**7``
+cost nothing; the canonical-form check then runs under the same budget's clock.
 """
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from .budget import CompileMeter, as_meter
 from .compressed import FSM
 from .dfa import DFA, minimize
 from .errors import FSMFormatError
@@ -59,8 +66,10 @@ def _ints(value: Any, what: str) -> list[int]:
     return [_int(v, what) for v in value]
 
 
-def fsm_from_dict(data: Any) -> FSM:
-    """Rebuild the FSM written by :func:`fsm_to_dict` (validating everything)."""
+def fsm_from_dict(data: Any, meter: CompileMeter | None = None) -> FSM:
+    """Rebuild the FSM written by :func:`fsm_to_dict`, validating everything; its size is held
+    to ``meter``'s budget (the default one when none is given) before anything is allocated."""
+    meter = as_meter(meter)
     if not isinstance(data, dict):
         raise FSMFormatError(f"serialized FSM must be a dict, got {type(data).__name__}")
     if data.get("format") != FORMAT:
@@ -77,10 +86,11 @@ def fsm_from_dict(data: Any) -> FSM:
     pattern = data["pattern"]
     if not isinstance(pattern, str):
         raise FSMFormatError("pattern must be a string")
-    starts = _ints(data["interval_starts"], "interval_starts")
-    classes = _ints(data["interval_classes"], "interval_classes")
     num_classes = _int(data["num_classes"], "num_classes")
     num_states = _int(data["num_states"], "num_states")
+    _check_dimensions(data, pattern, num_states, num_classes, meter)
+    starts = _ints(data["interval_starts"], "interval_starts")
+    classes = _ints(data["interval_classes"], "interval_classes")
     initial = _int(data["initial"], "initial")
     finals = _ints(data["finals"], "finals")
     flat = _ints(data["transitions"], "transitions")
@@ -104,9 +114,26 @@ def fsm_from_dict(data: Any) -> FSM:
     dfa = DFA(tuple(starts), tuple(classes), num_classes, table, initial, frozenset(finals))
     # NOTE: FSM relies on a canonical minimal DFA (no dead states, so no forced cycles);
     # everything fsm_to_dict writes is canonical, so anything else was tampered with.
-    if minimize(dfa) != dfa:
+    if minimize(dfa, meter) != dfa:
         raise FSMFormatError("serialized FSM is not a canonical minimal DFA")
     return FSM(dfa, pattern)
+
+
+def _check_dimensions(data: dict, pattern: str, num_states: int, num_classes: int, meter: CompileMeter) -> None:
+    """The stated sizes against the budget and against each other, before any allocation."""
+    if num_states < 1 or num_classes < 1:
+        raise FSMFormatError(f"bad num_states {num_states} / num_classes {num_classes}")
+    meter.check("max_pattern_chars", len(pattern), "serialized FSM pattern characters")
+    meter.check("max_dfa_states", num_states, "serialized FSM states")
+    meter.check("max_dfa_cells", num_states * num_classes, "serialized FSM cells (num_states x num_classes)")
+    for key, most in (("interval_starts", meter.budget.max_dfa_cells), ("interval_classes", meter.budget.max_dfa_cells),
+                      ("finals", num_states), ("transitions", 3 * num_states * num_classes)):
+        value = data[key]
+        if not isinstance(value, (list, tuple)):
+            raise FSMFormatError(f"{key} must be a list of integers, got {type(value).__name__}")
+        if len(value) > most:
+            raise FSMFormatError(f"{key} has {len(value):,} entries; at most {most:,} fit "
+                                 f"{num_states:,} states x {num_classes:,} classes")
 
 
 def fsm_to_json(fsm: FSM) -> str:

@@ -7,31 +7,43 @@ once: every shared token prefix is walked once per state, and a branch of the tr
 as soon as the DFA rejects it.
 
 The index covers every state reachable from the initial state by tokens, computed in waves;
-other states (e.g. reached by jump-forward, which appends text rather than tokens) are computed
-on first use. EOS tokens are allowed exactly in final states and lead back to the same state.
+other states (e.g. reached by jump-forward bytes rather than tokens) are computed on first use.
+EOS tokens are allowed exactly in final states and lead back to the same state.
 Tokens that lead into a dead end are pruned, so a request can always finish: if a state
 reached by tokens cannot lead (by tokens) to a final state, the vocabulary cannot express the
 pattern and :class:`IncompatibleVocabularyError` names that state and the characters the
 pattern needs there; a dead end in the middle of a character (a token splitting it in a way no
 other token completes) is only pruned. Indexes are cached in-process by (FSM fingerprint,
-vocabulary fingerprint).
+vocabulary fingerprint), up to ``_CACHE_BYTES`` of index arrays.
+
+Budget (``meter``): byte states x vocabulary size is checked against ``max_index_cells`` before
+the walk starts; the walk runs over chunks of start states (so its frontier stays near
+``_WALK_CELLS`` entries whatever the pattern) and counts transitions against
+``max_index_transitions`` and the clock after each chunk. States computed on first use later
+are not metered: they are bounded by the cells check, and failing mid-decode would be worse.
+Entries are int32 (half the memory of int64; vocabularies and byte DFAs fit easily).
 """
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from typing import NamedTuple
 
 import numpy as np
 
+from .budget import CompileMeter, as_meter
 from .byte_dfa import ByteDFA
 from .charset import describe_ranges
 from .compressed import FSM
 from .errors import EmptyLanguageError, IncompatibleVocabularyError
 from .vocabulary import Vocabulary
 
-_CACHE_SIZE = 64
+#: Bytes of index arrays the in-process cache of ``build_token_index`` keeps.
+_CACHE_BYTES = 256 * 2**20
 _cache: "OrderedDict[tuple[str, str], TokenIndex]" = OrderedDict()
 _cache_lock = threading.Lock()
+#: Start states x vocabulary size walked at once: bounds the walk's frontier arrays (~100 MB).
+_WALK_CELLS = 2**21
 
 
 def _walk(bdfa: ByteDFA, vocab: Vocabulary, origins: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -79,42 +91,117 @@ def _walk(bdfa: ByteDFA, vocab: Vocabulary, origins: np.ndarray) -> tuple[np.nda
     return o, t, s
 
 
+class IndexArrays(NamedTuple):
+    """A token index as four flat arrays (what a compile worker process sends back): the
+    entry of ``states[i]`` is ``token_ids[offsets[i]:offsets[i+1]]`` with ``next_states``
+    alongside."""
+
+    states: np.ndarray  # int32 [n]
+    offsets: np.ndarray  # int64 [n + 1]
+    token_ids: np.ndarray  # int32
+    next_states: np.ndarray  # int32
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self)
+
+
 class TokenIndex:
     """Immutable per-(FSM, vocabulary) table of allowed tokens; see the module docstring.
 
-    ``entry(state)`` is ``(token_ids, next_states)``: sorted token ids (int64) and the state
+    ``entry(state)`` is ``(token_ids, next_states)``: sorted token ids (int32) and the state
     each leads to. States are byte-DFA states; the FSM's own states keep their ids.
     """
 
-    def __init__(self, fsm: FSM, vocab: Vocabulary) -> None:
+    def __init__(self, fsm: FSM, vocab: Vocabulary, meter: CompileMeter | None = None) -> None:
         if fsm.is_empty():
             raise EmptyLanguageError(f"pattern {fsm.pattern!r} matches no string")
+        meter = as_meter(meter)
         self.fsm = fsm
         self.vocab = vocab
-        self.byte_dfa = fsm.byte_dfa
-        self._eos = np.array(vocab.eos_token_ids, dtype=np.int64)
+        self.byte_dfa = fsm.build_byte_dfa(meter)
+        # NOTE: before any walking: the index can hold up to this many (state, token) pairs.
+        meter.check("max_index_cells", self.byte_dfa.num_states * vocab.size,
+                    f"token index cells ({self.byte_dfa.num_states:,} byte states x {vocab.size:,} tokens)")
+        self._eos = np.array(vocab.eos_token_ids, dtype=np.int32)
         self._entries: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._lock = threading.Lock()
+        self._meter: CompileMeter | None = meter
+        self._num_transitions = 0
         self._build()
+        self._meter = None  # NOTE: states computed on first use later are not metered
+
+    @classmethod
+    def from_arrays(cls, fsm: FSM, vocab: Vocabulary, arrays: IndexArrays) -> TokenIndex:
+        """The index :meth:`to_arrays` flattened, over ``vocab`` (the same vocabulary it was
+        built on) and ``fsm`` (whose ``byte_dfa`` it was built with). Nothing is recomputed."""
+        self = cls.__new__(cls)
+        self.fsm, self.vocab, self.byte_dfa = fsm, vocab, fsm.byte_dfa
+        self._eos = np.array(vocab.eos_token_ids, dtype=np.int32)
+        self._lock = threading.Lock()
+        self._meter = None
+        self._entries = {}
+        states, offsets, ids, nexts = arrays
+        for a in (ids, nexts):
+            a.setflags(write=False)
+        for i, state in enumerate(states.tolist()):
+            self._entries[state] = (ids[offsets[i]:offsets[i + 1]], nexts[offsets[i]:offsets[i + 1]])
+        self._num_transitions = len(ids)
+        return self
+
+    def to_arrays(self) -> IndexArrays:
+        """Every computed entry as flat arrays (see :class:`IndexArrays`)."""
+        states = np.array(sorted(self._entries), dtype=np.int32)
+        entries = [self._entries[s] for s in states.tolist()]
+        offsets = np.zeros(len(entries) + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum([len(ids) for ids, _ in entries])
+        empty = np.zeros(0, dtype=np.int32)
+        ids = np.concatenate([e[0] for e in entries] or [empty]).astype(np.int32, copy=False)
+        nexts = np.concatenate([e[1] for e in entries] or [empty]).astype(np.int32, copy=False)
+        return IndexArrays(states, offsets, ids, nexts)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the entries and the byte DFA's table (shared arrays counted once)."""
+        seen: set[int] = set()
+        total = self.byte_dfa.table.nbytes
+        for pair in self._entries.values():
+            for a in pair:
+                base = a.base if a.base is not None else a
+                if id(base) not in seen:
+                    seen.add(id(base))
+                    total += base.nbytes
+        return total
 
     # -- construction ------------------------------------------------------------------
     def _compute(self, states: list[int]) -> None:
+        # NOTE: in chunks of start states, so the walk's frontier (start states x trie nodes
+        # alive) stays small whatever the pattern; the budget is checked after each chunk.
+        chunk = max(1, _WALK_CELLS // max(self.vocab.size, 1))
+        for i in range(0, len(states), chunk):
+            self._compute_chunk(states[i : i + chunk])
+            if self._meter is not None:
+                self._meter.check("max_index_transitions", self._num_transitions, "token index transitions")
+                self._meter.check_time("building the token index")
+
+    def _compute_chunk(self, states: list[int]) -> None:
         origins = np.array(states, dtype=np.int64)
         o, t, s = _walk(self.byte_dfa, self.vocab, origins)
         # NOTE: (origin, token) pairs are unique, so one int64 key sorts by origin then token.
         order = np.argsort(o * self.vocab.size + t)
-        o, t, s = o[order], t[order], s[order]
+        o, t, s = o[order], t[order].astype(np.int32), s[order].astype(np.int32)
         bounds = np.searchsorted(o, origins, side="left"), np.searchsorted(o, origins, side="right")
         for state, a, b in zip(states, *bounds):
             ids, nexts = t[a:b], s[a:b]
             if state in self.byte_dfa.finals and len(self._eos):
                 ids = np.concatenate([ids, self._eos])
-                nexts = np.concatenate([nexts, np.full(len(self._eos), state, dtype=np.int64)])
+                nexts = np.concatenate([nexts, np.full(len(self._eos), state, dtype=np.int32)])
                 sort = np.argsort(ids, kind="stable")
                 ids, nexts = ids[sort], nexts[sort]
             ids.setflags(write=False)
             nexts.setflags(write=False)
             self._entries[state] = (ids, nexts)
+            self._num_transitions += len(ids)
 
     def _explore(self, states: list[int]) -> None:
         """Compute entries for ``states`` and everything reachable from them by tokens."""
@@ -146,7 +233,7 @@ class TokenIndex:
         if not dead:
             return
         dead_arr = np.array(sorted(dead), dtype=np.int64)
-        empty = np.zeros(0, dtype=np.int64)
+        empty = np.zeros(0, dtype=np.int32)
         empty.setflags(write=False)
         for s, (ids, nexts) in list(self._entries.items()):
             if s in dead:
@@ -154,6 +241,7 @@ class TokenIndex:
                 continue
             keep = ~np.isin(nexts, dead_arr)
             if not keep.all():
+                self._num_transitions -= int((~keep).sum())
                 ids, nexts = ids[keep], nexts[keep]
                 ids.setflags(write=False)
                 nexts.setflags(write=False)
@@ -241,8 +329,10 @@ class TokenIndex:
         return sum(len(ids) for ids, _ in self._entries.values())
 
 
-def build_token_index(fsm: FSM, vocab: Vocabulary, *, use_cache: bool = True) -> TokenIndex:
-    """The token index for ``fsm`` over ``vocab``, from the in-process cache when available."""
+def build_token_index(fsm: FSM, vocab: Vocabulary, *, use_cache: bool = True,
+                      meter: CompileMeter | None = None) -> TokenIndex:
+    """The token index for ``fsm`` over ``vocab``, from the in-process cache when available
+    (``meter``: the running compile budget; the default budget when none is given)."""
     key = (fsm.fingerprint, vocab.fingerprint)
     if use_cache:
         with _cache_lock:
@@ -250,12 +340,14 @@ def build_token_index(fsm: FSM, vocab: Vocabulary, *, use_cache: bool = True) ->
             if hit is not None:
                 _cache.move_to_end(key)
                 return hit
-    index = TokenIndex(fsm, vocab)
+    index = TokenIndex(fsm, vocab, meter)
     if use_cache:
         with _cache_lock:
             _cache[key] = index
-            while len(_cache) > _CACHE_SIZE:
-                _cache.popitem(last=False)
+            total = sum(i.nbytes for i in _cache.values())
+            while len(_cache) > 1 and total > _CACHE_BYTES:
+                _, old = _cache.popitem(last=False)
+                total -= old.nbytes
     return index
 
 

@@ -6,7 +6,7 @@ any executor thread submits a request and waits for it, with a deadline.
 
 - generate: one engine request; constraints (a compiled FSM from the lower_constraints pass,
   a regex or a JSON schema) go to the engine's SamplingParams (or, on an engine without those
-  fields, become a compiled grammar from a per-backend GrammarCache).
+  fields, become a compiled grammar from the engine's GrammarCache).
 - images: the model is text-only; each image becomes ``<image: NAME>`` at its marker, exactly
   as the gRPC server's default image mode (sglc_runtime.server.prompts.resolve_prompt).
 - score: ``Engine.score`` (the prompt is prefilled once, every choice is scored in one batched
@@ -69,7 +69,6 @@ class EngineBackend(Backend):
             self.start()
         self.timeout = timeout
         self._info: Optional[ModelInfo] = None
-        self._grammars: Any = None
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -189,14 +188,10 @@ class EngineBackend(Backend):
     def _constraint(self, params: GenParams) -> Any:
         if params.fsm is None and params.regex is None and params.json_schema is None:
             return None
-        from sglc_runtime.constrained import ConstraintSpec, GrammarCache
+        from sglc_runtime.constrained import ConstraintSpec
 
         spec = ConstraintSpec.of(fsm=params.fsm, regex=params.regex, json_schema=params.json_schema)
-        with self._lock:
-            if self._grammars is None:
-                self._grammars = GrammarCache(self.engine.tokenizer, device=str(getattr(self.engine.model, "device", "cpu")))
-            grammars = self._grammars
-        return grammars.get(spec)
+        return self.engine.grammars.get(spec)  # NOTE: the engine's cache, with its compile budget
 
     def _start_token(self) -> int:
         tok = self.engine.tokenizer

@@ -1,0 +1,111 @@
+"""Compiling one constraint to its token index, and the worker process that does it off-server.
+
+:func:`compile_index` is the whole compile: the spec's FSM, its byte DFA, the token index, and
+the caches decoding will read (fingerprint, forced bytes), all under one
+:class:`~sglc.fsm.CompileMeter`. The runtime runs it in a worker process (compile_pool.py) so
+that a compile never holds the server's GIL, can be killed at a hard deadline and cannot grow
+the server's memory; :func:`encode` / :func:`decode` carry the result back as flat arrays.
+
+The worker (:func:`main`) speaks over one socket (``multiprocessing.connection`` framing):
+
+    parent -> ("init", token_bytes, eos_ids, memory_bytes)   worker -> ("ready", vocab fingerprint)
+    parent -> (ConstraintSpec, CompileBudget)                 worker -> (status, value)
+
+with status "ok" (value: :func:`encode`'s payload), "error" (an FSM library ValueError, which
+pickles as itself), "memory" (the address-space limit was reached; the worker then exits) or
+"failed" (an unexpected error, as text). It builds the vocabulary's trie once, at start.
+
+NOTE: imports neither torch nor the engine (the worker starts in ~0.5 s and its memory limit
+covers only the compile); ``sglc_runtime.constrained`` imports its modules lazily for this.
+"""
+from __future__ import annotations
+
+import resource
+from multiprocessing.connection import Connection
+from typing import Any, NamedTuple
+
+from sglc import fsm
+from sglc.fsm.token_index import IndexArrays
+
+from .spec import ConstraintSpec
+
+
+class CompiledPayload(NamedTuple):
+    """A compiled constraint as it crosses the process boundary (pickled: the FSM with its
+    byte DFA and caches, the index as four flat arrays)."""
+
+    fsm: fsm.FSM
+    arrays: IndexArrays
+
+
+def compile_index(spec: ConstraintSpec, vocab: fsm.Vocabulary, meter: fsm.CompileMeter) -> fsm.TokenIndex:
+    """The token index of ``spec`` over ``vocab``, built under ``meter``; raises the FSM
+    library's ValueErrors (``CompileBudgetError`` over budget, ``EmptyLanguageError``, ...)."""
+    try:
+        compiled = spec.compile(meter)
+        if compiled.is_empty():
+            raise fsm.EmptyLanguageError(f"constraint {spec.describe()} matches no string")
+        index = fsm.TokenIndex(compiled, vocab, meter)
+    except RecursionError:  # NOTE: the depth checks make this unreachable; never a traceback
+        limit = meter.budget.max_nesting_depth
+        raise fsm.CompileBudgetError("max_nesting_depth", limit, "nesting too deep to compile") from None
+    # NOTE: computed here, not on first use: later they would be paid on the engine's thread.
+    compiled.fingerprint  # noqa: B018
+    index.byte_dfa.forced_bytes(index.initial)
+    return index
+
+
+def encode(index: fsm.TokenIndex) -> CompiledPayload:
+    return CompiledPayload(index.fsm, index.to_arrays())
+
+
+def decode(payload: CompiledPayload, vocab: fsm.Vocabulary) -> fsm.TokenIndex:
+    """The index :func:`encode` sent, over the parent's own ``vocab`` (the same vocabulary: the
+    worker's fingerprint was checked at start)."""
+    return fsm.TokenIndex.from_arrays(payload.fsm, vocab, payload.arrays)
+
+
+def _limit_memory(num_bytes: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        num_bytes = min(num_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (num_bytes, hard))
+
+
+def _reply(spec: ConstraintSpec, budget: fsm.CompileBudget, vocab: fsm.Vocabulary) -> tuple[str, Any]:
+    try:
+        return "ok", encode(compile_index(spec, vocab, budget.start()))
+    except (ValueError, TypeError) as err:  # the constraint's fault: FSMError and the like
+        return "error", err
+    except MemoryError:
+        return "memory", None
+    except Exception as err:  # noqa: BLE001 - reported to the parent, which raises it
+        return "failed", f"{type(err).__name__}: {err}"
+
+
+def main(fd: int) -> None:
+    """Serve compile jobs on the socket ``fd`` until the parent closes it."""
+    conn = Connection(fd)
+    try:
+        _, token_bytes, eos_ids, memory_bytes = conn.recv()
+    except EOFError:
+        return
+    _limit_memory(memory_bytes)
+    vocab = fsm.Vocabulary(token_bytes, eos_token_ids=eos_ids)
+    del token_bytes
+    vocab.trie  # noqa: B018 - built once per worker, before the first job
+    conn.send(("ready", vocab.fingerprint))
+    while True:
+        try:
+            spec, budget = conn.recv()
+        except EOFError:
+            return
+        status, value = _reply(spec, budget, vocab)
+        try:
+            conn.send((status, value))
+        except MemoryError:
+            status = "memory"
+            conn.send((status, None))
+        del value
+        if status == "memory":
+            return  # NOTE: the heap may be fragmented past use; the parent starts a fresh worker
