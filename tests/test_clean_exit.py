@@ -55,20 +55,25 @@ def test_a_pool_call_still_running_at_exit_finishes_before_finalization(tmp_path
     assert done.read_text() == "finished"
 
 
-def test_stop_all_pools_joins_every_worker():
+def test_stop_all_pools_joins_every_worker(tmp_path):
     """After stop_all_pools() no worker of any pool is alive, including pools nobody references."""
-    import threading
+    # NOTE: in a subprocess: stopping every pool of the pytest process would stop other tests' pools.
+    result = _python("""
+        import threading
+        from sglc.executor.pool import DaemonPool, stop_all_pools
 
-    from sglc.executor.pool import DaemonPool, stop_all_pools
-
-    release = threading.Event()
-    pools = [DaemonPool(2, name=f"exit-test-{i}") for i in range(2)]
-    for pool in pools:
-        pool.submit(lambda: release.wait(30))
-        pool.submit(lambda: None)
-    release.set()
-    stop_all_pools(grace_s=30)
-    assert [pool.num_alive() for pool in pools] == [0, 0]
+        release = threading.Event()
+        for i in range(2):
+            pool = DaemonPool(2, name=f"exit-test-{i}")
+            pool.submit(lambda: release.wait(30))
+            pool.submit(lambda: None)
+        del pool  # NOTE: only the workers keep the pools alive now
+        release.set()
+        stop_all_pools(grace_s=30)
+        print(sorted(t.name for t in threading.enumerate() if t.name.startswith("exit-test")))
+        """, tmp_path, "stop_all_pools.py")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
 
 
 @pytest.mark.model

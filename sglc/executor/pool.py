@@ -83,11 +83,6 @@ class DaemonPool:
             for thread in threads:
                 thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
-    def num_alive(self) -> int:
-        """Worker threads still running (0 once a shutdown(wait=True) has joined them all)."""
-        with self._lock:
-            return sum(1 for t in self._threads if t.is_alive())
-
 
 # NOTE: a pool stays in this set while any of its workers runs (each holds the pool through its
 # target), so pools nobody references any more are still stopped at exit.
