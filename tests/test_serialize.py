@@ -256,3 +256,13 @@ def test_graph_meta_of_the_wrong_type_is_refused_on_decode(value, fragment):
         m.meta.entries.add(key="num_api_spec_tokens").value.CopyFrom(value)
 
     fails(reencode(encode(linear_graph()), set_spec), "holds an invalid graph", fragment)
+
+
+def test_names_from_the_file_keep_errors_one_short_line():
+    """A node name with a newline or an op of 500 characters is quoted and cut in the error."""
+    def edit(m):
+        m.nodes[1].name = "a\nb"
+        m.nodes[1].op = "x" * 500
+
+    message = fails(reencode(encode(linear_graph()), edit), "node 1 (%'a\\nb') has unknown op 'xxx")
+    assert len(message) < 200

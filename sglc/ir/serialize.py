@@ -196,8 +196,14 @@ def _check_fsms(graph: Graph) -> None:
         try:
             fsm_from_dict(node.attrs["fsm"])
         except (FSMError, TypeError, ValueError, OverflowError, MemoryError) as err:
-            where = f" at {node.source}" if node.source else ""
+            where = f" at {_shown(node.source)}" if node.source else ""
             raise GraphFormatError(f"graph.pb: %{node.name} (gen){where}: invalid fsm: {_one_line(err)}") from None
+
+
+def _shown(text: str, quote: bool = False, limit: int = 80) -> str:
+    """A name from the file as it can appear in a one-line error: cut, and quoted if unprintable."""
+    cut = text if len(text) <= limit else text[:limit] + "..."
+    return repr(cut) if quote or not cut.isprintable() else cut
 
 
 def _one_line(err: BaseException) -> str:
@@ -206,27 +212,27 @@ def _one_line(err: BaseException) -> str:
 
 
 def _read_node(graph: Graph, msg: pb.Node, index: int, by_name: dict[str, Node]) -> Node:
-    where = f"node {index} (%{msg.name})"
+    where = f"node {index} (%{_shown(msg.name)})"
     if msg.name in by_name:
-        raise GraphFormatError(f"graph.pb is corrupt: duplicate node name %{msg.name}")
+        raise GraphFormatError(f"graph.pb is corrupt: duplicate node name %{_shown(msg.name)}")
     try:
         op = Op(msg.op)
     except ValueError:
-        raise GraphFormatError(f"graph.pb: {where} has unknown op {msg.op!r}; upgrade sglc?") from None
+        raise GraphFormatError(f"graph.pb: {where} has unknown op {_shown(msg.op, quote=True)}; upgrade sglc?") from None
     try:
         value_type = ValueType(msg.type)
     except ValueError:
-        raise GraphFormatError(f"graph.pb: {where} has unknown type {msg.type!r}") from None
+        raise GraphFormatError(f"graph.pb: {where} has unknown type {_shown(msg.type, quote=True)}") from None
     inputs = []
     for name in msg.inputs:
         if name not in by_name:
-            raise GraphFormatError(f"graph.pb: {where} uses %{name}, which is not defined before it")
+            raise GraphFormatError(f"graph.pb: {where} uses %{_shown(name)}, which is not defined before it")
         inputs.append(by_name[name])
     guard = None
     if msg.HasField("guard"):
         branch = by_name.get(msg.guard.branch)
         if branch is None:
-            raise GraphFormatError(f"graph.pb: {where} is guarded by %{msg.guard.branch}, which is not defined before it")
+            raise GraphFormatError(f"graph.pb: {where} is guarded by %{_shown(msg.guard.branch)}, which is not defined before it")
         guard = Guard(branch, msg.guard.case)
     meta: dict[str, str] = {}
     for entry in msg.meta:
