@@ -11,6 +11,7 @@ cursor, prompt logprobs) and "engine" (RequestOutput: text stream, output logpro
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import queue
 import threading
@@ -328,6 +329,11 @@ class Engine:
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="sglc-engine", daemon=True)
         self._thread.start()
+        # NOTE: a daemon thread still stepping when the interpreter finalizes is killed inside torch's
+        # C++ code (pthread_exit meets a noexcept frame: "terminate called without an active
+        # exception", exit 134). So an engine its owner never shuts down stops at exit, before
+        # finalization, as SGLang's Runtime does.
+        atexit.register(self.shutdown)
 
     def shutdown(self) -> None:
         """Stop the background thread, abort whatever is still queued or running, and stop the
@@ -338,9 +344,11 @@ class Engine:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+            atexit.unregister(self.shutdown)
         with self._lock:
             for req in list(self.scheduler.waiting) + list(self.scheduler.running):
                 self.abort(req.rid, "engine shut down")
+            self._cv.notify_all()  # NOTE: waiters get their aborted outputs now, not at their deadline
         self._constraints.close()
 
     def _loop(self) -> None:

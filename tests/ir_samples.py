@@ -87,7 +87,7 @@ def every_op_graph() -> Graph:
     g.create_node(
         Op.GEN,
         attrs={"name": "verdict", "max_tokens": 32, "regex": r"Score: \d+\.\d+; Verdict: (Pass|Fail)",
-               "fsm": b"\x00\x01\xff", "json_schema": {"type": "object", "properties": {"score": {"type": "number"}}}},
+               "json_schema": {"type": "object", "properties": {"score": {"type": "number"}}}},
         guard=yes, meta=src(27),
     )
     score = g.create_node(Op.GEN, attrs={"name": "score", "dtype": "int", "max_tokens": 4}, type=ValueType.INT,

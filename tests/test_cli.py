@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from sglc.ir.serialize import load
-
+from graph_pb_helpers import parse, seal
 from sglc.cli import main
 from sglc.ir.serialize import FORMAT_VERSION, encode, load
-from sglc.proto import graph_pb2 as pb
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted(p for p in (ROOT / "samples").glob("*.py"))
@@ -134,10 +132,9 @@ def test_compile_errors_are_one_line(tmp_path, capsys):
 
 
 def _newer_version(data: bytes) -> bytes:
-    msg = pb.Graph()
-    msg.ParseFromString(data)
+    msg = parse(data)
     msg.format_version = FORMAT_VERSION + 1
-    return msg.SerializeToString()
+    return seal(msg)  # NOTE: a valid checksum, as a newer sglc would write
 
 
 @pytest.mark.parametrize("kind", ["truncated", "random", "newer", "empty"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 
 import pytest
 
@@ -194,3 +195,18 @@ def test_background_thread_serves_submitters_from_many_threads(engine, reference
         assert [results[i] for i in range(6)] == reference[:6]
     finally:
         threaded.shutdown()
+
+
+def test_shutdown_wakes_waiters_with_their_aborted_output(engine):
+    """shutdown() aborts what is in flight and its waiters return at once, not at their deadline."""
+    threaded = Engine(share_model_with=engine, max_running_requests=4)
+    rid = threaded.submit(PROMPTS[0], SamplingParams(temperature=0, max_new_tokens=400, ignore_eos=True))
+    threaded.start()
+    outputs = []
+    waiter = threading.Thread(target=lambda: outputs.append(threaded.wait(rid, timeout=600)))
+    waiter.start()
+    time.sleep(1.0)  # NOTE: lets the waiter block in wait(); a later start would pass without the wake-up
+    threaded.shutdown()
+    waiter.join(120)  # NOTE: a hang detector far below the 600 s deadline, not a timing claim
+    assert not waiter.is_alive()
+    assert outputs[0].finish_reason["type"] == "abort"

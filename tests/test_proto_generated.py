@@ -49,7 +49,9 @@ def test_generated_modules_import_as_a_package():
 
     assert graph_pb2.Graph.DESCRIPTOR.full_name == "sglc.graph.Graph"
     field_numbers = {f.name: f.number for f in graph_pb2.Graph.DESCRIPTOR.fields}
-    assert field_numbers["num_nodes"] == max(field_numbers.values()), "num_nodes must be written last"
+    assert field_numbers["checksum"] == max(field_numbers.values()), "the checksum ends the file"
+    assert field_numbers["checksum"] == 16, "the checksum's tag (0x82 0x01) is part of the frozen file layout"
+    assert field_numbers["num_nodes"] > field_numbers["nodes"], "num_nodes is written after the nodes"
 
 
 def test_generated_imports_are_package_relative():

@@ -116,3 +116,17 @@ def test_every_sample_compiles_and_runs_on_the_embedded_runtime(tmp_path, sample
     assert result["error"] is None and result["arguments"] == json.loads(first_line)
     assert result["variables"] and result["text"] and result["calls"]
     assert all(c["prompt_tokens"] > 0 for c in result["calls"])
+
+
+def test_a_graph_whose_meta_is_of_the_wrong_type_is_a_usage_error(tmp_path, tiny_graph, capsys):
+    """meta num_api_spec_tokens that is not a number: exit 2, one line naming it, before any backend starts."""
+    from graph_pb_helpers import parse, seal
+
+    msg = parse(tiny_graph.read_bytes())
+    msg.meta.entries.add(key="num_api_spec_tokens").value.string_value = "abc"
+    tiny_graph.write_bytes(seal(msg))
+    args = tmp_path / "args.jsonl"
+    args.write_text('{"q": "a"}\n')
+    assert main(["run", str(tiny_graph), "--input", str(args), "--output", str(tmp_path / "o.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "meta num_api_spec_tokens='abc'" in err and "embedded runtime" not in err

@@ -1,23 +1,22 @@
 """graph.pb: exact round trips, and a one-line GraphFormatError for anything malformed."""
 from __future__ import annotations
 
+import hashlib
 import random
+from pathlib import Path
 
 import pytest
 
+from graph_pb_helpers import parse, reencode
 from ir_samples import ALL_SAMPLE_GRAPHS, every_op_graph, linear_graph
 from sglc.errors import GraphFormatError
 from sglc.ir import Graph, Op
 from sglc.ir.serialize import FORMAT_VERSION, decode, encode, load, save
+from sglc.passes.lower_constraints import lower_constraints
 from sglc.proto import graph_pb2 as pb
 
-
-def reencode(data: bytes, edit) -> bytes:
-    """Parse graph.pb bytes into the message, apply `edit`, serialize again."""
-    msg = pb.Graph()
-    msg.ParseFromString(data)
-    edit(msg)
-    return msg.SerializeToString()
+#: graph.pb files of format version 1 (no checksum), written by sglc before version 2 existed.
+V1_FILES = sorted((Path(__file__).parent / "data").glob("*.v1.pb"))
 
 
 def fails(data: bytes, *fragments: str) -> str:
@@ -173,3 +172,97 @@ def test_encode_refuses_values_outside_the_attribute_domain():
 def test_encoding_is_deterministic():
     """Two equal graphs encode to identical bytes."""
     assert encode(every_op_graph()) == encode(every_op_graph())
+
+
+# ----- the checksum (format version 2) -----
+def test_a_file_ends_with_the_sha256_of_everything_before_it():
+    """encode() writes format version 2 whose last 35 bytes are the checksum field over the rest."""
+    data = encode(every_op_graph())
+    assert FORMAT_VERSION == 2 and parse(data).format_version == 2
+    assert data[-35:-32] == b"\x82\x01\x20" and data[-32:] == hashlib.sha256(data[:-35]).digest()
+
+
+def test_a_flipped_bit_anywhere_is_a_checksum_mismatch():
+    """Flipping any one bit inside the checksummed bytes (a string, a number, a tag) says so in one line."""
+    data = encode(every_op_graph())
+    rng = random.Random(7)
+    offsets = [data.index(b"Provide the verdict for: ") + 3, 1, len(data) - 40] + [rng.randrange(len(data) - 35)
+                                                                                  for _ in range(40)]
+    for offset in offsets:
+        flipped = bytearray(data)
+        flipped[offset] ^= 1 << rng.randrange(8)
+        fails(bytes(flipped), "graph.pb is corrupt: checksum mismatch")
+
+
+def test_a_version_2_file_without_its_checksum_is_refused():
+    """Dropping the checksum (the file's last 35 bytes) is refused, not read as an unchecked file."""
+    fails(encode(linear_graph())[:-35], "graph.pb is corrupt: a version 2 file ends with a checksum")
+
+
+def test_a_checksum_that_is_not_at_the_end_is_refused():
+    """A checksum field followed by more bytes is refused (the checksum covers everything before it)."""
+    data = encode(linear_graph()) + pb.Graph(name="appended").SerializeToString()
+    fails(data, "checksum is not at the end")
+
+
+@pytest.mark.parametrize("path", V1_FILES, ids=lambda p: p.name)
+def test_version_1_files_without_a_checksum_still_load(path):
+    """A committed version 1 file (no checksum) loads, verifies, and re-encodes as version 2."""
+    data = path.read_bytes()
+    assert parse(data).format_version == 1 and not parse(data).checksum
+    graph = load(path)
+    assert any(n.attrs.get("fsm") for n in graph.nodes), "the fixtures carry lowered FSMs"
+    assert decode(encode(graph)) == graph
+
+
+def test_the_version_1_fixtures_exist():
+    """tests/data holds the version 1 files the compatibility test reads."""
+    assert len(V1_FILES) >= 2
+
+
+def test_a_lowered_fsm_that_does_not_rebuild_is_refused_on_decode():
+    """An fsm whose tables are inconsistent (valid checksum) is refused when the file is read."""
+    g = Graph("lowered")
+    g.create_node(Op.GEN, attrs={"name": "x", "regex": "[0-9]+"}, meta={"source": "p.py:3"})
+    data = encode(lower_constraints(g).graph)
+
+    def break_fsm(m):
+        fsm = next(e for e in m.nodes[0].attrs.entries if e.key == "fsm").value.map_value
+        next(e for e in fsm.entries if e.key == "initial").value.int_value = 10**6
+
+    fails(reencode(data, break_fsm), "graph.pb: %x (gen) at p.py:3: invalid fsm")
+
+
+def test_a_regex_edited_beside_its_fsm_is_refused_on_decode():
+    """A regex attr that disagrees with the fsm that would run is refused (inspect shows what runs)."""
+    g = Graph("lowered")
+    g.create_node(Op.GEN, attrs={"name": "x", "regex": "[0-9]+"}, meta={"source": "p.py:3"})
+    data = encode(lower_constraints(g).graph)
+
+    def edit_regex(m):
+        next(e for e in m.nodes[0].attrs.entries if e.key == "regex").value.string_value = "[a-z]+"
+
+    fails(reencode(data, edit_regex), "%x (gen) at p.py:3", "fsm was compiled from '[0-9]+', but regex gives '[a-z]+'")
+
+
+@pytest.mark.parametrize("value, fragment", [
+    (pb.AttrValue(string_value="abc"), "meta num_api_spec_tokens='abc'"),
+    (pb.AttrValue(float_value=2.5), "meta num_api_spec_tokens=2.5"),
+    (pb.AttrValue(int_value=-3), "meta num_api_spec_tokens=-3"),
+])
+def test_graph_meta_of_the_wrong_type_is_refused_on_decode(value, fragment):
+    """meta num_api_spec_tokens that is not an int in range is refused when the file is read."""
+    def set_spec(m):
+        m.meta.entries.add(key="num_api_spec_tokens").value.CopyFrom(value)
+
+    fails(reencode(encode(linear_graph()), set_spec), "holds an invalid graph", fragment)
+
+
+def test_names_from_the_file_keep_errors_one_short_line():
+    """A node name with a newline or an op of 500 characters is quoted and cut in the error."""
+    def edit(m):
+        m.nodes[1].name = "a\nb"
+        m.nodes[1].op = "x" * 500
+
+    message = fails(reencode(encode(linear_graph()), edit), "node 1 (%'a\\nb') has unknown op 'xxx")
+    assert len(message) < 200

@@ -153,11 +153,19 @@ def test_wrong_arity_is_rejected():
     "op, attrs, fragment",
     [
         (Op.GEN, {}, "missing required attribute 'name'"),
-        (Op.GEN, {"name": "x", "max_tokens": 0}, "must be an int >= 1"),
-        (Op.GEN, {"name": "x", "max_tokens": True}, "must be an int >= 1"),
+        (Op.GEN, {"name": "x", "max_tokens": 0}, "must be an int in [1, 1048576]"),
+        (Op.GEN, {"name": "x", "max_tokens": True}, "must be an int in [1, 1048576]"),
+        (Op.GEN, {"name": "x", "max_tokens": 10**30}, "must be an int in [1, 1048576]"),
+        (Op.GEN, {"name": "x", "temperature": float("inf")}, "must be a finite number"),
+        (Op.GEN, {"name": "x", "temperature": 1e6}, "must be in [0.0, 100.0]"),
+        (Op.GEN, {"name": "x", "frequency_penalty": float("-inf")}, "must be a finite number"),
+        (Op.GEN, {"name": "x", "stop_token_ids": [1, -5]}, "token ids"),
+        (Op.GEN, {"name": "x", "top_k": 2**40}, "-1 (off) or an int in [1, 2147483647]"),
+        (Op.GEN, {"name": "x", "fsm": b"\x00"}, "must be a lowered FSM"),
+        (Op.SELECT, {"name": "x", "choices": ["a"], "temperature": float("inf")}, "must be a finite number"),
         (Op.GEN, {"name": "x", "temperature": -0.1}, "temperature=-0.1"),
         (Op.GEN, {"name": "x", "top_p": 0.0}, "must be in (0.0, 1.0]"),
-        (Op.GEN, {"name": "x", "top_k": 0}, "-1 (off) or an int >= 1"),
+        (Op.GEN, {"name": "x", "top_k": 0}, "-1 (off) or an int in [1, 2147483647]"),
         (Op.GEN, {"name": "x", "min_p": 1.5}, "must be in [0.0, 1.0]"),
         (Op.GEN, {"name": "x", "presence_penalty": 3}, "must be in [-2.0, 2.0]"),
         (Op.GEN, {"name": "x", "stop": ["a", 1]}, "a str or a list of str"),
@@ -166,7 +174,8 @@ def test_wrong_arity_is_rejected():
         (Op.SELECT, {"name": "x", "choices": []}, "must not be empty"),
         (Op.SELECT, {"name": "x", "choices": ["a", "a"]}, "must not repeat"),
         (Op.ROLE_BEGIN, {"role": "robot"}, "must be one of"),
-        (Op.FORK, {"n": 0}, "must be an int >= 1"),
+        (Op.FORK, {"n": 0}, "must be an int in [1, 65536]"),
+        (Op.VIDEO, {"path": "v.mp4", "num_frames": 10**9}, "must be an int in [1, 65536]"),
         (Op.CONSTANT_TEXT, {"text": 3}, "must be str"),
     ],
 )
@@ -175,6 +184,68 @@ def test_bad_attributes_are_rejected(op, attrs, fragment):
     g = Graph()
     g.create_node(op, attrs=attrs)
     rejects(g, f"({op.value})", fragment)
+
+
+def test_sampling_errors_name_the_node_and_its_source_line():
+    """An out-of-range sampling value is reported with the node, its op and the user's file:line."""
+    g = Graph()
+    g.create_node(Op.GEN, attrs={"name": "x", "max_tokens": 10**30}, meta=src(7))
+    rejects(g, "%x (gen) at essay_judge.py:7", "max_tokens=1000000000000000000000000000000")
+
+
+def lowered_gen(**constraint) -> Graph:
+    """One gen with `constraint`, lowered by the real pass (its fsm records its pattern)."""
+    from sglc.passes.lower_constraints import lower_constraints
+
+    g = Graph("lowered")
+    g.create_node(Op.GEN, attrs={"name": "x", **constraint}, meta=src(9))
+    return lower_constraints(g).graph
+
+
+@pytest.mark.parametrize("constraint, edited", [
+    ({"regex": "[0-9]+"}, {"regex": "[a-z]+"}),
+    ({"json_schema": {"type": "integer"}}, {"json_schema": {"type": "string"}}),
+    ({"dtype": "int"}, {"dtype": "bool"}),
+    ({"choices": ["yes", "no"]}, {"choices": ["yes", "maybe"]}),
+])
+def test_a_lowered_fsm_must_come_from_the_constraint_the_gen_shows(constraint, edited):
+    """A gen whose constraint attr was changed after lowering (fsm runs, attr shows) is rejected."""
+    g = lowered_gen(**constraint)
+    verify(g)
+    g.find("x").attrs.update(edited)
+    rejects(g, "%x (gen) at essay_judge.py:9", "fsm was compiled from", "recompile")
+
+
+def test_a_lowered_fsm_without_exactly_one_constraint_is_rejected():
+    """An fsm on a gen with no constraint attr, or with two, is rejected (nothing says what it runs)."""
+    g = lowered_gen(regex="a+")
+    del g.find("x").attrs["regex"]
+    rejects(g, "exactly one of regex, json_schema, dtype, choices (got none)")
+    g = lowered_gen(regex="a+")
+    g.find("x").attrs["dtype"] = "int"
+    rejects(g, "(got regex, dtype)")
+
+
+def test_an_invalid_constraint_beside_a_lowered_fsm_is_rejected():
+    """A json_schema that is no valid schema, next to an fsm, is rejected naming the attribute."""
+    g = lowered_gen(json_schema={"type": "integer"})
+    g.find("x").attrs["json_schema"] = "{not json"
+    rejects(g, "attribute json_schema is not a valid constraint")
+
+
+@pytest.mark.parametrize("meta, fragment", [
+    ({"num_api_spec_tokens": "abc"}, "meta num_api_spec_tokens='abc': must be an int in [1, 1048576]"),
+    ({"num_api_spec_tokens": 0}, "must be an int in [1, 1048576]"),
+    ({"arg_names": "topic"}, "meta arg_names='topic': must be a list of str"),
+    ({"arg_names": ["essay"]}, "meta arg_names=['essay'] differ from the graph's arguments (topic)"),
+    ({"source_file": 3}, "meta source_file=3: must be str"),
+    ({"prompt_rewrites": [1]}, "meta prompt_rewrites=[1]: must be a list of str"),
+])
+def test_graph_meta_entries_are_type_checked(meta, fragment):
+    """The meta entries the compiler writes (and the executor reads) have their documented types."""
+    g = linear_graph()
+    g.meta.update(meta)
+    rejects(g, fragment)
 
 
 def test_wrong_output_type_is_rejected():

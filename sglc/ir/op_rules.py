@@ -3,12 +3,20 @@
 Three tables, one row per op, so a new op adds three rows. Attribute rules map a key to
 ``(required, check)``; ``check(value)`` returns a problem description or None. A missing or None
 optional attribute is "unset" and not checked. Attributes not listed are allowed (new sampling
-options, lowered constraints) as long as they are in the attribute domain.
+options) as long as they are in the attribute domain. NODE_RULES holds the few rules that relate
+several attributes of one node; GRAPH_META_RULES checks the graph's meta entries by key.
+
+Numbers are finite and bounded: a graph.pb is untrusted input, and a sampling parameter such as
+``max_tokens=10**30`` or ``temperature=inf`` must be refused here, naming the node, not deep in a
+backend. The bounds are generous (no real program comes near them):
+``MAX_GEN_TOKENS``, ``MAX_TEMPERATURE``, ``MAX_TOKEN_ID``, ``MAX_COUNT``.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Optional
 
+from sglc.ir.gen_constraint import constraint_attrs, constraint_pattern, lowered_pattern
 from sglc.ir.node import Node
 from sglc.ir.ops import ROLES, VARIABLE_PRODUCING_OPS, Op
 from sglc.ir.types import TEXT_LIKE, ValueType
@@ -18,6 +26,16 @@ Check = Callable[[Any], Optional[str]]
 #: Values of ``gen``'s ``dtype`` attribute, and of ``join``'s ``mode``.
 GEN_DTYPES = ("str", "int", "float", "bool")
 JOIN_MODES = ("gather_variable", "concate_and_append")
+
+#: Largest ``max_tokens`` of a gen (and ``num_api_spec_tokens`` of a graph): 2**20, beyond any
+#: model's context today.
+MAX_GEN_TOKENS = 2**20
+#: Largest sampling temperature (0 is greedy; 1 is the model's own distribution).
+MAX_TEMPERATURE = 100.0
+#: Largest token id (``stop_token_ids``) and ``top_k``: int32, beyond any vocabulary.
+MAX_TOKEN_ID = 2**31 - 1
+#: Largest fork width, video frame count and fork item index.
+MAX_COUNT = 2**16
 
 
 class RuleError(Exception):
@@ -46,8 +64,8 @@ def _type(*types: type, nonempty: bool = False) -> Check:
     return check
 
 
-def _int_at_least(low: int) -> Check:
-    return lambda v: None if _is_int(v) and v >= low else f"must be an int >= {low}"
+def _int_in(low: int, high: int) -> Check:
+    return lambda v: None if _is_int(v) and low <= v <= high else f"must be an int in [{low}, {high}]"
 
 
 def _number_in(low: float, high: float, low_open: bool = False) -> Check:
@@ -56,6 +74,8 @@ def _number_in(low: float, high: float, low_open: bool = False) -> Check:
     def check(v: Any) -> Optional[str]:
         if not _is_number(v):
             return "must be a number"
+        if isinstance(v, float) and not math.isfinite(v):
+            return "must be a finite number"
         if v > high or v < low or (low_open and v == low):
             return f"must be in {bracket}{low}, {high}]"
         return None
@@ -87,7 +107,17 @@ def _str_or_str_list(v: Any) -> Optional[str]:
 
 
 def _top_k(v: Any) -> Optional[str]:
-    return None if _is_int(v) and (v == -1 or v >= 1) else "must be -1 (off) or an int >= 1"
+    return None if _is_int(v) and (v == -1 or 1 <= v <= MAX_TOKEN_ID) else f"must be -1 (off) or an int in [1, {MAX_TOKEN_ID}]"
+
+
+def _token_id(v: Any) -> bool:
+    return _is_int(v) and 0 <= v <= MAX_TOKEN_ID
+
+
+def _lowered_fsm(v: Any) -> Optional[str]:
+    if lowered_pattern(v) is None:
+        return "must be a lowered FSM (a dict from sglc.fsm.fsm_to_dict with its str 'pattern')"
+    return None
 
 
 def _any(v: Any) -> Optional[str]:
@@ -99,10 +129,10 @@ _STRS = lambda s: isinstance(s, str)  # noqa: E731
 
 #: Sampling parameters shared by gen and select (all optional).
 SAMPLING_ATTRS: dict[str, tuple[bool, Check]] = {
-    "max_tokens": (False, _int_at_least(1)),
+    "max_tokens": (False, _int_in(1, MAX_GEN_TOKENS)),
     "stop": (False, _str_or_str_list),
-    "stop_token_ids": (False, _list_of(_is_int, "int")),
-    "temperature": (False, _number_in(0.0, float("inf"))),
+    "stop_token_ids": (False, _list_of(_token_id, f"token ids (ints in [0, {MAX_TOKEN_ID}])")),
+    "temperature": (False, _number_in(0.0, MAX_TEMPERATURE)),
     "top_p": (False, _number_in(0.0, 1.0, low_open=True)),
     "top_k": (False, _top_k),
     "min_p": (False, _number_in(0.0, 1.0)),
@@ -118,7 +148,7 @@ ATTR_RULES: dict[Op, dict[str, tuple[bool, Check]]] = {
     Op.ROLE_BEGIN: {"role": (True, _one_of(ROLES))},
     Op.ROLE_END: {"role": (True, _one_of(ROLES))},
     Op.IMAGE: {"path": (False, _type(str, nonempty=True))},
-    Op.VIDEO: {"path": (False, _type(str, nonempty=True)), "num_frames": (True, _int_at_least(1))},
+    Op.VIDEO: {"path": (False, _type(str, nonempty=True)), "num_frames": (True, _int_in(1, MAX_COUNT))},
     Op.GEN: {
         "name": _NAME,
         **SAMPLING_ATTRS,
@@ -126,7 +156,7 @@ ATTR_RULES: dict[Op, dict[str, tuple[bool, Check]]] = {
         "json_schema": (False, _type(str, dict)),
         "dtype": (False, _one_of(GEN_DTYPES)),
         "choices": (False, _list_of(_STRS, "str", nonempty=True)),
-        "fsm": (False, _type(bytes, dict)),
+        "fsm": (False, _lowered_fsm),
     },
     Op.SELECT: {
         "name": _NAME,
@@ -138,14 +168,52 @@ ATTR_RULES: dict[Op, dict[str, tuple[bool, Check]]] = {
     Op.STREAM_TEXT: {},
     Op.VAR_SCOPE_BEGIN: {"name": _NAME},
     Op.VAR_SCOPE_END: {"name": _NAME},
-    Op.FORK: {"n": (True, _int_at_least(1))},
-    Op.GET_FORK_ITEM: {"index": (True, _int_at_least(0))},
+    Op.FORK: {"n": (True, _int_in(1, MAX_COUNT))},
+    Op.GET_FORK_ITEM: {"index": (True, _int_in(0, MAX_COUNT))},
     Op.JOIN: {
         "mode": (True, _one_of(JOIN_MODES)),
         "variables": (False, _list_of(_STRS, "str", unique=True)),
     },
     Op.BRANCH: {"cases": (True, _list_of(_STRS, "str", nonempty=True, unique=True))},
     Op.CACHE_PREFIX: {},
+}
+
+# ----- rules over several attributes of one node -----
+def _gen_constraint(node: Node) -> None:
+    """A lowered gen runs its ``fsm``: it must be compiled from the constraint the node shows."""
+    lowered = node.attrs.get("fsm")
+    if lowered is None:
+        return
+    present = constraint_attrs(node.attrs)
+    if len(present) != 1:
+        shown = ", ".join(present) or "none"
+        raise RuleError(f"has a lowered fsm, so it takes exactly one of regex, json_schema, dtype, choices "
+                        f"(got {shown})")
+    attr = present[0]
+    try:
+        pattern = constraint_pattern(attr, node.attrs[attr])
+    except Exception as err:  # NOTE: FSMError, TypeError, ValueError: an invalid constraint
+        raise RuleError(f"attribute {attr} is not a valid constraint: {str(err).splitlines()[0][:200]}") from None
+    if lowered_pattern(lowered) != pattern:
+        raise RuleError(f"fsm was compiled from {_short(lowered_pattern(lowered))}, but {attr} gives {_short(pattern)}; "
+                        "recompile the program (sglc compile)")
+
+
+def _short(text: Optional[str], limit: int = 60) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[:limit - 3] + "..."
+
+
+NODE_RULES: dict[Op, Callable[[Node], None]] = {
+    Op.GEN: _gen_constraint,
+}
+
+# ----- graph meta (entries the compiler writes; other keys are allowed in the attribute domain) -----
+GRAPH_META_RULES: dict[str, Check] = {
+    "num_api_spec_tokens": _int_in(1, MAX_GEN_TOKENS),
+    "arg_names": _list_of(_STRS, "str", unique=True),
+    "source_file": _type(str),
+    "prompt_rewrites": _list_of(_STRS, "str"),
 }
 
 # ----- output types -----

@@ -3,12 +3,17 @@
 `decode(encode(g)) == g` exactly: attribute values keep their Python kind (None, bool, int of any
 size, float, str, bytes, list, dict) and dicts keep their order. `decode` refuses, with a
 one-line :class:`GraphFormatError`, anything that is not a well-formed graph of a format version
-this sglc understands: malformed or truncated bytes, a newer format version, an unknown op or
-type, an input or guard naming no earlier node, and (unless ``check=False``) a graph that fails
-:func:`sglc.ir.verify.verify`.
+this sglc understands: a checksum mismatch, malformed or truncated bytes, a newer format version,
+an unknown op or type, an input or guard naming no earlier node, and (unless ``check=False``) a
+graph that fails :func:`sglc.ir.verify.verify` or holds an FSM that :func:`sglc.fsm.fsm_from_dict`
+refuses.
+
+Format versions: 1 has no checksum (still read); 2 ends with ``checksum``, the SHA-256 of every
+byte before it (proto/graph.proto), so a flipped bit anywhere is caught before decoding.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any, Union
@@ -21,7 +26,14 @@ from sglc.ir.types import ValueType, check_attr_value
 from sglc.proto import graph_pb2 as pb
 
 #: The format version this sglc writes; it reads this and every older version.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The first version whose files end with a checksum.
+CHECKSUM_SINCE = 2
+#: How the checksum field is encoded at the end of a file: tag of field 16 (length-delimited),
+#: length 32, then the SHA-256 digest of everything before it.
+_CHECKSUM_PREFIX = b"\x82\x01\x20"
+_DIGEST_SIZE = 32
+_TRAILER_SIZE = len(_CHECKSUM_PREFIX) + _DIGEST_SIZE
 #: Lists/dicts nested deeper than this are refused (protobuf's parser stops at 100 messages).
 MAX_ATTR_DEPTH = 32
 
@@ -40,9 +52,12 @@ def encode(graph: Graph) -> bytes:
             _write_node(msg.nodes.add(), node)
     except (TypeError, ValueError) as err:
         raise GraphFormatError(f"cannot encode graph {graph.name!r}: {err}") from None
-    # NOTE: written last (highest field number); decode compares it with the nodes it read.
+    # NOTE: written after the nodes; decode compares it with the nodes it read.
     msg.num_nodes = len(graph.nodes)
-    return msg.SerializeToString(deterministic=True)
+    body = msg.SerializeToString(deterministic=True)
+    trailer = pb.Graph(checksum=hashlib.sha256(body).digest()).SerializeToString()
+    assert trailer[:len(_CHECKSUM_PREFIX)] == _CHECKSUM_PREFIX and len(trailer) == _TRAILER_SIZE, "checksum layout"
+    return body + trailer
 
 
 def _write_node(out: pb.Node, node: Node) -> None:
@@ -105,11 +120,21 @@ def decode(data: Union[bytes, bytearray, memoryview], *, check: bool = True) -> 
 
     With ``check=True`` (the default) the result must also pass verify().
     """
+    data = bytes(data)
     msg = pb.Graph()
+    body, recorded = _split_checksum(data)
     try:
-        msg.ParseFromString(bytes(data))
+        msg.ParseFromString(data)
     except Exception as err:  # DecodeError, or upb's RuntimeError/ValueError on garbage
-        raise GraphFormatError(f"not a valid graph.pb (malformed or truncated data: {err})") from None
+        if recorded is not None:
+            _check_digest(body, recorded)  # a flipped bit says "corrupt", not "malformed"
+        raise GraphFormatError(f"not a valid graph.pb (malformed or truncated data: {_one_line(err)})") from None
+    # NOTE: the trailer counts only if it is the checksum field itself (not bytes inside a string).
+    has_checksum = recorded is not None and msg.checksum == recorded
+    if has_checksum:
+        _check_digest(body, recorded)
+    elif msg.checksum:
+        raise GraphFormatError("graph.pb is corrupt: its checksum is not at the end of the file")
     version = msg.format_version
     if version == 0:
         raise GraphFormatError("not a valid graph.pb (no format version; is this an sglc graph?)")
@@ -117,6 +142,9 @@ def decode(data: Union[bytes, bytearray, memoryview], *, check: bool = True) -> 
         raise GraphFormatError(
             f"graph.pb format version {version} is newer than this sglc supports ({FORMAT_VERSION}); upgrade sglc"
         )
+    if version >= CHECKSUM_SINCE and not has_checksum:
+        raise GraphFormatError(f"graph.pb is corrupt: a version {version} file ends with a checksum, this one has "
+                               "none (truncated?)")
     if msg.num_nodes != len(msg.nodes):
         raise GraphFormatError(
             f"graph.pb is truncated or corrupt: it declares {msg.num_nodes} nodes but holds {len(msg.nodes)}"
@@ -137,31 +165,74 @@ def decode(data: Union[bytes, bytearray, memoryview], *, check: bool = True) -> 
             verify(graph)
         except VerifyError as err:
             raise GraphFormatError(f"graph.pb holds an invalid graph: {err}") from None
+        _check_fsms(graph)
     return graph
 
 
+def _split_checksum(data: bytes) -> tuple[bytes, Union[bytes, None]]:
+    """(the bytes the checksum covers, the recorded digest) when `data` ends like a checksum
+    field; (data, None) otherwise (a version 1 file, or a damaged end)."""
+    if len(data) > _TRAILER_SIZE and data[-_TRAILER_SIZE:-_DIGEST_SIZE] == _CHECKSUM_PREFIX:
+        return data[:-_TRAILER_SIZE], data[-_DIGEST_SIZE:]
+    return data, None
+
+
+def _check_digest(body: bytes, recorded: bytes) -> None:
+    actual = hashlib.sha256(body).digest()
+    if actual != recorded:
+        raise GraphFormatError(f"graph.pb is corrupt: checksum mismatch (the {len(body)} bytes before the checksum "
+                               f"hash to sha256 {actual.hex()[:16]}..., the file records {recorded.hex()[:16]}...)")
+
+
+def _check_fsms(graph: Graph) -> None:
+    """Every lowered fsm rebuilds (sglc.fsm.fsm_from_dict validates it, bounds first), so a bad
+    one is refused when the file is read, not when a request runs."""
+    lowered = [node for node in graph.nodes if node.op is Op.GEN and node.attrs.get("fsm") is not None]
+    if not lowered:
+        return
+    from sglc.fsm import FSMError, fsm_from_dict
+
+    for node in lowered:
+        try:
+            fsm_from_dict(node.attrs["fsm"])
+        except (FSMError, TypeError, ValueError, OverflowError, MemoryError) as err:
+            where = f" at {_shown(node.source)}" if node.source else ""
+            raise GraphFormatError(f"graph.pb: %{node.name} (gen){where}: invalid fsm: {_one_line(err)}") from None
+
+
+def _shown(text: str, quote: bool = False, limit: int = 80) -> str:
+    """A name from the file as it can appear in a one-line error: cut, and quoted if unprintable."""
+    cut = text if len(text) <= limit else text[:limit] + "..."
+    return repr(cut) if quote or not cut.isprintable() else cut
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return (text.splitlines()[0] if text else type(err).__name__)[:300]
+
+
 def _read_node(graph: Graph, msg: pb.Node, index: int, by_name: dict[str, Node]) -> Node:
-    where = f"node {index} (%{msg.name})"
+    where = f"node {index} (%{_shown(msg.name)})"
     if msg.name in by_name:
-        raise GraphFormatError(f"graph.pb is corrupt: duplicate node name %{msg.name}")
+        raise GraphFormatError(f"graph.pb is corrupt: duplicate node name %{_shown(msg.name)}")
     try:
         op = Op(msg.op)
     except ValueError:
-        raise GraphFormatError(f"graph.pb: {where} has unknown op {msg.op!r}; upgrade sglc?") from None
+        raise GraphFormatError(f"graph.pb: {where} has unknown op {_shown(msg.op, quote=True)}; upgrade sglc?") from None
     try:
         value_type = ValueType(msg.type)
     except ValueError:
-        raise GraphFormatError(f"graph.pb: {where} has unknown type {msg.type!r}") from None
+        raise GraphFormatError(f"graph.pb: {where} has unknown type {_shown(msg.type, quote=True)}") from None
     inputs = []
     for name in msg.inputs:
         if name not in by_name:
-            raise GraphFormatError(f"graph.pb: {where} uses %{name}, which is not defined before it")
+            raise GraphFormatError(f"graph.pb: {where} uses %{_shown(name)}, which is not defined before it")
         inputs.append(by_name[name])
     guard = None
     if msg.HasField("guard"):
         branch = by_name.get(msg.guard.branch)
         if branch is None:
-            raise GraphFormatError(f"graph.pb: {where} is guarded by %{msg.guard.branch}, which is not defined before it")
+            raise GraphFormatError(f"graph.pb: {where} is guarded by %{_shown(msg.guard.branch)}, which is not defined before it")
         guard = Guard(branch, msg.guard.case)
     meta: dict[str, str] = {}
     for entry in msg.meta:

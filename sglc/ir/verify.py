@@ -1,7 +1,8 @@
 """`verify(graph)`: the one function that checks every IR invariant (run it after each pass).
 
 Checks, in order: structure (ownership, unique names, topological order, user links, stream ids,
-guards), the per-op rules (arity, input types, output type, attributes and their ranges), streams
+guards, graph meta entries), the per-op rules (arity, input types, output type, attributes and
+their ranges, a lowered fsm compiled from the constraint the gen shows), arg_names, streams
 (each child stream begins with its one GET_FORK_ITEM; joins gather the last node of each child),
 guard visibility (a node uses only values that exist whenever it runs), and balance of var scopes
 and chat roles along every branch path of every stream.
@@ -13,7 +14,7 @@ from typing import Optional
 from sglc.errors import VerifyError
 from sglc.ir.graph import Graph
 from sglc.ir.node import Guard, Node
-from sglc.ir.op_rules import ATTR_RULES, INPUT_RULES, OUTPUT_TYPES, RuleError
+from sglc.ir.op_rules import ATTR_RULES, GRAPH_META_RULES, INPUT_RULES, NODE_RULES, OUTPUT_TYPES, RuleError
 from sglc.ir.ops import Op
 from sglc.ir.types import check_attr_value
 
@@ -29,6 +30,12 @@ def _where(node: Node) -> str:
     text = node.source if node.source.isprintable() else repr(node.source)  # keep one line
     source = f" at {text}" if node.source else ""
     return f"%{node.name} ({getattr(node.op, 'value', node.op)}){source}"
+
+
+def _short_repr(value: object, limit: int = 60) -> str:
+    """repr(value), cut to `limit` characters (an error stays one short line, even for an fsm)."""
+    shown = repr(value)
+    return shown if len(shown) <= limit else shown[:limit - 3] + "..."
 
 
 def _fail(node: Node, message: str) -> VerifyError:
@@ -55,6 +62,7 @@ class _Verifier:
         self.check_structure()
         for node in self.graph.nodes:
             self.check_op_rules(node)
+        self.check_arg_names()
         self.check_streams()
         self.check_guard_visibility()
         self.check_balance()
@@ -68,6 +76,7 @@ class _Verifier:
             check_attr_value(g.meta, "graph meta")
         except TypeError as err:
             raise VerifyError(f"verify: graph {g.name!r}: {err}") from None
+        self.check_graph_meta()
         names: set[str] = set()
         for index, node in enumerate(g.nodes):
             if not isinstance(node, Node):
@@ -106,6 +115,23 @@ class _Verifier:
                 if user not in self.position or node not in user.inputs:
                     raise _fail(node, f"lists %{getattr(user, 'name', user)} as a user, which does not use it")
 
+    def check_graph_meta(self) -> None:
+        g = self.graph
+        for key, check in GRAPH_META_RULES.items():
+            value = g.meta.get(key)
+            problem = None if value is None else check(value)
+            if problem:
+                raise VerifyError(f"verify: graph {g.name!r}: meta {key}={_short_repr(value)}: {problem}")
+
+    def check_arg_names(self) -> None:
+        """meta arg_names (positional binding of a compiled program) lists exactly the arguments."""
+        g = self.graph
+        names = g.meta.get("arg_names")
+        arguments = [n.attrs["name"] for n in g.nodes if n.op is Op.ARGUMENT]
+        if names is not None and sorted(names) != sorted(arguments):
+            raise VerifyError(f"verify: graph {g.name!r}: meta arg_names={_short_repr(names)} differ from the graph's "
+                              f"arguments ({', '.join(arguments) or 'none'})")
+
     def check_guard(self, node: Node) -> None:
         guard = node.guard
         if guard is None:
@@ -137,8 +163,10 @@ class _Verifier:
                     continue
                 problem = check(value)
                 if problem:
-                    raise RuleError(f"attribute {key}={value!r}: {problem}")
+                    raise RuleError(f"attribute {key}={_short_repr(value)}: {problem}")
             INPUT_RULES[node.op](node)
+            if node.op in NODE_RULES:
+                NODE_RULES[node.op](node)
         except RuleError as err:
             raise _fail(node, str(err)) from None
 

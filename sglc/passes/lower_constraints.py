@@ -24,13 +24,15 @@ from typing import Any, Optional
 
 from sglc import fsm
 from sglc.errors import SglcError
+from sglc.ir.gen_constraint import CONSTRAINT_ATTRS, constraint_attrs
+from sglc.ir.gen_constraint import constraint_pattern as pattern_of
 from sglc.ir.graph import Graph
 from sglc.ir.node import Node
 from sglc.ir.ops import Op
 from sglc.passes.manager import PassResult, copy_graph
 
-#: The GEN attributes that constrain what may be generated, in the order they are reported.
-CONSTRAINT_ATTRS = ("regex", "json_schema", "dtype", "choices")
+__all__ = ["CONSTRAINT_ATTRS", "ConstraintLoweringError", "compile_constraint", "constraint_attr",
+           "constraint_pattern", "lower_constraints"]
 
 
 class ConstraintLoweringError(SglcError):
@@ -53,7 +55,7 @@ def constraint_attr(node: Node) -> Optional[str]:
 
     Raises ConstraintLoweringError when more than one is set (the frontend never does that).
     """
-    present = [key for key in CONSTRAINT_ATTRS if node.attrs.get(key) is not None]
+    present = constraint_attrs(node.attrs)
     if len(present) > 1:
         raise ConstraintLoweringError(node, present[0], f"gen takes one constraint, got {', '.join(present)}")
     return present[0] if present else None
@@ -61,15 +63,8 @@ def constraint_attr(node: Node) -> Optional[str]:
 
 def constraint_pattern(node: Node, attr: str) -> str:
     """The regex that the node's constraint ``attr`` stands for (what the FSM is compiled from)."""
-    value: Any = node.attrs[attr]
     try:
-        if attr == "regex":
-            return value
-        if attr == "json_schema":
-            return fsm.regex_from_json_schema(value)  # a JSON string or a dict
-        if attr == "dtype":
-            return fsm.regex_for_dtype(value)
-        return fsm.regex_for_choices(value)
+        return pattern_of(attr, node.attrs[attr])
     except (fsm.FSMError, TypeError, ValueError) as err:
         raise ConstraintLoweringError(node, attr, _reason(err)) from None
 

@@ -91,17 +91,19 @@ class Node(_message.Message):
     def __init__(self, name: _Optional[str] = ..., op: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., attrs: _Optional[_Union[AttrMap, _Mapping]] = ..., type: _Optional[str] = ..., stream: _Optional[int] = ..., guard: _Optional[_Union[Guard, _Mapping]] = ..., meta: _Optional[_Iterable[_Union[StringEntry, _Mapping]]] = ...) -> None: ...
 
 class Graph(_message.Message):
-    __slots__ = ("format_version", "name", "meta", "num_streams", "nodes", "num_nodes")
+    __slots__ = ("format_version", "name", "meta", "num_streams", "nodes", "num_nodes", "checksum")
     FORMAT_VERSION_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     META_FIELD_NUMBER: _ClassVar[int]
     NUM_STREAMS_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     NUM_NODES_FIELD_NUMBER: _ClassVar[int]
+    CHECKSUM_FIELD_NUMBER: _ClassVar[int]
     format_version: int
     name: str
     meta: AttrMap
     num_streams: int
     nodes: _containers.RepeatedCompositeFieldContainer[Node]
     num_nodes: int
-    def __init__(self, format_version: _Optional[int] = ..., name: _Optional[str] = ..., meta: _Optional[_Union[AttrMap, _Mapping]] = ..., num_streams: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., num_nodes: _Optional[int] = ...) -> None: ...
+    checksum: bytes
+    def __init__(self, format_version: _Optional[int] = ..., name: _Optional[str] = ..., meta: _Optional[_Union[AttrMap, _Mapping]] = ..., num_streams: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., num_nodes: _Optional[int] = ..., checksum: _Optional[bytes] = ...) -> None: ...

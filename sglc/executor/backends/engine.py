@@ -32,6 +32,10 @@ from sglc.executor.backend import (
     ScoreResult,
 )
 from sglc.executor.errors import BackendError
+# NOTE: imported first so the call pools' exit hook is registered before any engine starts its own:
+# atexit runs hooks last-in first-out, so at exit engines stop (aborting what is still running and
+# waking the workers that wait on it) before the pools join those workers.
+from sglc.executor.pool import stop_all_pools  # noqa: F401
 
 #: Seconds one engine call may take before it is aborted and reported (CPU decoding is slow).
 DEFAULT_CALL_TIMEOUT = 600.0
