@@ -26,7 +26,7 @@ from .kv_buffer import KVBuffer
 from .model_runner import ModelRunner, RunnerState, TokenResult
 from .models import load_model
 from .outputs import GenerateOutput, ScoreResult, StreamChunk
-from .prompt_ids import Prompt, as_params, continuation_spans, to_token_ids
+from .prompt_ids import Prompt, as_params, to_token_ids
 from .request import Req
 from .request_trace import FORCED_AT_SUBMIT, RequestTrace
 from .request_output import RequestOutput
@@ -34,6 +34,7 @@ from .sampler import Sampler
 from .sampling_params import SamplingParams
 from .schedule_batch import ScheduleBatch
 from .scheduler import Scheduler, SchedulerConfig
+from .score_job import ScoreJob
 from .stats import EngineStats, RadixTimer, StepTimers
 from .tokenizer import Tokenizer
 
@@ -290,20 +291,17 @@ class Engine:
     def score(self, prompt: Prompt, continuations: Sequence[Prompt]) -> list[ScoreResult]:
         """Log-probabilities of each continuation's tokens after `prompt` (what select needs).
 
-        The prompt is prefilled once (so it is cached), then all continuations run in one
-        batched prefill that shares it. Text continuations are tokenized together with the
-        prompt; their tokens start where that tokenization departs from the prompt's own.
-        Each result carries the prompt's prompt_tokens and cached_tokens (of its own prefill).
+        The prompt is prefilled once (so it is cached), then the continuations run in batched
+        prefills that share it. Text continuations are tokenized together with the prompt; their
+        tokens start where that tokenization departs from the prompt's own. Each result carries
+        the prompt's prompt_tokens and cached_tokens (of its own prefill). See score_job() for a
+        score another thread can abort.
         """
-        prompt_ids = to_token_ids(prompt, self.tokenizer, self.runner.vocab_size)
-        fulls = continuation_spans(prompt, prompt_ids, continuations, self.tokenizer, self.runner.vocab_size)
-        cached = 0
-        if not self.config.disable_radix_cache:
-            cached = self.wait(self.submit(prompt_ids, SamplingParams(max_new_tokens=0))).cached_tokens
-        rids = [self.submit(f, SamplingParams(max_new_tokens=0, return_logprob=True, logprob_start_len=s))
-                for f, s in fulls]
-        return [ScoreResult(f[s:], self.wait(r).input_logprobs, len(prompt_ids), cached)
-                for (f, s), r in zip(fulls, rids)]
+        return self.score_job(prompt, continuations).results()
+
+    def score_job(self, prompt: Prompt, continuations: Sequence[Prompt]) -> ScoreJob:
+        """A score as a ScoreJob (validated now): ``results()`` runs it, ``abort()`` stops it."""
+        return ScoreJob(self, prompt, continuations)
 
     # --- control -------------------------------------------------------------------------
     def start(self) -> None:

@@ -2,7 +2,7 @@
 
     sglc serve --model PATH_OR_DEFAULT --port N [--host 127.0.0.1] [--dtype float32|bfloat16]
                [--kv-slots N] [--chunked-prefill-size N] [--schedule-policy lpm|fcfs|random]
-               [--disable-radix-cache]
+               [--disable-radix-cache] [--api-key KEY] [--limit NAME=VALUE ...]
 
 Prints ``sglc serve: listening on HOST:PORT (grpc)`` on stdout when ready (port 0 picks a free
 port: read it from that line). Exits 0 after a clean shutdown.
@@ -42,14 +42,35 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="requests decoding at once (default: 64)")
     p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, time given to requests in flight (default: 10)")
+    p.add_argument("--api-key", default=None, metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' (HTTP) / 'authorization' metadata (gRPC) on every "
+                        "call but health (default: $SGLC_API_KEY; none = open)")
+    p.add_argument("--limit", action="append", default=[], type=_limit, metavar="NAME=VALUE",
+                   help="change one request-size limit (repeatable), e.g. --limit max_choices=512; names and "
+                        "defaults: docs/runtime_server.md")
     p.set_defaults(handler=cmd_serve)
     return p
+
+
+def _limit(text: str) -> tuple[str, int]:
+    """NAME=VALUE of a ServerLimits field (checked against the names when the config is built)."""
+    name, sep, value = text.partition("=")
+    if not sep or not value.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected NAME=INTEGER (e.g. max_choices=512), got {text!r}")
+    return name.strip(), int(value)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging
 
+    from sglc_runtime.server.auth import resolve_api_key
     from sglc_runtime.server.launch import ServeConfig, serve
+    from sglc_runtime.server.limits import ServerLimits
+
+    try:
+        limits = ServerLimits().replace(**dict(args.limit))
+    except ValueError as err:
+        raise ServeError(f"--limit: {err}") from None
 
     logging.basicConfig(level=logging.WARNING, format="sglc serve: %(levelname)s %(name)s: %(message)s")
     config = ServeConfig(
@@ -57,7 +78,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         kv_slots=args.kv_slots,
         chunked_prefill_size=args.chunked_prefill_size, schedule_policy=args.schedule_policy,
         disable_radix_cache=args.disable_radix_cache, max_running_requests=args.max_running_requests,
-        grace_s=max(0.0, args.grace),
+        grace_s=max(0.0, args.grace), limits=limits, api_key=resolve_api_key(args.api_key),
     )
     try:
         return serve(config)

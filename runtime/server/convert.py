@@ -75,6 +75,8 @@ def sampling_fields_from_pb(req: pb.GenerateRequest) -> dict[str, Any]:
             fields["fsm"] = json.loads(s.fsm_json)
         except json.JSONDecodeError as err:
             raise ValueError(f"fsm_json is not valid JSON: {err}") from None
+        except RecursionError:
+            raise ValueError("fsm_json is nested too deeply to parse") from None
     lp = req.logprobs
     if lp.return_logprob:
         fields["return_logprob"] = True
