@@ -185,8 +185,7 @@ class Engine:
                 self._flush_when_idle = True  # K/V of this batch may be missing from cached slots
             else:
                 tokens = [r.token_id if r is not None else -1 for r in results]
-                reasons = [None if r is None else e.req.state["engine"].on_token(r, e.req.state["runner"].cursor)
-                           for e, r in zip(batch.reqs, results)]
+                reasons = [None if r is None else self._on_token(e.req, r) for e, r in zip(batch.reqs, results)]
                 self._completion_tokens += sum(1 for r in results if r is not None and r.error is None)
             t1 = time.perf_counter()
             finished = self.scheduler.process_results(batch, tokens, reasons)
@@ -204,6 +203,16 @@ class Engine:
             self._timers.process_s += time.perf_counter() - t0 - (t2 - t1)
             self._cv.notify_all()
             return outs
+
+    def _on_token(self, req: Req, result: TokenResult) -> str | None:
+        """One request's new token (text, stops, constraint); a failure ends only that request."""
+        rec: RequestOutput = req.state["engine"]
+        try:
+            return rec.on_token(result, req.state["runner"].cursor)
+        except Exception as err:  # NOTE: one request's bad state must not take the batch down
+            log.exception("processing the token of request %s failed; aborting it", req.rid)
+            rec.fail(f"engine error: {type(err).__name__}: {err}")
+            return "abort"
 
     # --- constrained decoding ------------------------------------------------------------
     @property
@@ -333,9 +342,12 @@ class Engine:
                     return
             try:
                 self.step()
-            except Exception:  # NOTE: a scheduler bug must not leave waiters hanging forever
+            except Exception as err:  # NOTE: a scheduler bug must not leave waiters hanging forever
                 log.exception("engine step failed; aborting all requests")
                 with self._lock:
+                    batch = self.scheduler.batch_in_flight
+                    if batch is not None:  # NOTE: failed before process_results: finish it, or no step runs again
+                        self._process(batch, err)
                     for req in list(self.scheduler.waiting) + list(self.scheduler.running):
                         self.abort(req.rid, "engine step failed")
 

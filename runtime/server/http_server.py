@@ -37,6 +37,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from . import openai_protocol as proto
@@ -89,7 +90,9 @@ def build_app(service: RuntimeService, *, api_key: str | None = None) -> Any:
     h = Handlers(service)
     app = FastAPI(title="sglc runtime", docs_url=None, redoc_url=None, openapi_url=None)
 
-    def fail(err: BaseException) -> JSONResponse:
+    def fail(err: BaseException) -> Response:
+        if isinstance(err, ClientDisconnect):  # NOTE: gone while sending its body: nobody to answer
+            return Response(status_code=_CLIENT_GONE)
         if isinstance(err, HttpError):
             return JSONResponse(proto.error_body(str(err), err.type, err.param, err.code), status_code=err.status)
         if isinstance(err, LimitExceeded):
