@@ -30,6 +30,7 @@ def _sample(logits, params, **kw):
     ("min_new_tokens", -2, ValueError),
     ("temperature", -0.1, ValueError),
     ("temperature", float("nan"), ValueError),
+    ("temperature", 1e308, ValueError),  # float32 would make it inf, and logits / inf NaN
     ("top_p", 0.0, ValueError),
     ("top_p", 1.5, ValueError),
     ("top_k", 0, ValueError),

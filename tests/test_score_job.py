@@ -71,3 +71,11 @@ def test_a_choice_past_the_context_is_refused_before_any_engine_work(engine):
     with pytest.raises(ValueError, match="choice 1"):
         ScoreJob(engine, "Hi", [" a", " word" * (engine.max_context + 10)])
     assert engine.stats().num_finished == before
+
+
+def test_a_choice_that_merges_into_a_one_token_prompt_is_refused(engine):
+    """'}' + '\\\\' is one token: nothing after the prompt's first token is left to score, which
+    is a ValueError naming the choice (not a result with no tokens and a None logprob)."""
+    assert len(engine.tokenizer.encode("}\\")) == 1
+    with pytest.raises(ValueError, match="adds no token to score"):
+        ScoreJob(engine, "}", [" ok", "\\"])

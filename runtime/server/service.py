@@ -15,6 +15,7 @@ thread (``Engine.start()``), which the service requires.
 from __future__ import annotations
 
 import logging
+import math
 import posixpath
 import threading
 import time
@@ -77,6 +78,11 @@ class RuntimeModelInfo:
     supports_images: bool
     chat_template: ChatTemplate | None
     jinja_chat_template: str
+
+
+def _floats(values: Sequence[float | None] | None) -> list[float]:
+    """Logprobs as floats; NaN where there is no value (a prompt's first position)."""
+    return [math.nan if v is None else float(v) for v in values or ()]
 
 
 def abort_kind(message: str) -> str:
@@ -259,12 +265,12 @@ class RuntimeService:
             except (ValueError, TypeError) as err:
                 raise self._invalid(err) from err
             results = self._run_score(call, job)
-            out = [ChoiceScore(list(r.token_ids), [float(x) for x in r.logprobs],
-                               [float(x) for x in getattr(r, "greedy_logprobs", None) or []]) for r in results]
+            out = [ChoiceScore(list(r.token_ids), _floats(r.logprobs), _floats(getattr(r, "greedy_logprobs", None)))
+                   for r in results]
             if unconditional:
                 alone = self._run_score(call, self.engine.score_job([self._start_token()], [c.token_ids for c in out]))
                 for c, r in zip(out, alone):
-                    c.unconditional_logprobs = [float(x) for x in r.logprobs]
+                    c.unconditional_logprobs = _floats(r.logprobs)
         finally:
             call.finish()
         cached = int(getattr(results[0], "cached_tokens", 0) or 0) if results else 0
