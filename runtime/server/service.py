@@ -344,11 +344,18 @@ class RuntimeService:
         if check_generate:
             from sglc_runtime.sampling_params import SamplingParams
 
-            try:
-                rid = self.engine.submit([self._start_token()], SamplingParams(max_new_tokens=1, temperature=0.0))
-                out = self.engine.wait(rid, timeout=timeout_s)
+            deadline = time.monotonic() + timeout_s
+            try:  # NOTE: a tracked call: cancelled at the deadline, never left running
+                call = self.generate(PromptInput(token_ids=[self._start_token()]),
+                                     SamplingParams(max_new_tokens=1, temperature=0.0))
+                out = None
+                for chunk in call.chunks(is_active=lambda: time.monotonic() < deadline, poll_s=0.05):
+                    if chunk.finished:
+                        out = chunk.output
             except Exception as err:
                 return "not_serving", f"generation check failed: {one_line(err)}"
+            if out is None:
+                return "not_serving", f"generation check did not finish in {timeout_s:g} s"
             if out.finish_reason.get("type") == "abort":
                 return "not_serving", f"generation check aborted: {out.finish_reason.get('message')}"
         return "serving", "ok"
