@@ -88,9 +88,10 @@ class RuntimeServicer(pb_grpc.RuntimeServicer):
                 fields = convert.sampling_fields_from_pb(request)
             except ValueError as err:
                 raise svc._invalid(err) from err
-            svc.check_rid(request.rid)  # NOTE: before the prompt is tokenized
-            return svc.generate(convert.prompt_from_pb(request.prompt), svc.sampling_params(**fields),
-                                rid=request.rid or None)
+            prompt = convert.prompt_from_pb(request.prompt)
+            svc.check_rid(request.rid)  # NOTE: the cheap checks first: the constraint compiles next
+            svc.resolve(prompt)
+            return svc.generate(prompt, svc.sampling_params(**fields), rid=request.rid or None)
 
         call = _unary("Generate", start, context)
         _cancel_with(context, call)

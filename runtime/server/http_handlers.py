@@ -145,7 +145,6 @@ class Handlers:
         logprobs = self._logprobs_count(body, "logprobs")
         echo = bool(body.get("echo", False))
         fields = proto.openai_sampling_fields(body)
-        params = self.params(dict(fields), logprobs, echo)
         prompts = self._prompts(body)
         self.limits.check_count("max_batch", f"the number of completions ({len(prompts)} prompts x n={n})",
                                 len(prompts) * n)
@@ -153,12 +152,13 @@ class Handlers:
         for name, prompt in zip(names, prompts):  # NOTE: every size checked before anything is tokenized
             self.svc.check_prompt(prompt, name)
         encoded = [prompt if isinstance(prompt, list) else self.encode(prompt) for prompt in prompts]
-        for name, ids in zip(names, encoded):  # NOTE: and every length before anything is submitted
+        for name, ids in zip(names, encoded):  # NOTE: and every length before the constraint compiles
             self.svc.check_prompt(ids, name)
+        params = self.params(dict(fields), logprobs, echo)
         group = CallGroup()
         calls = group.submit_all([partial(self.svc.generate, PromptInput(token_ids=ids), params)
                                   for ids in encoded for _ in range(n)])
-        pairs = [(ids, call) for ids, call in zip([ids for ids in encoded for _ in range(n)], calls)]
+        pairs = list(zip([ids for ids in encoded for _ in range(n)], calls))  # (prompt ids, call), n per prompt
         opts = {"logprobs": logprobs, "echo": echo}
         return Started(group, partial(self.finish_completions, model, pairs, opts),
                        partial(self.completions_stream, model, pairs, opts))
@@ -246,6 +246,8 @@ class Handlers:
         cancels the ones already submitted."""
         prompts, batch = proto.generate_prompts(body)
         self.limits.check_count("max_batch", "the number of prompts in the batch", prompts)
+        for i, prompt in enumerate(prompts):  # NOTE: sizes before any constraint compiles
+            self._batch_item(batch, i, partial(self.svc.resolve, prompt))
         per_prompt = proto.generate_sampling(body.get("sampling_params"), len(prompts), batch)
         with_lp = bool(body.get("return_logprob"))
         params = []

@@ -31,7 +31,7 @@ import logging
 import socket
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -57,7 +57,7 @@ class _CallStream(StreamingResponse):
     ends (finished, client disconnected, server stopping)."""
 
     def __init__(self, started: Started) -> None:
-        super().__init__(started.events(), media_type="text/event-stream")
+        super().__init__(_events_or_error(started.events()), media_type="text/event-stream")
         self.started = started
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -65,6 +65,18 @@ class _CallStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             self.started.group.cancel("the client went away")
+
+
+async def _events_or_error(events: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The events; a server bug mid-stream ends it with an error event, not a cut connection."""
+    try:
+        async for event in events:
+            yield event
+    except Exception as err:
+        log.error("HTTP stream failed", exc_info=err)
+        yield proto.sse(proto.error_body(f"internal error: {type(err).__name__}: {one_line(err)}", "server_error",
+                                         code="internal"))
+        yield proto.sse("[DONE]")
 
 
 async def _disconnected(receive: Receive) -> None:

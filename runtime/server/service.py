@@ -203,8 +203,10 @@ class RuntimeService:
         except ValueError as err:  # the FSM library's errors: name the constraint
             raise ValueError(f"{spec.kind}: {one_line(err)}") from err
 
-    def _prompt(self, prompt: PromptInput) -> tuple[str | list[int], list[str]]:
-        """The engine's prompt, within the limits (checked before anything tokenizes it)."""
+    def resolve(self, prompt: PromptInput) -> tuple[str | list[int], list[str]]:
+        """The engine's prompt and warnings, within the limits (checked before anything
+        tokenizes it); RequestError otherwise. Callers may resolve early, before compiling a
+        constraint, so that an oversized prompt costs nothing."""
         try:
             engine_prompt, warnings = resolve_prompt(prompt, supports_images=self.model_info().supports_images)
             self.check_prompt(engine_prompt)
@@ -233,7 +235,7 @@ class RuntimeService:
                 self.check_rid(rid)
             except RequestError as err:
                 raise self._invalid(err) from err
-        engine_prompt, warnings = self._prompt(prompt)
+        engine_prompt, warnings = self.resolve(prompt)
         call = GenerateCall(self, rid or uuid.uuid4().hex, warnings)
         self._register(call)
         try:
@@ -253,7 +255,7 @@ class RuntimeService:
         `started(call)` gets the ScoreCall first, whose ``cancel`` aborts the engine work
         (CallCancelled is raised here then; ServiceUnavailable when the server shuts down)."""
         self._check_open()
-        engine_prompt, warnings = self._prompt(prompt)
+        engine_prompt, warnings = self.resolve(prompt)
         choices = self._choices(choices)
         call = ScoreCall(self, uuid.uuid4().hex)
         self._register(call)
