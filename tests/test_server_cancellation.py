@@ -114,6 +114,7 @@ def test_a_big_score_leaves_other_clients_their_share(runtime, stub):
 
 def test_stop_after_abandoned_streams_does_not_wait_out_the_grace(runtime):
     """Abandoned streams end their requests, so a stop with a 60 s grace returns in seconds."""
+    wait_idle(runtime)  # NOTE: the two engines share weights and must not step at the same time
     engine = Engine(EngineConfig(num_kv_slots=2048), share_model_with=runtime.engine)
     rt = Runtime(ServeConfig(port=0, http_port=0, grace_s=60.0), engine=engine)
     try:
