@@ -29,7 +29,7 @@ from .model_runner import ModelRunner, RunnerState, TokenResult
 from .models import load_model
 from .outputs import GenerateOutput, ScoreResult, StreamChunk
 from .placement import resolve_placement
-from .prompt_ids import Prompt, as_params, continuation_spans, to_token_ids
+from .prompt_ids import Prompt, as_params, to_token_ids
 from .request import Req
 from .request_trace import FORCED_AT_SUBMIT, RequestTrace
 from .request_output import RequestOutput
@@ -37,6 +37,7 @@ from .sampler import Sampler
 from .sampling_params import SamplingParams
 from .schedule_batch import ScheduleBatch
 from .scheduler import Scheduler, SchedulerConfig
+from .score_job import ScoreJob
 from .stats import EngineStats, RadixTimer, StepTimers
 from .tokenizer import Tokenizer
 
@@ -200,8 +201,7 @@ class Engine:
                 self._flush_when_idle = True  # K/V of this batch may be missing from cached slots
             else:
                 tokens = [r.token_id if r is not None else -1 for r in results]
-                reasons = [None if r is None else e.req.state["engine"].on_token(r, e.req.state["runner"].cursor)
-                           for e, r in zip(batch.reqs, results)]
+                reasons = [None if r is None else self._on_token(e.req, r) for e, r in zip(batch.reqs, results)]
                 self._completion_tokens += sum(1 for r in results if r is not None and r.error is None)
             t1 = time.perf_counter()
             finished = self.scheduler.process_results(batch, tokens, reasons)
@@ -219,6 +219,16 @@ class Engine:
             self._timers.process_s += time.perf_counter() - t0 - (t2 - t1)
             self._cv.notify_all()
             return outs
+
+    def _on_token(self, req: Req, result: TokenResult) -> str | None:
+        """One request's new token (text, stops, constraint); a failure ends only that request."""
+        rec: RequestOutput = req.state["engine"]
+        try:
+            return rec.on_token(result, req.state["runner"].cursor)
+        except Exception as err:  # NOTE: one request's bad state must not take the batch down
+            log.exception("processing the token of request %s failed; aborting it", req.rid)
+            rec.fail(f"engine error: {type(err).__name__}: {err}")
+            return "abort"
 
     # --- constrained decoding ------------------------------------------------------------
     @property
@@ -306,20 +316,17 @@ class Engine:
     def score(self, prompt: Prompt, continuations: Sequence[Prompt]) -> list[ScoreResult]:
         """Log-probabilities of each continuation's tokens after `prompt` (what select needs).
 
-        The prompt is prefilled once (so it is cached), then all continuations run in one
-        batched prefill that shares it. Text continuations are tokenized together with the
-        prompt; their tokens start where that tokenization departs from the prompt's own.
-        Each result carries the prompt's prompt_tokens and cached_tokens (of its own prefill).
+        The prompt is prefilled once (so it is cached), then the continuations run in batched
+        prefills that share it. Text continuations are tokenized together with the prompt; their
+        tokens start where that tokenization departs from the prompt's own. Each result carries
+        the prompt's prompt_tokens and cached_tokens (of its own prefill). See score_job() for a
+        score another thread can abort.
         """
-        prompt_ids = to_token_ids(prompt, self.tokenizer, self.runner.vocab_size)
-        fulls = continuation_spans(prompt, prompt_ids, continuations, self.tokenizer, self.runner.vocab_size)
-        cached = 0
-        if not self.config.disable_radix_cache:
-            cached = self.wait(self.submit(prompt_ids, SamplingParams(max_new_tokens=0))).cached_tokens
-        rids = [self.submit(f, SamplingParams(max_new_tokens=0, return_logprob=True, logprob_start_len=s))
-                for f, s in fulls]
-        return [ScoreResult(f[s:], self.wait(r).input_logprobs, len(prompt_ids), cached)
-                for (f, s), r in zip(fulls, rids)]
+        return self.score_job(prompt, continuations).results()
+
+    def score_job(self, prompt: Prompt, continuations: Sequence[Prompt]) -> ScoreJob:
+        """A score as a ScoreJob (validated now): ``results()`` runs it, ``abort()`` stops it."""
+        return ScoreJob(self, prompt, continuations)
 
     # --- control -------------------------------------------------------------------------
     def start(self) -> None:
@@ -360,9 +367,12 @@ class Engine:
                     return
             try:
                 self.step()
-            except Exception:  # NOTE: a scheduler bug must not leave waiters hanging forever
+            except Exception as err:  # NOTE: a scheduler bug must not leave waiters hanging forever
                 log.exception("engine step failed; aborting all requests")
                 with self._lock:
+                    batch = self.scheduler.batch_in_flight
+                    if batch is not None:  # NOTE: failed before process_results: finish it, or no step runs again
+                        self._process(batch, err)
                     for req in list(self.scheduler.waiting) + list(self.scheduler.running):
                         self.abort(req.rid, "engine step failed")
 

@@ -44,10 +44,10 @@ def continuation_spans(prompt: Prompt, prompt_ids: list[int], continuations: Seq
             full = to_token_ids(prompt + c, tokenizer, vocab_size)
         else:
             full = prompt_ids + to_token_ids(c, tokenizer, vocab_size)
-        start = _common_prefix_len(prompt_ids, full)
+        start = max(_common_prefix_len(prompt_ids, full), 1)  # NOTE: position 0 has no logprob
         if start >= len(full):
-            raise ValueError(f"continuation {c!r} adds no token to the prompt")
-        spans.append((full, max(start, 1)))
+            raise ValueError(f"continuation {c!r} adds no token to score after the prompt's first token")
+        spans.append((full, start))
     return spans
 
 

@@ -9,6 +9,9 @@ import math
 from dataclasses import dataclass, field, replace
 
 _MAX_SEED = 2**63 - 1
+#: Temperatures below this sample greedily (dividing logits by less overflows).
+_GREEDY_BELOW = 1e-5
+_MAX_TEMPERATURE = 1e4
 
 
 def _check_int(name: str, value: object) -> int:
@@ -62,7 +65,8 @@ class SamplingParams:
 
     - max_new_tokens: upper bound on generated tokens (>= 0; 0 = prefill only, e.g. scoring).
     - min_new_tokens: eos / stop tokens / stop strings are suppressed until this many tokens exist.
-    - temperature: 0 means greedy (argmax); top_k == 1 is greedy as well.
+    - temperature in [0, 1e4]: 0 means greedy (argmax), as does any temperature below 1e-5; top_k == 1
+      is greedy as well.
     - top_p in (0, 1], top_k == -1 (off) or >= 1, min_p in [0, 1] (0 = off).
     - frequency_penalty / presence_penalty in [-2, 2] (OpenAI semantics, over output tokens);
       repetition_penalty in (0, 2] (HF/CTRL semantics, over output tokens; 1 = off).
@@ -117,8 +121,10 @@ class SamplingParams:
                 f"max_new_tokens ({self.max_new_tokens})"
             )
         self.temperature = _check_float("temperature", self.temperature)
-        if self.temperature < 0:
-            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.temperature <= _MAX_TEMPERATURE:  # NOTE: above float32's range logits / t is NaN
+            raise ValueError(f"SamplingParams.temperature must be in [0, {_MAX_TEMPERATURE:g}], got {self.temperature}")
+        if self.temperature < _GREEDY_BELOW:  # NOTE: logits / 1e-308 overflow to inf and NaN (SGLang does the same)
+            self.temperature = 0.0
         self.top_p = _check_float("top_p", self.top_p)
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")

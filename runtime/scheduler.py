@@ -104,6 +104,11 @@ class Scheduler:
         req.output_ids = list(output_ids)
         self.waiting.insert(0, req)
 
+    @property
+    def batch_in_flight(self) -> ScheduleBatch | None:
+        """The batch schedule() returned whose process_results() has not run yet."""
+        return self._inflight
+
     def _in_flight(self, req: Req) -> bool:
         return self._inflight is not None and any(e.req is req for e in self._inflight.reqs)
 

@@ -57,6 +57,8 @@ def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
                      help="model of the embedded runtime (default: SmolLM2-135M); with --backend openai, the "
                           "endpoint's model name (default: the first /v1/models lists; key from OPENAI_API_KEY)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    run.add_argument("--api-key", default=None, metavar="KEY",
+                     help="the server's API key (srt: default $SGLC_API_KEY; openai: default $OPENAI_API_KEY)")
     run.set_defaults(handler=cmd_run)
     return run
 
@@ -103,9 +105,10 @@ def _make_backend(args: argparse.Namespace) -> Any:
         print(f"sglc run: no --endpoint: starting the embedded runtime (loading model {args.model!r}; "
               "this takes a few seconds)", file=sys.stderr)
         return make_backend("srt", None, model=args.model)
+    key = {"api_key": args.api_key} if args.api_key else {}
     if args.backend == "openai":  # --model names the endpoint's model ("default": the first it lists)
-        return make_backend("openai", args.endpoint, model=args.model)
-    return make_backend(args.backend, args.endpoint)
+        return make_backend("openai", args.endpoint, model=args.model, **key)
+    return make_backend(args.backend, args.endpoint, **key)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -3,7 +3,7 @@
     sglc serve --model PATH_OR_DEFAULT --port N [--host 127.0.0.1] [--dtype float32|bfloat16]
                [--kv-slots N] [--chunked-prefill-size N] [--schedule-policy lpm|fcfs|random]
                [--disable-radix-cache] [--device auto|cpu|cuda] [--attention-backend auto|torch|triton|flashinfer]
-               [--constraint-budget LIMIT=N,...] [--constraint-workers N]
+               [--constraint-budget LIMIT=N,...] [--constraint-workers N] [--api-key KEY] [--limit NAME=VALUE ...]
 
 Prints ``sglc serve: listening on HOST:PORT (grpc)`` on stdout when ready (port 0 picks a free
 port: read it from that line). Exits 0 after a clean shutdown.
@@ -53,15 +53,36 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "threads: no hard timeout or memory cap)")
     p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
                    help="on SIGTERM/SIGINT, time given to requests in flight (default: 10)")
+    p.add_argument("--api-key", default=None, metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' (HTTP) / 'authorization' metadata (gRPC) on every "
+                        "call but health (default: $SGLC_API_KEY; none = open)")
+    p.add_argument("--limit", action="append", default=[], type=_limit, metavar="NAME=VALUE",
+                   help="change one request-size limit (repeatable), e.g. --limit max_choices=512; names and "
+                        "defaults: docs/runtime_server.md")
     p.set_defaults(handler=cmd_serve)
     return p
+
+
+def _limit(text: str) -> tuple[str, int]:
+    """NAME=VALUE of a ServerLimits field (checked against the names when the config is built)."""
+    name, sep, value = text.partition("=")
+    if not sep or not value.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected NAME=INTEGER (e.g. max_choices=512), got {text!r}")
+    return name.strip(), int(value)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging
 
     from sglc_runtime.constrained.compiler_config import ConstraintCompilerConfig
+    from sglc_runtime.server.auth import resolve_api_key
     from sglc_runtime.server.launch import ServeConfig, serve
+    from sglc_runtime.server.limits import ServerLimits
+
+    try:
+        limits = ServerLimits().replace(**dict(args.limit))
+    except ValueError as err:
+        raise ServeError(f"--limit: {err}") from None
 
     logging.basicConfig(level=logging.WARNING, format="sglc serve: %(levelname)s %(name)s: %(message)s")
     config = ServeConfig(
@@ -73,6 +94,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         constraint_compiler=ConstraintCompilerConfig(
             **({"budget": args.constraint_budget} if args.constraint_budget else {}),
             num_workers=args.constraint_workers),
+        limits=limits, api_key=resolve_api_key(args.api_key),
     )
     try:
         return serve(config)

@@ -164,3 +164,54 @@ def test_callback_exceptions_do_not_break_the_engine(engine, expected):
     engine.submit(PROMPTS[3], PARAMS, callback=callback)
     _assert_serves(engine, expected)
     assert seen[-1].finished and seen[-1].output.token_ids == expected[3]
+
+
+def test_a_token_that_fails_to_process_aborts_only_its_request(engine, expected):
+    """An exception while one request takes its token (e.g. its constraint cursor refuses it)
+    ends that request as an abort naming the error; requests batched with it are unchanged."""
+
+    class RefusingCursor:
+        def allowed_mask(self):
+            import torch
+            return torch.ones(engine.runner.vocab_size, dtype=torch.bool)
+
+        def advance(self, token_id):
+            raise ValueError(f"injected: token {token_id} refused")
+
+        def is_finished(self):
+            return False
+
+    class Refusing:
+        def new_cursor(self):
+            return RefusingCursor()
+
+    bad = engine.submit(PROMPTS[0], PARAMS.replace(constraint=Refusing()))
+    good = [engine.submit(p, PARAMS) for p in PROMPTS]
+    out = engine.wait(bad)
+    assert out.finish_reason["type"] == "abort" and "injected" in out.finish_reason["message"]
+    assert [engine.wait(r).token_ids for r in good] == expected
+    engine.scheduler.check_integrity()
+
+
+def test_a_step_that_fails_before_its_results_are_processed_does_not_wedge_the_engine(engine, expected):
+    """A step that raises after scheduling (a bug) aborts its requests; the background engine then
+    serves new requests with unchanged outputs instead of failing every later step."""
+    eng = Engine(EngineConfig(max_running_requests=16, max_context=256), share_model_with=engine)
+    original = eng.scheduler.process_results
+    failures = []
+
+    def fails_once(*args, **kwargs):
+        if not failures:
+            failures.append(1)
+            raise RuntimeError("injected scheduler bug")
+        return original(*args, **kwargs)
+
+    eng.scheduler.process_results = fails_once
+    eng.start()
+    try:
+        victim = eng.submit(PROMPTS[0], PARAMS)
+        assert eng.wait(victim, timeout=120).finish_reason["type"] == "abort"
+        rids = [eng.submit(p, PARAMS) for p in PROMPTS]
+        assert [eng.wait(r, timeout=120).token_ids for r in rids] == expected
+    finally:
+        eng.shutdown()

@@ -30,6 +30,7 @@ def _sample(logits, params, **kw):
     ("min_new_tokens", -2, ValueError),
     ("temperature", -0.1, ValueError),
     ("temperature", float("nan"), ValueError),
+    ("temperature", 1e308, ValueError),  # float32 would make it inf, and logits / inf NaN
     ("top_p", 0.0, ValueError),
     ("top_p", 1.5, ValueError),
     ("top_k", 0, ValueError),
@@ -83,6 +84,14 @@ def test_sampling_params_are_slotted():
 
 
 # ---- sampler ---------------------------------------------------------------------------------
+
+def test_a_temperature_too_small_to_divide_by_samples_greedily():
+    """Temperatures below 1e-5 (1e-308 would turn logits into inf and NaN) are greedy."""
+    logits = _logits(3)
+    params = [SamplingParams(temperature=t) for t in (1e-308, 1e-6, 0.0)]
+    assert all(p.temperature == 0.0 and p.is_greedy for p in params)
+    assert torch.equal(_sample(logits, params), logits.argmax(-1))
+
 
 def test_all_greedy_batch_is_argmax():
     """temperature 0 (or top_k 1) picks the argmax of each row."""

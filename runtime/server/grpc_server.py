@@ -1,9 +1,15 @@
 """The gRPC front of the runtime: a thin servicer over RuntimeService, and the server object.
 
 Error mapping (every RPC): RequestError -> INVALID_ARGUMENT (the engine's one-line message),
-ServiceUnavailable -> UNAVAILABLE, ConstraintCompilerBusy -> RESOURCE_EXHAUSTED, anything else -> INTERNAL ("internal error: ..."), logged
-with its traceback. A Generate that the engine aborts after it was accepted ends with a
-GenerateError message (status OK). Cancelling a Generate call aborts its engine request.
+a request over a server limit (LimitExceeded) -> RESOURCE_EXHAUSTED naming the limit, a message
+that does not parse -> INVALID_ARGUMENT, ServiceUnavailable -> UNAVAILABLE, anything else ->
+INTERNAL ("internal error: ..."), logged with its traceback. A message over
+``max_request_bytes`` is refused by gRPC itself (RESOURCE_EXHAUSTED) before it is parsed.
+A Generate that the engine aborts after it was accepted ends with a GenerateError message
+(status OK). Cancelling a Generate, Score or CachePrefix call aborts its engine work.
+
+With an API key every RPC but Health needs the metadata ``authorization: Bearer KEY``
+(UNAUTHENTICATED otherwise).
 """
 from __future__ import annotations
 
@@ -18,30 +24,41 @@ from sglc.proto import runtime_pb2 as pb
 from sglc.proto import runtime_pb2_grpc as pb_grpc
 
 from . import convert
+from .auth import OPEN_GRPC_METHODS, bearer_matches
+from .calls import CallCancelled
+from .limits import LimitExceeded
 from .service import ConstraintCompilerBusy, RequestError, RuntimeService, ServiceUnavailable, abort_kind, one_line
 
 log = logging.getLogger(__name__)
 
 #: Server channel options. NOTE: clients ping during long calls (keepalive), so pings must be
 #: allowed often enough; SO_REUSEPORT is off so a second server on a busy port fails loudly.
+#: The receive limit is ServerLimits.max_request_bytes (see server_options).
 SERVER_OPTIONS = (
     ("grpc.so_reuseport", 0),
     ("grpc.max_send_message_length", 64 * 2**20),
-    ("grpc.max_receive_message_length", 64 * 2**20),
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 5000),
     ("grpc.http2.max_ping_strikes", 0),
     ("grpc.keepalive_permit_without_calls", 1),
 )
 
 
+def server_options(max_receive_bytes: int) -> tuple[tuple[str, int], ...]:
+    return SERVER_OPTIONS + (("grpc.max_receive_message_length", max_receive_bytes),)
+
+
 def _fail(context: grpc.ServicerContext, err: BaseException, rpc: str) -> None:
     """End the RPC with the status that fits `err` (context.abort raises)."""
+    if isinstance(err, LimitExceeded):
+        context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, one_line(err))
     if isinstance(err, RequestError):
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, one_line(err))
     if isinstance(err, ServiceUnavailable):
         context.abort(grpc.StatusCode.UNAVAILABLE, one_line(err))
     if isinstance(err, ConstraintCompilerBusy):
         context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, one_line(err))
+    if isinstance(err, CallCancelled):
+        context.abort(grpc.StatusCode.CANCELLED, one_line(err))
     log.error("%s failed", rpc, exc_info=err)
     context.abort(grpc.StatusCode.INTERNAL, f"internal error in {rpc}: {type(err).__name__}: {one_line(err)}")
 
@@ -51,6 +68,12 @@ def _unary(rpc: str, body: Callable[[Any], Any], context: grpc.ServicerContext) 
         return body()
     except Exception as err:  # NOTE: body never calls context.abort; _fail's abort propagates
         _fail(context, err, rpc)
+
+
+def _cancel_with(context: grpc.ServicerContext, call: Any) -> None:
+    """Cancel `call` when the RPC ends early (client cancel, deadline, disconnect)."""
+    if not context.add_callback(lambda: call.cancel("the client cancelled the call")):
+        call.cancel("the client cancelled the call")  # the RPC had already ended
 
 
 class RuntimeServicer(pb_grpc.RuntimeServicer):
@@ -67,11 +90,13 @@ class RuntimeServicer(pb_grpc.RuntimeServicer):
                 fields = convert.sampling_fields_from_pb(request)
             except ValueError as err:
                 raise svc._invalid(err) from err
-            return svc.generate(convert.prompt_from_pb(request.prompt), svc.sampling_params(**fields),
-                                rid=request.rid or None)
+            prompt = convert.prompt_from_pb(request.prompt)
+            svc.check_rid(request.rid)  # NOTE: the cheap checks first: the constraint compiles next
+            svc.resolve(prompt)
+            return svc.generate(prompt, svc.sampling_params(**fields), rid=request.rid or None)
 
         call = _unary("Generate", start, context)
-        context.add_callback(lambda: call.cancel("the client cancelled the call"))
+        _cancel_with(context, call)
         try:
             for chunk in call.chunks(is_active=context.is_active):
                 piece = chunk.text or chunk.token_ids
@@ -91,12 +116,13 @@ class RuntimeServicer(pb_grpc.RuntimeServicer):
 
     def Score(self, request: pb.ScoreRequest, context: grpc.ServicerContext) -> pb.ScoreResponse:
         return _unary("Score", lambda: convert.score_to_pb(self.service.score(
-            convert.prompt_from_pb(request.prompt), list(request.choices), unconditional=request.unconditional)),
-            context)
+            convert.prompt_from_pb(request.prompt), list(request.choices), unconditional=request.unconditional,
+            started=lambda call: _cancel_with(context, call))), context)
 
     def CachePrefix(self, request: pb.CachePrefixRequest, context: grpc.ServicerContext) -> pb.CachePrefixResponse:
         def body():
-            prompt_tokens, cached, warnings = self.service.cache_prefix(convert.prompt_from_pb(request.prompt))
+            prompt_tokens, cached, warnings = self.service.cache_prefix(
+                convert.prompt_from_pb(request.prompt), started=lambda call: _cancel_with(context, call))
             return pb.CachePrefixResponse(prompt_tokens=prompt_tokens, cached_tokens=cached, warnings=warnings)
 
         return _unary("CachePrefix", body, context)
@@ -118,6 +144,80 @@ class RuntimeServicer(pb_grpc.RuntimeServicer):
         return _unary("Metrics", lambda: convert.metrics_to_pb(self.service.metrics()), context)
 
 
+class MalformedRequest:
+    """What a request that does not parse becomes (the servicer answers INVALID_ARGUMENT), so
+    gRPC never logs a deserialization traceback or answers INTERNAL for a client's bytes."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+def _lenient(message_cls: Any) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return message_cls.FromString(data)
+        except Exception as err:  # NOTE: DecodeError, invalid UTF-8 in a string field, ...
+            return MalformedRequest(f"the {message_cls.__name__} message does not parse: {one_line(err)}")
+    return parse
+
+
+def _refusing_malformed(method: Callable, streaming: bool) -> Callable:
+    def refuse(request: MalformedRequest, context: grpc.ServicerContext) -> None:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+
+    if streaming:
+        def stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            if isinstance(request, MalformedRequest):
+                refuse(request, context)
+            yield from method(request, context)
+        return stream
+
+    def unary(request: Any, context: grpc.ServicerContext) -> Any:
+        if isinstance(request, MalformedRequest):
+            refuse(request, context)
+        return method(request, context)
+    return unary
+
+
+def runtime_handlers(servicer: RuntimeServicer) -> grpc.GenericRpcHandler:
+    """The Runtime service's handlers (as the generated add_RuntimeServicer_to_server builds
+    them, from the same descriptor) with lenient request parsing."""
+    service = pb.DESCRIPTOR.services_by_name["Runtime"]
+    handlers = {}
+    for m in service.methods:
+        make = grpc.unary_stream_rpc_method_handler if m.server_streaming else grpc.unary_unary_rpc_method_handler
+        handlers[m.name] = make(_refusing_malformed(getattr(servicer, m.name), m.server_streaming),
+                                request_deserializer=_lenient(getattr(pb, m.input_type.name)),
+                                response_serializer=getattr(pb, m.output_type.name).SerializeToString)
+    return grpc.method_handlers_generic_handler(service.full_name, handlers)
+
+
+class ApiKeyInterceptor(grpc.ServerInterceptor):
+    """Every RPC but the open ones (Health) needs ``authorization: Bearer KEY`` metadata."""
+
+    def __init__(self, key: str) -> None:
+        self._key = key
+
+    def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> Any:
+        handler = continuation(details)
+        if handler is None or details.method in OPEN_GRPC_METHODS:
+            return handler
+        metadata = dict(details.invocation_metadata or ())
+        if bearer_matches(metadata.get("authorization"), self._key):
+            return handler
+
+        def deny(request: Any, context: grpc.ServicerContext) -> Any:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                          "missing or wrong API key: send the metadata 'authorization: Bearer KEY'")
+
+        if handler.response_streaming:
+            def deny_stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+                deny(request, context)
+                yield  # NOTE: unreachable; makes this a generator like the handler it replaces
+            return grpc.unary_stream_rpc_method_handler(deny_stream)
+        return grpc.unary_unary_rpc_method_handler(deny)
+
+
 class GrpcServer:
     """A gRPC server for one RuntimeService: ``start()``, ``address``, ``stop(grace)``.
 
@@ -128,12 +228,14 @@ class GrpcServer:
     kind = "grpc"
 
     def __init__(self, service: RuntimeService, host: str = "127.0.0.1", port: int = 0, *,
-                 max_workers: int = 256) -> None:
+                 max_workers: int = 256, api_key: str | None = None) -> None:
         self.service = service
         self.host = host
+        interceptors = [ApiKeyInterceptor(api_key)] if api_key else []
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="sglc-grpc"),
-                                   options=SERVER_OPTIONS)
-        pb_grpc.add_RuntimeServicer_to_server(RuntimeServicer(service), self._server)
+                                   options=server_options(service.limits.max_request_bytes),
+                                   interceptors=interceptors)
+        self._server.add_generic_rpc_handlers((runtime_handlers(RuntimeServicer(service)),))
         target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
             self.port = self._server.add_insecure_port(target)

@@ -1,20 +1,27 @@
 """The HTTP endpoints' bodies over RuntimeService, independent of the web framework.
 
-Each method takes the parsed JSON body and either submits (``*_start``: bad requests raise
-RequestError / HttpError before any byte is sent), finishes (``finish_*`` -> JSON dict) or
-streams (``*_stream`` -> SSE strings). Blocking: the web layer runs them in its thread pool.
+Each endpoint method (``completions``, ``chat``, ``generate``) takes the parsed JSON body,
+checks the sizes (ServerLimits) before tokenizing, and submits every engine request the call
+needs as one CallGroup (bad requests raise RequestError / HttpError before any byte is sent; a
+request the engine refuses cancels the ones already submitted). It returns a :class:`Started`:
+wait for it on the event loop, then ``answer()`` (the JSON), or iterate ``events()`` (SSE
+strings, an async iterator: no thread waits on generation).
+The endpoint methods block (tokenizing): the web layer runs them in its thread pool.
 """
 from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Iterator
+from functools import partial
+from typing import Any, AsyncIterator, Callable
 
 from . import openai_protocol as proto
+from .calls import CallGroup
+from .limits import utf8_or_error
 from .prompts import PromptInput
 from .service import RequestError, RuntimeService, abort_kind
 
-__all__ = ["Handlers", "HttpError"]
+__all__ = ["Handlers", "HttpError", "Started"]
 
 
 class HttpError(Exception):
@@ -26,12 +33,19 @@ class HttpError(Exception):
         self.status, self.type, self.code, self.param = status, type_, code, param
 
 
+class Started:
+    """One HTTP call's engine requests (``group``: every one it started) and its two answers:
+    ``answer()`` the JSON once ``group.wait_done()`` returned, or ``events()`` the SSE stream."""
+
+    def __init__(self, group: CallGroup, answer: Callable[[], Any], events: Callable[[], AsyncIterator[str]]) -> None:
+        self.group = group
+        self.answer = answer
+        self.events = events
+
+
 def _finished(call: Any) -> Any:
-    """Drive a GenerateCall to its end; the engine's GenerateOutput. Internal aborts raise."""
-    out = None
-    for chunk in call.chunks():
-        if chunk.finished:
-            out = chunk.output
+    """A finished GenerateCall's GenerateOutput (after wait_done). Internal aborts raise."""
+    out = call.final_chunk().output
     if out is None:
         raise HttpError(500, "the request ended without an output", "server_error")
     _check_abort(out.finish_reason)
@@ -66,10 +80,11 @@ def _visible(out: Any) -> tuple[list[int], list[float], Any]:
 
 
 class Handlers:
-    """The endpoint bodies (blocking; the web layer runs them in its thread pool)."""
+    """The endpoint bodies (see the module docstring for what blocks)."""
 
     def __init__(self, service: RuntimeService) -> None:
         self.svc = service
+        self.limits = service.limits
         self.started = time.time()
 
     # --- helpers ---
@@ -113,41 +128,60 @@ class Handlers:
             return list(prompt)
         raise RequestError("'prompt' must be a string, a list of strings or a list of token ids")
 
-    def completions_start(self, body: dict) -> tuple[str, list[tuple[list[int], Any]], dict]:
+    def _logprobs_count(self, body: dict, name: str) -> int | None:
+        """An OpenAI logprobs count (None when absent): an integer in 0..max_top_logprobs."""
+        value = body.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise RequestError(f"'{name}' must be an integer >= 0, got {value!r}")
+        self.limits.check_count("max_top_logprobs", f"'{name}'", value)
+        return value
+
+    def completions(self, body: dict) -> Started:
         """Submit every (prompt, n) completion now (so bad requests fail before streaming)."""
         model = self.check_model(body)
-        n = proto.num_choices(body)
-        logprobs = body.get("logprobs")
-        if logprobs is not None and (not isinstance(logprobs, int) or isinstance(logprobs, bool)
-                                     or not 0 <= logprobs <= 20):
-            raise RequestError(f"'logprobs' must be an integer in 0..20, got {logprobs!r}")
+        n = proto.num_choices(body, self.limits.max_n)
+        logprobs = self._logprobs_count(body, "logprobs")
         echo = bool(body.get("echo", False))
         fields = proto.openai_sampling_fields(body)
+        prompts = self._prompts(body)
+        self.limits.check_count("max_batch", f"the number of completions ({len(prompts)} prompts x n={n})",
+                                len(prompts) * n)
+        names = [f"prompt {i}" if len(prompts) > 1 else "the prompt" for i in range(len(prompts))]
+        for name, prompt in zip(names, prompts):  # NOTE: every size checked before anything is tokenized
+            self.svc.check_prompt(prompt, name)
+        encoded = [prompt if isinstance(prompt, list) else self.encode(prompt) for prompt in prompts]
+        for name, ids in zip(names, encoded):  # NOTE: and every length before the constraint compiles
+            self.svc.check_prompt(ids, name)
         params = self.params(dict(fields), logprobs, echo)
-        calls = []
-        for prompt in self._prompts(body):
-            ids = prompt if isinstance(prompt, list) else self.encode(prompt)
-            for _ in range(n):
-                calls.append((ids, self.svc.generate(PromptInput(token_ids=ids), params)))
-        return model, calls, {"logprobs": logprobs, "echo": echo}
+        group = CallGroup()
+        calls = group.submit_all([partial(self.svc.generate, PromptInput(token_ids=ids), params)
+                                  for ids in encoded for _ in range(n)])
+        pairs = list(zip([ids for ids in encoded for _ in range(n)], calls))  # (prompt ids, call), n per prompt
+        opts = {"logprobs": logprobs, "echo": echo}
+        return Started(group, partial(self.finish_completions, model, pairs, opts),
+                       partial(self.completions_stream, model, pairs, opts))
 
-    def completions_stream(self, model: str, calls: list, opts: dict) -> Iterator[str]:
+    async def completions_stream(self, model: str, calls: list, opts: dict) -> AsyncIterator[str]:
         rid = f"cmpl-{uuid.uuid4().hex}"
         for index, (ids, call) in enumerate(calls):
             if opts["echo"]:
                 yield proto.sse(proto.envelope("text_completion", rid, model, [
                     {"index": index, "text": self.decode(ids), "logprobs": None, "finish_reason": None}]))
+
             def make(text: str, chunk: Any, finish: str | None, index: int = index) -> dict:
                 lp = None if opts["logprobs"] is None or not chunk.logprobs else proto.completion_logprobs(
                     self.decode, chunk.token_ids, chunk.logprobs, chunk.top_logprobs, 0)
                 return proto.envelope("text_completion", rid, model,
                                       [{"index": index, "text": text, "finish_reason": finish, "logprobs": lp}])
 
-            yield from self._stream_call(call, make)
+            async for event in self._stream_call(call, make):
+                yield event
         yield proto.sse("[DONE]")
 
-    def _stream_call(self, call: Any, make: Any) -> Iterator[str]:
-        for chunk in call.chunks():
+    async def _stream_call(self, call: Any, make: Any) -> AsyncIterator[str]:
+        async for chunk in call.achunks():
             if chunk.finished:
                 reason = chunk.output.finish_reason
                 if reason.get("type") == "abort":
@@ -158,43 +192,62 @@ class Handlers:
             elif chunk.text or chunk.token_ids:
                 yield proto.sse(make(chunk.text, chunk, None))
 
-    def chat_start(self, body: dict) -> tuple[str, list[Any], dict]:
-        model = self.check_model(body)
-        n = proto.num_choices(body)
-        messages = proto.chat_messages(body)
-        want_lp = bool(body.get("logprobs", False))
-        top = body.get("top_logprobs") or 0
-        if not isinstance(top, int) or not 0 <= top <= 20:
-            raise RequestError(f"'top_logprobs' must be an integer in 0..20, got {top!r}")
+    def _chat_text(self, messages: list[dict]) -> str:
+        """The chat template applied to the messages, whose size is checked first."""
+        self.limits.check_count("max_messages", "the number of messages", messages)
+        size = sum(len(utf8_or_error(f"messages[{i}]", m["role"] + m["content"])) for i, m in enumerate(messages))
+        if size > self.limits.max_prompt_bytes:
+            raise self.limits.exceeded("max_prompt_bytes", "'messages'", size, " bytes")
         tok = self.svc.engine.tokenizer
         if not tok.chat_template:
             raise RequestError("this model has no chat template; use /v1/completions")
-        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        params = self.params(proto.openai_sampling_fields(body), top if want_lp else None)
-        calls = [self.svc.generate(PromptInput(text=text), params) for _ in range(n)]
-        return model, calls, {"logprobs": want_lp, "top": top}
+        try:
+            return tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        except Exception as err:  # NOTE: the template may raise on messages it does not accept
+            raise RequestError(f"the chat template cannot render these messages: {type(err).__name__}: "
+                               f"{str(err).strip()[:200]}") from None
 
-    def chat_stream(self, model: str, calls: list, opts: dict) -> Iterator[str]:
+    def chat(self, body: dict) -> Started:
+        model = self.check_model(body)
+        n = proto.num_choices(body, self.limits.max_n)
+        messages = proto.chat_messages(body)
+        want_lp = bool(body.get("logprobs", False))
+        top = self._logprobs_count(body, "top_logprobs") or 0
+        text = self._chat_text(messages)
+        params = self.params(proto.openai_sampling_fields(body), top if want_lp else None)
+        group = CallGroup()
+        calls = group.submit_all([partial(self.svc.generate, PromptInput(text=text), params) for _ in range(n)])
+        opts = {"logprobs": want_lp, "top": top}
+        return Started(group, partial(self.finish_chat, model, calls, opts), partial(self.chat_stream, model, calls, opts))
+
+    async def chat_stream(self, model: str, calls: list, opts: dict) -> AsyncIterator[str]:
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         for index, call in enumerate(calls):
             yield proto.sse(proto.envelope("chat.completion.chunk", rid, model, [
                 {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                  "finish_reason": None}]))
-            yield from self._stream_call(call, lambda text, chunk, finish: proto.envelope(
-                "chat.completion.chunk", rid, model, [
+
+            def make(text: str, chunk: Any, finish: str | None, index: int = index) -> dict:
+                return proto.envelope("chat.completion.chunk", rid, model, [
                     {"index": index, "delta": {"content": text} if text else {}, "finish_reason": finish,
                      "logprobs": proto.chat_logprobs(self.decode, chunk.token_ids, chunk.logprobs or [],
                                                      chunk.top_logprobs if opts["top"] else None)
-                     if opts["logprobs"] and chunk.logprobs else None}]))
+                     if opts["logprobs"] and chunk.logprobs else None}])
+
+            async for event in self._stream_call(call, make):
+                yield event
         yield proto.sse("[DONE]")
 
     # --- SGLang native ---
-    def generate_start(self, body: dict) -> tuple[list[Any], dict]:
+    def generate(self, body: dict) -> Started:
         """Submit a /generate: one prompt, or a batch (``text: [str]`` / ``input_ids: [[int]]``) with
         ``sampling_params`` shared (an object) or one per prompt (a list of the same length).
         Everything is validated before anything is submitted; a prompt the engine refuses
         cancels the ones already submitted."""
         prompts, batch = proto.generate_prompts(body)
+        self.limits.check_count("max_batch", "the number of prompts in the batch", prompts)
+        for i, prompt in enumerate(prompts):  # NOTE: sizes before any constraint compiles
+            self._batch_item(batch, i, partial(self.svc.resolve, prompt))
         per_prompt = proto.generate_sampling(body.get("sampling_params"), len(prompts), batch)
         with_lp = bool(body.get("return_logprob"))
         params = []
@@ -203,15 +256,12 @@ class Handlers:
                 fields.update(return_logprob=True, logprob_start_len=_int_field(body, "logprob_start_len", -1),
                               top_logprobs_num=_int_field(body, "top_logprobs_num", 0))
             params.append(self._batch_item(batch, i, lambda f=fields: self.svc.sampling_params(**f)))
-        calls: list[Any] = []
-        try:
-            for i, (prompt, sp) in enumerate(zip(prompts, params)):
-                calls.append(self._batch_item(batch, i, lambda p=prompt, sp=sp: self.svc.generate(p, sp)))
-        except BaseException:
-            for call in calls:
-                call.cancel("another prompt of the batch was rejected")
-            raise
-        return calls, {"logprob": with_lp, "batch": batch}
+        group = CallGroup()
+        calls = group.submit_all([partial(self._batch_item, batch, i, partial(self.svc.generate, prompt, sp))
+                                  for i, (prompt, sp) in enumerate(zip(prompts, params))],
+                                 "another prompt of the batch was rejected")
+        opts = {"logprob": with_lp, "batch": batch}
+        return Started(group, partial(self.finish_generate, calls, opts), partial(self.generate_stream, calls, opts))
 
     @staticmethod
     def _batch_item(batch: bool, i: int, fn: Any) -> Any:
@@ -235,13 +285,13 @@ class Handlers:
                 meta["output_top_logprobs"] = [[[v, i, None] for i, v in row] for row in out.output_top_logprobs]
         return meta
 
-    def generate_stream(self, calls: list, opts: dict) -> Iterator[str]:
+    async def generate_stream(self, calls: list, opts: dict) -> AsyncIterator[str]:
         """SSE of cumulative text per prompt; in a batch every event carries the prompt's ``index``
         (the prompts run together; their events are sent prompt after prompt)."""
         for index, call in enumerate(calls):
             tag = {"index": index} if opts["batch"] else {}
             text = ""
-            for chunk in call.chunks():
+            async for chunk in call.achunks():
                 text += chunk.text
                 if chunk.finished:
                     out = chunk.output

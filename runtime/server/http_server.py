@@ -2,12 +2,21 @@
 
 Endpoints: ``/v1/completions``, ``/v1/chat/completions`` (SSE streaming: ``data: {...}`` chunks,
 then ``data: [DONE]``), ``/v1/models``; SGLang's ``/generate``, ``/health``, ``/health_generate``,
-``/get_model_info``, ``/get_server_info``, ``/flush_cache``; ``/metrics`` (Prometheus text).
+``/get_model_info``, ``/get_server_info``, ``POST /flush_cache``; ``/metrics`` (Prometheus text).
 
 Errors (OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``): invalid JSON or a
-bad field -> 400; unknown model -> 404; draining -> 503; too many constraint compilations in
-flight -> 429 (Retry-After: 1); a request the engine aborts for an internal reason -> 500. Nothing here touches the engine directly: every call goes through the
-transport-neutral RuntimeService (the same object the gRPC server adapts).
+bad field -> 400; no or a wrong API key -> 401; a foreign Origin -> 403; unknown model or path ->
+404; a wrong method -> 405; a body over max_request_bytes -> 413; not application/json -> 415;
+too many constraint compilations in flight -> 429 (Retry-After: 1); draining -> 503; a request
+the engine aborts for an internal reason -> 500. Nothing here
+touches the engine directly: every call goes through the transport-neutral RuntimeService
+(the same object the gRPC server adapts); the request checks live in http_guard.py.
+
+Threads: no thread ever waits on generation. Submitting (tokenizing) runs in the thread pool;
+waiting for the engine and streaming are awaits on the event loop, woken by the engine thread.
+/health and /metrics run on the event loop without the pool, so they answer while generation
+saturates everything else. A client that disconnects (streamed or not) cancels every engine
+request its call started.
 
 ``/generate`` takes a batch too (``text: [str]`` / ``input_ids: [[int]]``, ``sampling_params`` an
 object or one per prompt) and answers a list; streamed, each SSE event carries its ``index``.
@@ -18,32 +27,90 @@ executor's openai backend for ``select``).
 """
 from __future__ import annotations
 
-import json
+import asyncio
 import logging
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive, Scope, Send
 
 from . import openai_protocol as proto
-from .http_handlers import Handlers, HttpError
+from .http_guard import RequestGuard, read_json_object
+from .http_handlers import Handlers, HttpError, Started
+from .limits import LimitExceeded
 from .service import ConstraintCompilerBusy, RequestError, RuntimeService, ServiceUnavailable, one_line
 
 log = logging.getLogger(__name__)
 
+#: The status answered to a client that went away before its answer was ready (nobody reads it).
+_CLIENT_GONE = 499
 
-def build_app(service: RuntimeService) -> Any:
-    """The FastAPI application over one RuntimeService."""
+
+class _CallStream(StreamingResponse):
+    """An SSE response that cancels every engine request of its call when it ends, however it
+    ends (finished, client disconnected, server stopping)."""
+
+    def __init__(self, started: Started) -> None:
+        super().__init__(_events_or_error(started.events()), media_type="text/event-stream")
+        self.started = started
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.started.group.cancel("the client went away")
+
+
+async def _events_or_error(events: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The events; a server bug mid-stream ends it with an error event, not a cut connection."""
+    try:
+        async for event in events:
+            yield event
+    except Exception as err:
+        log.error("HTTP stream failed", exc_info=err)
+        yield proto.sse(proto.error_body(f"internal error: {type(err).__name__}: {one_line(err)}", "server_error",
+                                         code="internal"))
+        yield proto.sse("[DONE]")
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Returns when the client disconnects (the body was read already; nothing else arrives)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _done_or_gone(started: Started, request: Request) -> bool:
+    """Wait until every request of the call finished (True) or the client went away (False)."""
+    done = asyncio.ensure_future(started.group.wait_done())
+    gone = asyncio.ensure_future(_disconnected(request.receive))
+    try:
+        await asyncio.wait({done, gone}, return_when=asyncio.FIRST_COMPLETED)
+        return done.done() and not done.cancelled()
+    finally:
+        done.cancel()
+        gone.cancel()
+
+
+def build_app(service: RuntimeService, *, api_key: str | None = None) -> Any:
+    """The FastAPI application over one RuntimeService (with an API key: see auth.py)."""
     h = Handlers(service)
-    app = FastAPI(title="sglc runtime", docs_url=None, redoc_url=None)
+    app = FastAPI(title="sglc runtime", docs_url=None, redoc_url=None, openapi_url=None)
 
-    def fail(err: BaseException) -> JSONResponse:
+    def fail(err: BaseException) -> Response:
+        if isinstance(err, ClientDisconnect):  # NOTE: gone while sending its body: nobody to answer
+            return Response(status_code=_CLIENT_GONE)
         if isinstance(err, HttpError):
             return JSONResponse(proto.error_body(str(err), err.type, err.param, err.code), status_code=err.status)
+        if isinstance(err, LimitExceeded):
+            return JSONResponse(proto.error_body(one_line(err), code="limit_exceeded", param=err.limit),
+                                status_code=400)
         if isinstance(err, RequestError):
             return JSONResponse(proto.error_body(one_line(err)), status_code=400)
         if isinstance(err, ServiceUnavailable):
@@ -55,33 +122,36 @@ def build_app(service: RuntimeService) -> Any:
         return JSONResponse(proto.error_body(f"internal error: {type(err).__name__}: {one_line(err)}",
                                              "server_error", code=500), status_code=500)
 
-    async def read_json(request: Request) -> dict:
-        raw = await request.body()
-        try:
-            body = json.loads(raw or b"{}")
-        except (ValueError, UnicodeDecodeError) as err:
-            raise HttpError(400, f"the request body is not valid JSON: {err}") from None
-        except RecursionError:  # NOTE: a clean refusal, never a traceback
-            raise HttpError(400, "the request body nests too deeply to parse") from None
-        if not isinstance(body, dict):
-            raise HttpError(400, "the request body must be a JSON object")
-        return body
+    async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        """Routing errors (404 unknown path, 405 wrong method) in OpenAI's error shape."""
+        return JSONResponse(proto.error_body(f"{request.method} {request.url.path}: {err.detail}",
+                                             code=err.status_code), status_code=err.status_code,
+                            headers=getattr(err, "headers", None))
 
-    def endpoint(start: Any, finish: Any, stream: Any):
-        """POST endpoint: start(body) submits (errors -> 4xx before any byte is sent); then either
-        finish(started) -> JSON or stream(*started) -> SSE."""
+    app.add_exception_handler(StarletteHTTPException, http_error)
+
+    def endpoint(start: Callable[[dict], Started]):
+        """POST endpoint: start(body) submits everything (errors -> 4xx before any byte is sent);
+        then the JSON answer once all requests finished, or the SSE stream."""
         async def handle(request: Request) -> Any:
             try:
-                body = await read_json(request)
+                body = await read_json_object(request, service.limits)
                 started = await run_in_threadpool(start, body)
-                if body.get("stream"):
-                    return StreamingResponse(stream(*started), media_type="text/event-stream")
-                return JSONResponse(await run_in_threadpool(finish, started))
             except Exception as err:  # NOTE: every failure answers; the server keeps serving
                 return fail(err)
+            if body.get("stream"):
+                return _CallStream(started)
+            try:
+                if not await _done_or_gone(started, request):
+                    return Response(status_code=_CLIENT_GONE)
+                return JSONResponse(await run_in_threadpool(started.answer))
+            except Exception as err:
+                return fail(err)
+            finally:
+                started.group.cancel("the client went away")  # no-op for the finished ones
         return handle
 
-    def blocking(fn: Any):
+    def quick(fn: Any):
         async def handle() -> Any:
             try:
                 return JSONResponse(await run_in_threadpool(fn))
@@ -89,35 +159,38 @@ def build_app(service: RuntimeService) -> Any:
                 return fail(err)
         return handle
 
-    app.post("/v1/completions")(endpoint(h.completions_start, lambda s: h.finish_completions(*s),
-                                         h.completions_stream))
-    app.post("/v1/chat/completions")(endpoint(h.chat_start, lambda s: h.finish_chat(*s), h.chat_stream))
-    app.post("/generate")(endpoint(h.generate_start, lambda s: h.finish_generate(*s), h.generate_stream))
-    app.get("/v1/models")(blocking(h.models))
-    app.get("/get_model_info")(blocking(h.model_info))
-    app.get("/get_server_info")(blocking(h.server_info))
+    app.post("/v1/completions")(endpoint(h.completions))
+    app.post("/v1/chat/completions")(endpoint(h.chat))
+    app.post("/generate")(endpoint(h.generate))
+    app.get("/v1/models")(quick(h.models))
+    app.get("/get_model_info")(quick(h.model_info))
+    app.get("/get_server_info")(quick(h.server_info))
 
+    @app.post("/flush_cache")
     async def flush() -> Any:
-        flushed, message = await run_in_threadpool(service.flush)
+        """State-changing: POST only (a GET is 405), so a link or an <img> cannot trigger it."""
+        flushed, message = service.flush()  # NOTE: returns at once (refuses unless idle)
         return JSONResponse({"flushed": flushed, "message": message or "cache flushed"},
                             status_code=200 if flushed else 409)
 
-    async def health(check_generate: bool = False) -> Any:
-        state, message = await run_in_threadpool(service.health, check_generate)
+    @app.get("/health")
+    async def health() -> Any:
+        """On the event loop, never the thread pool: answers while generation is saturated."""
+        state, message = service.health(False)
         return JSONResponse({"status": state, "message": message}, status_code=200 if state == "serving" else 503)
 
+    @app.get("/health_generate")
     async def health_generate() -> Any:
-        return await health(True)
+        state, message = await run_in_threadpool(service.health, True)
+        return JSONResponse({"status": state, "message": message}, status_code=200 if state == "serving" else 503)
 
+    @app.get("/metrics")
     async def metrics() -> Any:
-        return PlainTextResponse(await run_in_threadpool(h.prometheus), media_type="text/plain; version=0.0.4")
+        """On the event loop: the engine's counters are read under its lock, which is never held
+        during a model forward, so this waits for at most one scheduling step."""
+        return PlainTextResponse(h.prometheus(), media_type="text/plain; version=0.0.4")
 
-    for path in ("/flush_cache",):
-        app.post(path)(flush)
-        app.get(path)(flush)
-    app.get("/health")(health)
-    app.get("/health_generate")(health_generate)
-    app.get("/metrics")(metrics)
+    app.add_middleware(RequestGuard, api_key=api_key)  # NOTE: before routing: 401 / 403 cost nothing
     return app
 
 
@@ -129,7 +202,8 @@ class HttpServer:
 
     kind = "http"
 
-    def __init__(self, service: RuntimeService, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, service: RuntimeService, host: str = "127.0.0.1", port: int = 0, *,
+                 api_key: str | None = None) -> None:
         import uvicorn
 
         self.service = service
@@ -143,7 +217,7 @@ class HttpServer:
             raise OSError(f"HTTP server cannot listen on {host}:{port} (is the port in use?): {err}") from None
         self._sock.listen(1024)
         self.port = self._sock.getsockname()[1]
-        config = uvicorn.Config(build_app(service), log_level="warning", access_log=False, lifespan="off",
+        config = uvicorn.Config(build_app(service, api_key=api_key), log_level="warning", access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=2)
         self._server = uvicorn.Server(config)
         self._server.install_signal_handlers = lambda: None  # NOTE: launch.serve owns the signals

@@ -13,8 +13,10 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
+
+from .limits import ServerLimits
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,8 @@ class ServeConfig:
     grpc_workers: int = 256
     grace_s: float = 10.0
     constraint_compiler: Any = None  # a ConstraintCompilerConfig; None = the defaults
+    limits: ServerLimits = field(default_factory=ServerLimits)
+    api_key: str | None = None  # None: open (see auth.py; cli_serve reads SGLC_API_KEY)
 
     def engine_config(self) -> Any:
         from sglc_runtime.engine_config import EngineConfig
@@ -70,11 +74,12 @@ def build_frontends(config: ServeConfig, service: Any) -> list[Frontend]:
     """The servers to start, bound to their ports already (port 0 picks a free one)."""
     from .grpc_server import GrpcServer
 
-    frontends: list[Frontend] = [GrpcServer(service, config.host, config.port, max_workers=config.grpc_workers)]
+    frontends: list[Frontend] = [GrpcServer(service, config.host, config.port, max_workers=config.grpc_workers,
+                                            api_key=config.api_key)]
     if config.http_port is not None:
         from .http_server import HttpServer
 
-        frontends.append(HttpServer(service, config.host, config.http_port))
+        frontends.append(HttpServer(service, config.host, config.http_port, api_key=config.api_key))
     return frontends
 
 
@@ -93,7 +98,7 @@ class Runtime:
         self.config = config
         self.engine = engine if engine is not None else Engine(config.engine_config())
         self.engine.start()
-        self.service = RuntimeService(self.engine)
+        self.service = RuntimeService(self.engine, limits=config.limits)
         self.service.model_info()  # NOTE: derive the chat template before the first call needs it
         try:
             self.frontends = build_frontends(config, self.service)

@@ -135,10 +135,13 @@ def _shape(value: Any) -> str:
     return type(value).__name__
 
 
-def num_choices(body: dict) -> int:
+def num_choices(body: dict, max_n: int = 64) -> int:
+    """OpenAI's ``n``: 1..max_n (the server limit max_n)."""
     n = body.get("n", 1)
-    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 64:
-        raise RequestError(f"'n' must be an integer in 1..64, got {n!r}")
+    if n is None:
+        return 1
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= max_n:
+        raise RequestError(f"'n' must be an integer in 1..{max_n} (server limit max_n={max_n}), got {n!r}")
     return n
 
 
@@ -158,7 +161,10 @@ def chat_messages(body: dict) -> list[dict[str, Any]]:
             raise RequestError(f"'messages[{i}]' must be an object with a 'role' string")
         content = m.get("content")
         if isinstance(content, list):  # content parts: keep the text ones
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+            texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+            if not all(isinstance(t, str) for t in texts):
+                raise RequestError(f"'messages[{i}].content': a text part's 'text' must be a string")
+            content = "".join(texts)
         if not isinstance(content, str):
             raise RequestError(f"'messages[{i}].content' must be a string or a list of text parts")
         out.append({"role": m["role"], "content": content})

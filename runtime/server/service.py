@@ -2,10 +2,12 @@
 
 The gRPC servicer (grpc_server.py) is a thin adapter over this class; the HTTP server of the
 ecosystem-protocols issue adapts the same object. It owns what every transport needs:
-validation errors as :class:`RequestError` (INVALID_ARGUMENT / HTTP 400), image handling for a
-text-only model, one Generate in flight as a :class:`GenerateCall` (chunks, cancel), scoring,
-the cache-prefix hint, model info (with the chat template split into role prefixes/suffixes),
-health, and metrics (engine counters plus this server's request counters).
+validation errors as :class:`RequestError` (INVALID_ARGUMENT / HTTP 400), the request-size
+limits (:class:`ServerLimits`, checked before tokenizing), image handling for a text-only model,
+every call in flight (a :class:`GenerateCall` or a :class:`ScoreCall`: counted in ``num_active``
+until the engine is done with it, cancelled by ``cancel_all``), scoring, the cache-prefix hint,
+model info (with the chat template split into role prefixes/suffixes), health, and metrics
+(engine counters plus this server's request counters).
 
 Threading: every method may be called from any thread; the engine runs in its background
 thread (``Engine.start()``), which the service requires.
@@ -13,19 +15,21 @@ thread (``Engine.start()``), which the service requires.
 from __future__ import annotations
 
 import logging
+import math
 import posixpath
-import queue
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 from sglc.executor.backend import ChatTemplate
 
 from sglc_runtime.constrained.errors import ConstraintCompilerBusy
 
+from .calls import CallCancelled, GenerateCall, ScoreCall
 from .chat_template import derive_chat_template
+from .limits import LimitExceeded, ServerLimits
 from .prompts import IMAGE_MARKER, PromptInput, RequestError, image_placeholder, resolve_prompt
 
 log = logging.getLogger(__name__)
@@ -43,7 +47,7 @@ def one_line(err: BaseException) -> str:
 
 
 __all__ = ["IMAGE_MARKER", "PromptInput", "RequestError", "ServiceUnavailable", "ConstraintCompilerBusy",
-           "RuntimeService", "GenerateCall",
+           "RuntimeService", "GenerateCall", "ScoreCall", "CallCancelled", "LimitExceeded", "ServerLimits",
            "ChoiceScore", "ScoreOutcome", "RuntimeModelInfo", "abort_kind", "image_placeholder", "resolve_prompt"]
 
 
@@ -78,6 +82,11 @@ class RuntimeModelInfo:
     jinja_chat_template: str
 
 
+def _floats(values: Sequence[float | None] | None) -> list[float]:
+    """Logprobs as floats; NaN where there is no value (a prompt's first position)."""
+    return [math.nan if v is None else float(v) for v in values or ()]
+
+
 def abort_kind(message: str) -> str:
     """Classify an engine abort message: "unavailable" (shut down), "internal" or "aborted"."""
     if "shut down" in message:
@@ -87,61 +96,19 @@ def abort_kind(message: str) -> str:
     return "aborted"
 
 
-# ----- one Generate in flight -----
-class GenerateCall:
-    """One submitted Generate: iterate its chunks (the last has finished=True), or cancel it."""
-
-    def __init__(self, service: RuntimeService, rid: str, warnings: list[str]) -> None:
-        self.service = service
-        self.rid = rid
-        self.warnings = warnings
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._ended = False  # NOTE: guarded by service._lock; counters change exactly once
-
-    def _deliver(self, chunk: Any) -> None:  # engine thread
-        self._queue.put(chunk)
-
-    def chunks(self, is_active: Callable[[], bool] = lambda: True, poll_s: float = 0.25) -> Iterator[Any]:
-        """The request's StreamChunks until the finished one. When `is_active()` turns False
-        (the client went away) the request is cancelled and iteration stops."""
-        try:
-            while True:
-                try:
-                    chunk = self._queue.get(timeout=poll_s)
-                except queue.Empty:
-                    if not is_active():
-                        self.cancel("the client went away")
-                        return
-                    continue
-                if chunk.finished:  # NOTE: ended before it is handed out: a late cancel is a no-op
-                    self.service._end_call(self, chunk.output)
-                    yield chunk
-                    return
-                yield chunk
-        finally:
-            self.cancel("the consumer stopped reading")  # no-op when already finished
-
-    def cancel(self, reason: str = "cancelled by the client") -> bool:
-        """Abort the request if it is still running; True when this call aborted it."""
-        if not self.service._mark_ended(self):
-            return False
-        aborted = self.service.engine.abort(self.rid, reason)
-        self.service._count("num_cancelled" if aborted else None)
-        return aborted
-
-
 # ----- the service -----
 class RuntimeService:
     """The runtime API over one Engine running in its background thread."""
 
-    def __init__(self, engine: Any, *, model_name: str | None = None) -> None:
+    def __init__(self, engine: Any, *, model_name: str | None = None, limits: ServerLimits | None = None) -> None:
         self.engine = engine
+        self.limits = limits if limits is not None else ServerLimits()
         self._model_name = model_name
         self._lock = threading.Lock()
         self._draining = False
         self._started = time.monotonic()
         self._counts = {"num_requests": 0, "num_cancelled": 0, "num_invalid": 0, "num_errors": 0}
-        self._active: dict[str, GenerateCall] = {}
+        self._active: dict[str, GenerateCall | ScoreCall] = {}
         self._info: RuntimeModelInfo | None = None
 
     # --- lifecycle ---
@@ -161,7 +128,7 @@ class RuntimeService:
             return len(self._active)
 
     def cancel_all(self, reason: str) -> int:
-        """Abort every Generate still in flight; returns how many were aborted."""
+        """Abort every call still in flight (Generate, Score, CachePrefix); returns how many."""
         with self._lock:
             calls = list(self._active.values())
         return sum(call.cancel(reason) for call in calls)
@@ -181,7 +148,15 @@ class RuntimeService:
         self._count("num_invalid")
         return err if isinstance(err, RequestError) else RequestError(one_line(err))
 
-    def _mark_ended(self, call: GenerateCall) -> bool:
+    def _register(self, call: GenerateCall | ScoreCall) -> None:
+        with self._lock:
+            if call.rid in self._active:
+                self._counts["num_invalid"] += 1
+                raise RequestError(f"request id {call.rid!r} is already in flight")
+            self._active[call.rid] = call
+            self._counts["num_requests"] += 1
+
+    def _mark_ended(self, call: GenerateCall | ScoreCall) -> bool:
         with self._lock:
             if call._ended:
                 return False
@@ -205,6 +180,7 @@ class RuntimeService:
         from sglc_runtime.sampling_params import SamplingParams
 
         try:
+            self.limits.check_sampling(fields)
             given = {k: fields.pop(k) for k in _CONSTRAINT_FIELDS if fields.get(k) is not None}
             if given and not set(given) <= set(SamplingParams.__dataclass_fields__):
                 fields["constraint"] = self._grammar(given)
@@ -223,24 +199,41 @@ class RuntimeService:
         except ValueError as err:  # the FSM library's errors: name the constraint
             raise ValueError(f"{spec.kind}: {one_line(err)}") from err
 
-    def _prompt(self, prompt: PromptInput) -> tuple[str | list[int], list[str]]:
+    def resolve(self, prompt: PromptInput) -> tuple[str | list[int], list[str]]:
+        """The engine's prompt and warnings, within the limits (checked before anything
+        tokenizes it); RequestError otherwise. Callers may resolve early, before compiling a
+        constraint, so that an oversized prompt costs nothing."""
         try:
-            return resolve_prompt(prompt, supports_images=self.model_info().supports_images)
+            engine_prompt, warnings = resolve_prompt(prompt, supports_images=self.model_info().supports_images)
+            self.check_prompt(engine_prompt)
+            return engine_prompt, warnings
         except RequestError as err:
             raise self._invalid(err) from err
+
+    def check_prompt(self, prompt: str | Sequence[int], what: str = "the prompt") -> None:
+        """Text: at most max_prompt_bytes of valid Unicode; token ids: at most the context."""
+        if isinstance(prompt, str):
+            self.limits.check_text("max_prompt_bytes", what, prompt)
+        elif len(prompt) > self.model_info().context_length:
+            raise RequestError(f"{what} has {len(prompt)} tokens, more than the context of "
+                               f"{self.model_info().context_length} tokens")
+
+    def check_rid(self, rid: str) -> None:
+        if rid:
+            self.limits.check_text("max_rid_bytes", "the request id", rid)
 
     def generate(self, prompt: PromptInput, params: Any, *, rid: str | None = None) -> GenerateCall:
         """Submit a generation; iterate the returned call's chunks. Raises RequestError now for
         a bad request (the engine validates everything at submit)."""
         self._check_open()
-        engine_prompt, warnings = self._prompt(prompt)
+        if rid:
+            try:
+                self.check_rid(rid)
+            except RequestError as err:
+                raise self._invalid(err) from err
+        engine_prompt, warnings = self.resolve(prompt)
         call = GenerateCall(self, rid or uuid.uuid4().hex, warnings)
-        with self._lock:
-            if call.rid in self._active:
-                self._counts["num_invalid"] += 1
-                raise RequestError(f"request id {call.rid!r} is already in flight")
-            self._active[call.rid] = call
-            self._counts["num_requests"] += 1
+        self._register(call)
         try:
             self.engine.submit(engine_prompt, params, rid=call.rid, callback=call._deliver)
         except Exception as err:
@@ -252,51 +245,88 @@ class RuntimeService:
             raise
         return call
 
-    def score(self, prompt: PromptInput, choices: Sequence[str], *, unconditional: bool = False) -> ScoreOutcome:
-        """Logprobs of each choice after the prompt (Engine.score: one batched prefill sharing
-        the prompt's cached prefix), plus greedy and unconditional logprobs."""
-        from sglc_runtime.sampling_params import SamplingParams
-
+    def score(self, prompt: PromptInput, choices: Sequence[str], *, unconditional: bool = False,
+              started: Callable[[ScoreCall], Any] | None = None) -> ScoreOutcome:
+        """Logprobs of each choice after the prompt (Engine.score: batched prefills sharing the
+        prompt's cached prefix), plus greedy and unconditional logprobs. Blocks until done;
+        `started(call)` gets the ScoreCall first, whose ``cancel`` aborts the engine work
+        (CallCancelled is raised here then; ServiceUnavailable when the server shuts down)."""
         self._check_open()
-        engine_prompt, warnings = self._prompt(prompt)
-        if not choices or not all(isinstance(c, str) and c for c in choices):
-            raise self._invalid(RequestError("score needs a non-empty list of non-empty choice strings"))
-        self._count("num_requests")
+        engine_prompt, warnings = self.resolve(prompt)
+        choices = self._choices(choices)
+        call = ScoreCall(self, uuid.uuid4().hex)
+        self._register(call)
         try:
-            results = self.engine.score(engine_prompt, list(choices))
-        except (ValueError, TypeError) as err:
+            if started is not None:
+                started(call)
+            try:
+                job = self.engine.score_job(engine_prompt, choices)
+            except (ValueError, TypeError) as err:
+                raise self._invalid(err) from err
+            results = self._run_score(call, job)
+            out = [ChoiceScore(list(r.token_ids), _floats(r.logprobs), _floats(getattr(r, "greedy_logprobs", None)))
+                   for r in results]
+            if unconditional:
+                alone = self._run_score(call, self.engine.score_job([self._start_token()], [c.token_ids for c in out]))
+                for c, r in zip(out, alone):
+                    c.unconditional_logprobs = _floats(r.logprobs)
+        finally:
+            call.finish()
+        cached = int(getattr(results[0], "cached_tokens", 0) or 0) if results else 0
+        return ScoreOutcome(out, len(job.prompt_ids), cached, warnings)
+
+    def _choices(self, choices: Sequence[str]) -> list[str]:
+        if not isinstance(choices, (list, tuple)) or not choices or not all(isinstance(c, str) and c for c in choices):
+            raise self._invalid(RequestError("score needs a non-empty list of non-empty choice strings"))
+        try:
+            self.limits.check_count("max_choices", "the number of choices", choices)
+            for i, c in enumerate(choices):
+                self.limits.check_text("max_choice_bytes", f"choice {i}", c)
+        except RequestError as err:
             raise self._invalid(err) from err
-        out = [ChoiceScore(list(r.token_ids), [float(x) for x in r.logprobs],
-                           [float(x) for x in getattr(r, "greedy_logprobs", None) or []]) for r in results]
-        if unconditional:
-            start = self._start_token()
-            params = SamplingParams(max_new_tokens=0, return_logprob=True, logprob_start_len=1)
-            rids = [self.engine.submit([start] + c.token_ids, params) for c in out]
-            for c, rid in zip(out, rids):
-                c.unconditional_logprobs = [float(x) for x in self.engine.wait(rid).input_logprobs]
-        first = results[0] if results else None
-        prompt_tokens = getattr(first, "prompt_tokens", 0) or (
-            len(engine_prompt) if not isinstance(engine_prompt, str) else len(self.engine.tokenizer.encode(engine_prompt)))
-        return ScoreOutcome(out, prompt_tokens, int(getattr(first, "cached_tokens", 0) or 0), warnings)
+        return list(choices)
+
+    def _run_score(self, call: ScoreCall, job: Any) -> Any:
+        try:
+            return call.run(job)
+        except CallCancelled as err:
+            kind = abort_kind(str(err))
+            if kind == "unavailable":
+                raise ServiceUnavailable(one_line(err)) from None
+            if kind == "internal":
+                self._count("num_errors")
+                raise RuntimeError(f"score aborted: {one_line(err)}") from None
+            raise
 
     def _start_token(self) -> int:
         """What unconditional scores condition on: the model's BOS, else its first EOS."""
         info = self.model_info()
         return info.bos_token_id if info.bos_token_id is not None else info.eos_token_ids[0]
 
-    def cache_prefix(self, prompt: PromptInput) -> tuple[int, int, list[str]]:
-        """Prefill the prompt and keep it cached: (prompt_tokens, cached_tokens before, warnings)."""
+    def cache_prefix(self, prompt: PromptInput, *,
+                     started: Callable[[GenerateCall], Any] | None = None) -> tuple[int, int, list[str]]:
+        """Prefill the prompt and keep it cached: (prompt_tokens, cached_tokens before, warnings).
+        Blocks until done; `started(call)` gets the GenerateCall first (its cancel aborts it)."""
         from sglc_runtime.sampling_params import SamplingParams
 
-        self._check_open()
-        engine_prompt, warnings = self._prompt(prompt)
-        self._count("num_requests")
-        try:
-            rid = self.engine.submit(engine_prompt, SamplingParams(max_new_tokens=0))
-        except (ValueError, TypeError) as err:
-            raise self._invalid(err) from err
-        out = self.engine.wait(rid)
-        return out.prompt_tokens, out.cached_tokens, warnings
+        call = self.generate(prompt, SamplingParams(max_new_tokens=0))
+        if started is not None:
+            started(call)
+        out = None
+        for chunk in call.chunks():
+            if chunk.finished:
+                out = chunk.output
+        if out is None:
+            raise CallCancelled("the cache-prefix request was cancelled")
+        if out.finish_reason.get("type") == "abort":
+            message = str(out.finish_reason.get("message", "aborted"))
+            kind = abort_kind(message)
+            if kind == "unavailable":
+                raise ServiceUnavailable(message)
+            if kind == "internal":
+                raise RuntimeError(f"cache prefix aborted: {message}")
+            raise CallCancelled(message)
+        return out.prompt_tokens, out.cached_tokens, call.warnings
 
     def flush(self) -> tuple[bool, str]:
         """Empty the prefix cache if idle: (flushed, reason when not)."""
@@ -313,11 +343,18 @@ class RuntimeService:
         if check_generate:
             from sglc_runtime.sampling_params import SamplingParams
 
-            try:
-                rid = self.engine.submit([self._start_token()], SamplingParams(max_new_tokens=1, temperature=0.0))
-                out = self.engine.wait(rid, timeout=timeout_s)
+            deadline = time.monotonic() + timeout_s
+            try:  # NOTE: a tracked call: cancelled at the deadline, never left running
+                call = self.generate(PromptInput(token_ids=[self._start_token()]),
+                                     SamplingParams(max_new_tokens=1, temperature=0.0))
+                out = None
+                for chunk in call.chunks(is_active=lambda: time.monotonic() < deadline, poll_s=0.05):
+                    if chunk.finished:
+                        out = chunk.output
             except Exception as err:
                 return "not_serving", f"generation check failed: {one_line(err)}"
+            if out is None:
+                return "not_serving", f"generation check did not finish in {timeout_s:g} s"
             if out.finish_reason.get("type") == "abort":
                 return "not_serving", f"generation check aborted: {out.finish_reason.get('message')}"
         return "serving", "ok"

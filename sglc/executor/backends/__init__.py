@@ -1,7 +1,8 @@
 """Backends by name: ``make_backend(name, endpoint=None, **opts)``.
 
 - ``"srt"`` with an endpoint (``host:port`` or ``http://host:port``): the gRPC client of a
-  ``sglc serve`` runtime (:class:`sglc.executor.backends.srt.SrtBackend`).
+  ``sglc serve`` runtime (:class:`sglc.executor.backends.srt.SrtBackend`); `opts`: ``timeout``,
+  ``image_mode``, ``api_key`` (default ``$SGLC_API_KEY``).
 - ``"srt"`` without an endpoint: the *embedded* runtime — an in-process engine on the default
   model (:class:`sglc.executor.backends.engine.EngineBackend`); `opts` are engine settings
   (``model``, ``dtype``, ``schedule_policy``, ``disable_radix_cache``, ``timeout``, ...).

@@ -8,6 +8,8 @@
   stuck server raises :class:`sglc.errors.BackendError` instead of hanging.
 - A call that fails with UNAVAILABLE before any answer arrived is retried once on a NEW
   channel: after a server restart on the same address the next call just works.
+- API key: a server started with ``--api-key`` needs ``api_key=KEY`` (default: $SGLC_API_KEY),
+  sent as the metadata ``authorization: Bearer KEY`` on every call.
 - Images: the runtime's default model is text-only. With ``image_mode="placeholder"`` (the
   default) each image becomes the text ``<image: NAME>`` at its IMAGE_MARKER in the prompt text
   (or before the text), and the call's meta carries ``warnings`` saying so; "reject" makes such
@@ -15,6 +17,7 @@
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -28,6 +31,7 @@ from sglc.executor.backend import Backend, CallMeta, GenParams, GenResult, Model
 from sglc.proto import runtime_pb2 as pb
 from sglc.proto import runtime_pb2_grpc as pb_grpc
 from sglc_runtime.server import convert
+from sglc_runtime.server.auth import API_KEY_ENV
 from sglc_runtime.server.prompts import IMAGE_MARKER, image_placeholder
 
 if getattr(_executor_errors, "BackendError", _BackendError) is _BackendError:
@@ -59,9 +63,10 @@ class SrtBackend(Backend):
     """A Backend talking to one runtime server at `endpoint` ("host:port")."""
 
     def __init__(self, endpoint: str, *, timeout: float = 600.0, info_timeout: float = 30.0,
-                 image_mode: str = "placeholder") -> None:
+                 image_mode: str = "placeholder", api_key: Optional[str] = None) -> None:
         """timeout: deadline (s) of Generate/Score/CachePrefix calls; info_timeout: of ModelInfo,
-        Health, Metrics, Flush. image_mode: "placeholder" or "reject" (see the module doc)."""
+        Health, Metrics, Flush. image_mode: "placeholder" or "reject" (see the module doc).
+        api_key: the server's key (default: $SGLC_API_KEY; none sends no key)."""
         if not isinstance(endpoint, str) or ":" not in endpoint:
             raise ValueError(f"SrtBackend endpoint must be 'host:port', got {endpoint!r}")
         if image_mode not in ("placeholder", "reject"):
@@ -72,6 +77,8 @@ class SrtBackend(Backend):
         self.timeout = float(timeout)
         self.info_timeout = float(info_timeout)
         self.image_mode = image_mode
+        key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
+        self._metadata = (("authorization", f"Bearer {key}"),) if key else None
         self._lock = threading.Lock()
         self._channels: list[grpc.Channel] = []  # the last one is current; older ones finish their calls
         self._stub: pb_grpc.RuntimeStub | None = None
@@ -110,7 +117,7 @@ class SrtBackend(Backend):
         for attempt in range(2):
             stub = self._current()
             try:
-                return getattr(stub, rpc)(request, timeout=timeout)
+                return getattr(stub, rpc)(request, timeout=timeout, metadata=self._metadata)
             except grpc.RpcError as err:
                 if err.code() == grpc.StatusCode.UNAVAILABLE and attempt == 0:
                     self._reconnect(stub)
@@ -124,7 +131,7 @@ class SrtBackend(Backend):
         for attempt in range(2):
             stub = self._current()
             received = False
-            call = stub.Generate(request, timeout=self.timeout)
+            call = stub.Generate(request, timeout=self.timeout, metadata=self._metadata)
             try:
                 for msg in call:
                     received = True
