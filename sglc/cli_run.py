@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import IO, Any, Iterator, Optional
 
@@ -120,11 +121,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     graph = load(args.graph)
     inputs = read_inputs(args.input)
     failed: list[int] = []
+    report_lock = threading.Lock()
 
-    def report(result: ProgramResult) -> None:
+    def report(result: ProgramResult) -> None:  # called from the batch's worker threads
         if result.error is not None:
-            failed.append(result.index)
-            print(f"sglc: input {result.index} failed: {result.error}", file=sys.stderr, flush=True)
+            # NOTE: one write under a lock: print() writes the text and the newline separately,
+            # so lines from two failing inputs could interleave.
+            with report_lock:
+                failed.append(result.index)
+                sys.stderr.write(f"sglc: input {result.index} failed: {result.error}\n")
+                sys.stderr.flush()
 
     with _open_output(args.output) as out:
         writer = OrderedJsonlWriter(out)
