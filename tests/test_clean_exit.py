@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ROUNDS = 10
+ROUNDS = 4
 #: Seconds one subprocess may take (model load included) before the test fails as hung.
 RUN_TIMEOUT_S = 300
 

@@ -18,7 +18,7 @@ from sglc_runtime.server.launch import Runtime, ServeConfig
 pytestmark = pytest.mark.model
 
 SEED = 12
-FUZZ_SECONDS = 35.0
+FUZZ_SECONDS = 20.0
 #: An answer later than this is a hang. Generous: the CI machine is shared, and every fuzzed
 #: request generates at most a few tokens.
 HANG_S = 120.0
