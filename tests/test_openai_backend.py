@@ -119,20 +119,23 @@ def test_samples_run_through_backend_openai(server, srt, tmp_path):
     for name, target in SAMPLES.items():
         graph = tmp_path / f"{name}.pb"
         assert sglc_main(["compile", str(ROOT / target), "-o", str(graph)]) == 0
+        # NOTE: the first input of each sample: the path is what is under test here (every input of
+        # every sample runs in test_run_against_serve and test_run_cli).
+        args = tmp_path / f"{name}.args.jsonl"
+        args.write_text((ROOT / "samples" / f"{name}.args.jsonl").read_text().splitlines()[0] + "\n")
         for kind, endpoint in (("openai", server.http), ("srt", server.address)):
             if kind == "srt" and name != "few_shot_qa":
                 continue
             out = tmp_path / f"{name}.{kind}.jsonl"
             proc = subprocess.run([sys.executable, "-m", "sglc.cli", "run", str(graph), "--backend", kind,
-                                   "--endpoint", endpoint, "--input", str(ROOT / "samples" / f"{name}.args.jsonl"),
+                                   "--endpoint", endpoint, "--input", str(args),
                                    "--output", str(out), "--no-progress"]
                                   + (["--model", MODEL] if kind == "openai" else []),
                                   cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
             assert proc.returncode == 0, (name, kind, proc.stderr[-2000:])
             outputs[name, kind] = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
-        inputs = (ROOT / "samples" / f"{name}.args.jsonl").read_text().splitlines()
         results = outputs[name, "openai"]
-        assert [r["index"] for r in results] == list(range(len([i for i in inputs if i.strip()])))
+        assert [r["index"] for r in results] == [0]
         for r in results:
             assert r["error"] is None, (name, r["error"])
             assert r["calls"] and r["text"]
