@@ -223,3 +223,16 @@ def test_sglang_generate_streams_cumulative_text_then_done(base):
     _, full = post(base, "/generate", {"text": "The sky is", "sampling_params": {"max_new_tokens": 6,
                                                                                  "temperature": 0}})
     assert texts[-1] == full["text"] and parsed[-1]["meta_info"]["completion_tokens"] == 6
+
+
+def test_logprobs_of_a_constrained_chat_answer_cover_jump_forward_tokens(client, model):
+    """A json_object answer with logprobs: every token has a number (forced tokens count as logprob 0),
+    and the tokens join to the answer (found by the server fuzz: a 500 on float(None))."""
+    out = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Give me JSON."}],
+                                         max_tokens=12, temperature=0, logprobs=True, top_logprobs=2,
+                                         response_format={"type": "json_object"})
+    choice = out.choices[0]
+    tokens = choice.logprobs.content
+    assert tokens and "".join(t.token for t in tokens) == choice.message.content
+    assert all(isinstance(t.logprob, float) and t.logprob <= 0.0 for t in tokens)
+    assert any(t.logprob == 0.0 and not t.top_logprobs for t in tokens)  # the forced '{' at least

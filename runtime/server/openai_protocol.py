@@ -182,19 +182,27 @@ def completion_logprobs(decode: Any, token_ids: list[int], logprobs: list[float 
         pos += len(t)
     tops = None
     if top is not None:
-        tops = [{decode([i]): float(lp) for i, lp in row} for row in top]
+        tops = [None if row is None else {decode([i]): float(lp) for i, lp in row} for row in top]
     return {"tokens": tokens, "token_logprobs": [None if x is None else float(x) for x in logprobs],
             "top_logprobs": tops, "text_offset": offsets}
 
 
-def chat_logprobs(decode: Any, token_ids: list[int], logprobs: list[float],
+#: The chat logprob of a token jump-forward appended without sampling it (the model computed no
+#: distribution there). OpenAI's schema needs a number; under the constraint the token was the
+#: only choice, so its constrained probability is 1.
+FORCED_TOKEN_LOGPROB = 0.0
+
+
+def chat_logprobs(decode: Any, token_ids: list[int], logprobs: list[float | None],
                   top: list[list[tuple[int, float]]] | None) -> dict[str, Any]:
-    """OpenAI chat `logprobs` object: {"content": [{token, logprob, bytes, top_logprobs}]}."""
+    """OpenAI chat `logprobs` object: {"content": [{token, logprob, bytes, top_logprobs}]}.
+    A token without a logprob (forced by jump-forward) gets FORCED_TOKEN_LOGPROB and no top list."""
     content = []
     for k, (t, lp) in enumerate(zip(token_ids, logprobs)):
         text = decode([t])
-        row = top[k] if top is not None and k < len(top) else []
-        content.append({"token": text, "logprob": float(lp), "bytes": list(text.encode()),
+        row = top[k] if top is not None and k < len(top) and top[k] is not None else []
+        content.append({"token": text, "logprob": FORCED_TOKEN_LOGPROB if lp is None else float(lp),
+                        "bytes": list(text.encode()),
                         "top_logprobs": [{"token": decode([i]), "logprob": float(v),
                                           "bytes": list(decode([i]).encode())} for i, v in row]})
     return {"content": content}
