@@ -37,13 +37,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.random_model import write_random_model  # noqa: E402
-from sglc_runtime.attention import create_backend, unavailable_reason  # noqa: E402
-from sglc_runtime.attention.torch_backend import TorchAttentionBackend  # noqa: E402
-from sglc_runtime.cuda_graph import DecodeGraphs  # noqa: E402
 from sglc_runtime.engine import Engine  # noqa: E402
-from sglc_runtime.forward_batch import ForwardBatch  # noqa: E402
-from sglc_runtime.models import load_model  # noqa: E402
-from sglc_runtime.sampling_params import SamplingParams  # noqa: E402
+from sglc_runtime.model.attention import create_backend, unavailable_reason  # noqa: E402
+from sglc_runtime.model.attention.torch_backend import TorchAttentionBackend  # noqa: E402
+from sglc_runtime.model.cuda_graph import DecodeGraphs  # noqa: E402
+from sglc_runtime.model.forward_batch import ForwardBatch  # noqa: E402
+from sglc_runtime.model.models import load_model  # noqa: E402
+from sglc_runtime.sampling.sampling_params import SamplingParams  # noqa: E402
 
 BACKENDS = ("torch", "triton", "triton+graphs")
 
@@ -125,7 +125,7 @@ def _decode_case(batch: int, context: int, heads: int, kv_heads: int, head_dim: 
     perm = torch.randperm(num_slots, generator=gen)
     kv = [perm[i * context : (i + 1) * context] for i in range(batch)]
     fb = ForwardBatch.from_requests([[0]] * batch, kv, device=device)
-    from sglc_runtime.kv_buffer import KVBuffer
+    from sglc_runtime.cache.kv_buffer import KVBuffer
 
     buf = KVBuffer(1, num_slots, kv_heads, head_dim, dtype=dtype, device=device)
     buf.k[0].normal_()
@@ -176,7 +176,7 @@ def extend(device: str, smoke: bool) -> list[dict]:
         perm = torch.randperm(num_slots, generator=gen)
         kv = [perm[i * (prefix + new) : (i + 1) * (prefix + new)] for i in range(reqs)]
         fb = ForwardBatch.from_requests([[0] * new] * reqs, kv, prefix_lens=[prefix] * reqs, device=device)
-        from sglc_runtime.kv_buffer import KVBuffer
+        from sglc_runtime.cache.kv_buffer import KVBuffer
 
         buf = KVBuffer(1, num_slots, kv_heads, head_dim, dtype=dtype, device=device)
         buf.k[0].normal_()
@@ -296,7 +296,7 @@ def main() -> None:
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.config_dir is None:
-        from sglc_runtime.default_model import resolve_model_path
+        from sglc_runtime.model.default_model import resolve_model_path
 
         args.config_dir = resolve_model_path("default")
     results: dict = {

@@ -30,8 +30,8 @@ from constrained_index import SGLANG_JSON_REGEX, bench_index  # noqa: E402
 
 from sglc_runtime.constrained import ConstraintSpec  # noqa: E402
 from sglc_runtime.engine import Engine  # noqa: E402
-from sglc_runtime.sampler import Sampler, SamplingBatch  # noqa: E402
-from sglc_runtime.sampling_params import SamplingParams  # noqa: E402
+from sglc_runtime.sampling.sampler import Sampler, SamplingBatch  # noqa: E402
+from sglc_runtime.sampling.sampling_params import SamplingParams  # noqa: E402
 
 CHARACTERS = ["Harry Potter", "Hermione Granger", "Ron Weasley", "Albus Dumbledore", "Severus Snape",
               "Rubeus Hagrid", "Draco Malfoy", "Luna Lovegood", "Neville Longbottom", "Ginny Weasley",

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from sglc_runtime.engine import Engine
-from sglc_runtime.sampling_params import SamplingParams
+from sglc_runtime.sampling.sampling_params import SamplingParams
 
 SIZES = {  # name: (decode prompt len, decode tokens, shared reqs, prefix len, shared tokens, noreuse reqs, len, tokens)
     "full": dict(prompt_len=64, decode_tokens=32, shared_reqs=64, prefix_len=1000, shared_tokens=32,

@@ -25,7 +25,7 @@ from sglc.executor.backend import GenParams, Prompt
 from sglc.executor.backends.srt import SrtBackend
 from sglc.proto import runtime_pb2 as pb
 from sglc.proto import runtime_pb2_grpc as pb_grpc
-from sglc_runtime.sampling_params import SamplingParams
+from sglc_runtime.sampling.sampling_params import SamplingParams
 from sglc_runtime.server.launch import Runtime, ServeConfig
 
 TOPICS = ["cats", "rain", "music", "trees", "boats", "stars", "bread", "snow"]

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import torch
 
-from sglc_runtime.default_model import resolve_model_path
-from sglc_runtime.forward_batch import ForwardBatch
-from sglc_runtime.models import load_model
+from sglc_runtime.model.default_model import resolve_model_path
+from sglc_runtime.model.forward_batch import ForwardBatch
+from sglc_runtime.model.models import load_model
 
 
 def ours_decode_tok_s(model, prompts: list[list[int]], steps: int) -> tuple[float, list[list[int]]]:

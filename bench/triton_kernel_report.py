@@ -29,8 +29,8 @@ from triton.compiler import ASTSource
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sglc_runtime.attention.triton_decode import _decode_reduce_kernel, _decode_split_kernel  # noqa: E402
-from sglc_runtime.attention.triton_extend import _extend_kernel  # noqa: E402
+from sglc_runtime.model.attention.triton_decode import _decode_reduce_kernel, _decode_split_kernel  # noqa: E402
+from sglc_runtime.model.attention.triton_extend import _extend_kernel  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 # NOTE: integer arguments that stay runtime values (not multiples of 16 in general).

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from sglc_runtime.forward_batch import ForwardBatch
-from sglc_runtime.kv_buffer import KVBuffer
-from sglc_runtime.kv_pool import KVSlotPool
-from sglc_runtime.radix_cache import RadixCache
+from sglc_runtime.cache.kv_buffer import KVBuffer
+from sglc_runtime.cache.kv_pool import KVSlotPool
+from sglc_runtime.cache.radix_cache import RadixCache
+from sglc_runtime.model.forward_batch import ForwardBatch
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

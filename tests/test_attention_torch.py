@@ -8,9 +8,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglc_runtime.attention import AttentionBackend, TorchAttentionBackend, available_backends, create_backend
-from sglc_runtime.forward_batch import ForwardBatch
-from sglc_runtime.kv_buffer import KVBuffer
+from sglc_runtime.cache.kv_buffer import KVBuffer
+from sglc_runtime.model.attention import AttentionBackend, TorchAttentionBackend, available_backends, create_backend
+from sglc_runtime.model.forward_batch import ForwardBatch
 
 H, KVH, D = 6, 2, 8
 

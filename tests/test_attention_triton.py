@@ -13,18 +13,18 @@ pytest.importorskip("triton", reason="triton is not installed (pip install 'sglc
 
 from attention_cases import DEVICE, RadixWorld, make_case, reference  # noqa: E402
 
-from sglc_runtime.attention import (  # noqa: E402
+from sglc_runtime.cache.kv_buffer import KVBuffer  # noqa: E402
+from sglc_runtime.model.attention import (  # noqa: E402
     BackendUnavailable,
     available_backends,
     create_backend,
     unavailable_reason,
 )
-from sglc_runtime.attention import triton_backend  # noqa: E402
-from sglc_runtime.attention.triton_backend import TritonAttentionBackend, TritonTuning  # noqa: E402
-from sglc_runtime.attention.triton_decode import decode_attention, pick_num_splits  # noqa: E402
-from sglc_runtime.attention.triton_extend import extend_attention  # noqa: E402
-from sglc_runtime.forward_batch import ForwardBatch  # noqa: E402
-from sglc_runtime.kv_buffer import KVBuffer  # noqa: E402
+from sglc_runtime.model.attention import triton_backend  # noqa: E402
+from sglc_runtime.model.attention.triton_backend import TritonAttentionBackend, TritonTuning  # noqa: E402
+from sglc_runtime.model.attention.triton_decode import decode_attention, pick_num_splits  # noqa: E402
+from sglc_runtime.model.attention.triton_extend import extend_attention  # noqa: E402
+from sglc_runtime.model.forward_batch import ForwardBatch  # noqa: E402
 
 pytestmark = pytest.mark.triton
 

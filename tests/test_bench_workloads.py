@@ -204,8 +204,8 @@ def prompt_token_bound(graph: Graph, item: dict[str, str], count) -> int:
 @pytest.fixture(scope="module")
 def token_count():
     """Token counts with the default model's tokenizer (no model weights are loaded)."""
-    from sglc_runtime.default_model import resolve_model_path
-    from sglc_runtime.tokenizer import Tokenizer
+    from sglc_runtime.model.default_model import resolve_model_path
+    from sglc_runtime.model.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_pretrained(resolve_model_path("default"))
     return lambda text: len(tokenizer.encode(text, add_special_tokens=False))

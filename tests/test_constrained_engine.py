@@ -18,7 +18,7 @@ from sglc.ir import Graph, Op
 from sglc.passes.lower_constraints import lower_constraints
 from sglc_runtime.constrained import ConstraintSpec
 from sglc_runtime.engine import Engine
-from sglc_runtime.sampling_params import SamplingParams
+from sglc_runtime.sampling.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.model
 

@@ -58,7 +58,7 @@ def test_spec_compile_matches_the_fsm_library():
 
 def test_sampling_params_take_one_constraint_and_check_it_at_construction():
     """regex / json_schema / fsm: one at most, typed; min_new_tokens cannot be combined with one."""
-    from sglc_runtime.sampling_params import SamplingParams
+    from sglc_runtime.sampling.sampling_params import SamplingParams
 
     assert SamplingParams(regex=r"\d+").constraint_spec() == ConstraintSpec.of(regex=r"\d+")
     assert SamplingParams().constraint_spec() is None and SamplingParams().jump_forward is True
@@ -76,8 +76,8 @@ def test_sampling_params_take_one_constraint_and_check_it_at_construction():
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from sglc_runtime.default_model import resolve_model_path
-    from sglc_runtime.tokenizer import Tokenizer
+    from sglc_runtime.model.default_model import resolve_model_path
+    from sglc_runtime.model.tokenizer import Tokenizer
 
     return Tokenizer(resolve_model_path(None))
 

@@ -22,7 +22,7 @@ from sglc.proto import runtime_pb2 as pb
 from sglc.proto import runtime_pb2_grpc as pb_grpc
 from sglc_runtime.constrained import ConstraintCompilerConfig
 from sglc_runtime.engine import Engine
-from sglc_runtime.engine_config import EngineConfig
+from sglc_runtime.engine.engine_config import EngineConfig
 from sglc_runtime.server.launch import Runtime, ServeConfig
 
 pytestmark = pytest.mark.model

@@ -13,11 +13,11 @@ pytest.importorskip("triton", reason="triton is not installed (pip install 'sglc
 from attention_cases import DEVICE  # noqa: E402
 
 from bench.random_model import random_state_dict, tiny_config  # noqa: E402
-from sglc_runtime.attention.triton_backend import TritonTuning  # noqa: E402
-from sglc_runtime.cuda_graph import DecodeGraphs  # noqa: E402
-from sglc_runtime.forward_batch import ForwardBatch  # noqa: E402
-from sglc_runtime.model_config import ModelConfig  # noqa: E402
-from sglc_runtime.models.llama import LlamaForCausalLM  # noqa: E402
+from sglc_runtime.model.attention.triton_backend import TritonTuning  # noqa: E402
+from sglc_runtime.model.cuda_graph import DecodeGraphs  # noqa: E402
+from sglc_runtime.model.forward_batch import ForwardBatch  # noqa: E402
+from sglc_runtime.model.model_config import ModelConfig  # noqa: E402
+from sglc_runtime.model.models.llama import LlamaForCausalLM  # noqa: E402
 
 pytestmark = pytest.mark.triton
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from sglc_runtime.engine import Engine
-from sglc_runtime.sampling_params import SamplingParams
+from sglc_runtime.sampling.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.model
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sglc_runtime.engine import Engine
-from sglc_runtime.engine_config import EngineConfig
-from sglc_runtime.sampling_params import SamplingParams
+from sglc_runtime.engine.engine_config import EngineConfig
+from sglc_runtime.sampling.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.model
 

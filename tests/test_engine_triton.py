@@ -11,9 +11,9 @@ pytest.importorskip("triton", reason="triton is not installed (pip install 'sglc
 
 from attention_cases import DEVICE  # noqa: E402
 
-from sglc_runtime.attention import create_backend  # noqa: E402
 from sglc_runtime.engine import Engine  # noqa: E402
-from sglc_runtime.sampling_params import SamplingParams  # noqa: E402
+from sglc_runtime.model.attention import create_backend  # noqa: E402
+from sglc_runtime.sampling.sampling_params import SamplingParams  # noqa: E402
 
 pytestmark = [pytest.mark.model, pytest.mark.triton]
 

@@ -218,8 +218,8 @@ def test_byte_level_strings_map_back_to_raw_bytes():
 
 def _smollm2_vocab() -> Vocabulary:
     try:
-        from sglc_runtime.default_model import default_model_path
-        from sglc_runtime.tokenizer import Tokenizer
+        from sglc_runtime.model.default_model import default_model_path
+        from sglc_runtime.model.tokenizer import Tokenizer
 
         return Vocabulary.from_tokenizer(Tokenizer(default_model_path()))
     except ImportError:  # the runtime tokenizer is not there: read the GGUF directly

@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 import torch
 
-from sglc_runtime import gguf_convert
-from sglc_runtime.default_model import (
+from sglc_runtime.model import gguf_convert
+from sglc_runtime.model.default_model import (
     DEFAULT_MODEL_NAME,
     cache_dir,
     find_default_gguf,
     resolve_model_path,
 )
-from sglc_runtime.model_config import ModelConfig
-from sglc_runtime.tokenizer import Tokenizer, bytes_to_unicode
+from sglc_runtime.model.model_config import ModelConfig
+from sglc_runtime.model.tokenizer import Tokenizer, bytes_to_unicode
 
 TEXTS = [
     "Hello world",

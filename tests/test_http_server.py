@@ -14,7 +14,7 @@ import urllib.request
 import openai
 import pytest
 
-from sglc_runtime.sampling_params import SamplingParams
+from sglc_runtime.sampling.sampling_params import SamplingParams
 from sglc_runtime.server.launch import Runtime, ServeConfig
 
 pytestmark = pytest.mark.model

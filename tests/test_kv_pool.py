@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from sglc_runtime.kv_pool import KVPoolExhausted, KVSlotPool
-from sglc_runtime.req_slot_table import ReqSlotTable
+from sglc_runtime.cache.kv_pool import KVPoolExhausted, KVSlotPool
+from sglc_runtime.cache.req_slot_table import ReqSlotTable
 
 
 def test_alloc_hands_out_distinct_free_slots():

@@ -13,14 +13,14 @@ import transformers
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.llama import modeling_llama as hf_llama
 
-from sglc_runtime.default_model import resolve_model_path
-from sglc_runtime.forward_batch import ForwardBatch
-from sglc_runtime.model_config import ModelConfig
-from sglc_runtime.tokenizer import Tokenizer
-from sglc_runtime.models import LlamaForCausalLM, get_model_class, load_model
-from sglc_runtime.models.linear import Linear, can_pack_weights
-from sglc_runtime.models.rope import RotaryEmbedding, apply_rope, rope_inv_freq
-from sglc_runtime.weights import WeightError
+from sglc_runtime.model.default_model import resolve_model_path
+from sglc_runtime.model.forward_batch import ForwardBatch
+from sglc_runtime.model.model_config import ModelConfig
+from sglc_runtime.model.models import LlamaForCausalLM, get_model_class, load_model
+from sglc_runtime.model.models.linear import Linear, can_pack_weights
+from sglc_runtime.model.models.rope import RotaryEmbedding, apply_rope, rope_inv_freq
+from sglc_runtime.model.tokenizer import Tokenizer
+from sglc_runtime.model.weights import WeightError
 
 # ---------------------------------------------------------------- helpers
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from sglc.cli import main
-from sglc_runtime.engine_config import EngineConfig
-from sglc_runtime.placement import resolve_placement
+from sglc_runtime.engine.engine_config import EngineConfig
+from sglc_runtime.model.placement import resolve_placement
 
 HAS_GPU = torch.cuda.is_available()
 

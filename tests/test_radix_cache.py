@@ -4,10 +4,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sglc_runtime.kv_pool import KVSlotPool
-from sglc_runtime.radix_cache import RadixCache, common_prefix_len
-from sglc_runtime.req_slot_table import ReqSlotTable
-from sglc_runtime.request import Req
+from sglc_runtime.cache.kv_pool import KVSlotPool
+from sglc_runtime.cache.radix_cache import RadixCache, common_prefix_len
+from sglc_runtime.cache.req_slot_table import ReqSlotTable
+from sglc_runtime.scheduling.request import Req
 
 
 def make_cache(num_slots: int = 64, disable: bool = False) -> RadixCache:

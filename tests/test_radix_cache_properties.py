@@ -11,10 +11,10 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from sglc_runtime.kv_pool import KVSlotPool
-from sglc_runtime.radix_cache import RadixCache
-from sglc_runtime.req_slot_table import ReqSlotTable
-from sglc_runtime.request import Req
+from sglc_runtime.cache.kv_pool import KVSlotPool
+from sglc_runtime.cache.radix_cache import RadixCache
+from sglc_runtime.cache.req_slot_table import ReqSlotTable
+from sglc_runtime.scheduling.request import Req
 
 NUM_SLOTS = 48
 tokens = st.lists(st.integers(0, 3), min_size=1, max_size=9)

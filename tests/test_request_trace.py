@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from sglc_runtime.engine import Engine
-from sglc_runtime.engine_config import EngineConfig
-from sglc_runtime.request_trace import RequestTrace, TracedRequest
+from sglc_runtime.engine.engine_config import EngineConfig
+from sglc_runtime.engine.request_trace import RequestTrace, TracedRequest
 
 GREEDY = {"temperature": 0.0, "ignore_eos": True, "max_new_tokens": 3}
 SHARED = list(range(400, 440))  # 40 shared prompt tokens

@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
-from sglc_runtime.logprobs import prompt_logprobs, shifted_logprobs, token_logprobs, top_logprobs
-from sglc_runtime.penalties import PenaltyBatch
-from sglc_runtime.sampler import Sampler, SamplingBatch, make_generator
-from sglc_runtime.sampling_params import SamplingParams
+from sglc_runtime.sampling.logprobs import prompt_logprobs, shifted_logprobs, token_logprobs, top_logprobs
+from sglc_runtime.sampling.penalties import PenaltyBatch
+from sglc_runtime.sampling.sampler import Sampler, SamplingBatch, make_generator
+from sglc_runtime.sampling.sampling_params import SamplingParams
 
 V = 50
 

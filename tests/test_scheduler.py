@@ -10,9 +10,10 @@ import random
 import pytest
 import torch
 
-from sglc_runtime.request import Req, ReqStatus
-from sglc_runtime.sampling_params import SamplingParams
-from sglc_runtime.scheduler import Scheduler, SchedulerConfig
+from sglc_runtime.sampling.sampling_params import SamplingParams
+from sglc_runtime.scheduling.request import Req, ReqStatus
+from sglc_runtime.scheduling.scheduler import Scheduler
+from sglc_runtime.scheduling.scheduler_config import SchedulerConfig
 
 VOCAB = 50
 

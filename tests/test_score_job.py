@@ -8,7 +8,7 @@ import time
 import pytest
 
 from sglc_runtime.engine import Engine
-from sglc_runtime.score_job import ScoreAborted, ScoreJob
+from sglc_runtime.engine.score_job import ScoreAborted, ScoreJob
 
 pytestmark = pytest.mark.model
 

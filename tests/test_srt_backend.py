@@ -11,7 +11,7 @@ from grpc_helpers import runtime_fixture
 from sglc.errors import BackendError, SglcError
 from sglc.executor.backend import Backend, GenParams, Prompt
 from sglc.executor.backends.srt import IMAGE_MARKER, SrtBackend
-from sglc_runtime.sampling_params import SamplingParams
+from sglc_runtime.sampling.sampling_params import SamplingParams
 
 CHAT = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from sglc_runtime.detokenizer import IncrementalDetokenizer
-from sglc_runtime.sampling_params import SamplingParams
-from sglc_runtime.stop_checker import FinishReason, StopChecker
-from sglc_runtime.text_stream import TextStream
+from sglc_runtime.output.detokenizer import IncrementalDetokenizer
+from sglc_runtime.output.stop_checker import FinishReason, StopChecker
+from sglc_runtime.output.text_stream import TextStream
+from sglc_runtime.sampling.sampling_params import SamplingParams
 
 EOS = 0
 TEXTS = [
@@ -176,8 +176,8 @@ def test_abort_returns_the_held_back_text(tok):
 @pytest.mark.model
 def test_real_model_tokenizer_round_trip():
     """The default model's tokenizer streams multilingual text without partial characters."""
-    from sglc_runtime.default_model import resolve_model_path
-    from sglc_runtime.tokenizer import Tokenizer as ModelTokenizer
+    from sglc_runtime.model.default_model import resolve_model_path
+    from sglc_runtime.model.tokenizer import Tokenizer as ModelTokenizer
 
     tok = ModelTokenizer(resolve_model_path(None))
     for text in TEXTS:

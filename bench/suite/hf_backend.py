@@ -54,8 +54,8 @@ class HFPerCallBackend(Backend):
     def __init__(self, dtype: str = "float32", model_path: Optional[str] = None, *, device: str = "cpu") -> None:
         import transformers
 
-        from sglc_runtime.default_model import resolve_model_path
-        from sglc_runtime.tokenizer import Tokenizer
+        from sglc_runtime.model.default_model import resolve_model_path
+        from sglc_runtime.model.tokenizer import Tokenizer
 
         torch_dtype = getattr(torch, dtype, None)
         if not isinstance(torch_dtype, torch.dtype):
@@ -227,7 +227,7 @@ class HFPerCallBackend(Backend):
     @staticmethod
     def _sampling_params(params: GenParams) -> Any:
         """The runtime's SamplingParams for `params` (same defaults and checks as the engine)."""
-        from sglc_runtime.sampling_params import SamplingParams
+        from sglc_runtime.sampling.sampling_params import SamplingParams
 
         return SamplingParams(**sampling_kwargs(params))
 

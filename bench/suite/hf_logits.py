@@ -2,7 +2,7 @@
 ``model.generate``.
 
 One :class:`CallDecoding` follows one ``generate`` call. It feeds every new token through the
-runtime's own :class:`~sglc_runtime.text_stream.TextStream` (detokenizer + stop checker) and,
+runtime's own :class:`~sglc_runtime.output.text_stream.TextStream` (detokenizer + stop checker) and,
 for a constrained gen, through a :class:`~sglc_runtime.constrained.ConstraintState`, so the text,
 the finish reason and where the output ends are decided exactly as the engine decides them.
 It is plugged into transformers twice:
@@ -22,11 +22,11 @@ from typing import Any, Optional, Sequence
 import torch
 from transformers import LogitsProcessor, StoppingCriteria
 
-from sglc_runtime.penalties import PenaltyBatch
-from sglc_runtime.sampler import apply_masks
-from sglc_runtime.sampling_params import SamplingParams
-from sglc_runtime.stop_checker import FinishReason
-from sglc_runtime.text_stream import TextStream
+from sglc_runtime.output.stop_checker import FinishReason
+from sglc_runtime.output.text_stream import TextStream
+from sglc_runtime.sampling.penalties import PenaltyBatch
+from sglc_runtime.sampling.sampler import apply_masks
+from sglc_runtime.sampling.sampling_params import SamplingParams
 
 
 class ConstraintAbort(RuntimeError):

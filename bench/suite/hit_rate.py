@@ -55,7 +55,7 @@ def optimal_hit_rate(requests: Iterable[Any]) -> HitRateBound:
     """The Theorem 3.1 bound of a trace (see the module docstring).
 
     ``requests``: objects with ``prompt_ids`` and ``output_ids`` (token id sequences) and an
-    optional ``forced_tokens`` (default 0), e.g. ``sglc_runtime.request_trace.TracedRequest``.
+    optional ``forced_tokens`` (default 0), e.g. ``sglc_runtime.engine.request_trace.TracedRequest``.
     Raises ValueError for a request with an empty prompt.
     """
     reqs = list(requests)

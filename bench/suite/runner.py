@@ -151,7 +151,7 @@ def _flush(engine: Any) -> None:
 
 
 def _check_engine_options(system: System) -> None:
-    from sglc_runtime.engine_config import EngineConfig
+    from sglc_runtime.engine.engine_config import EngineConfig
 
     known = {f.name for f in dataclasses.fields(EngineConfig)}
     missing = [k for k in system.engine_options if k not in known]

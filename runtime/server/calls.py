@@ -158,7 +158,7 @@ class ScoreCall:
             if self._cancelled is not None:
                 raise CallCancelled(self._cancelled)
             self._job = job
-        from sglc_runtime.score_job import ScoreAborted
+        from sglc_runtime.engine.score_job import ScoreAborted
 
         try:
             return job.results()

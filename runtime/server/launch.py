@@ -60,7 +60,7 @@ class ServeConfig:
     api_key: str | None = None  # None: open (see auth.py; cli_serve reads SGLC_API_KEY)
 
     def engine_config(self) -> Any:
-        from sglc_runtime.engine_config import EngineConfig
+        from sglc_runtime.engine.engine_config import EngineConfig
 
         extra = {} if self.constraint_compiler is None else {"constraint_compiler": self.constraint_compiler}
         return EngineConfig(model=self.model, dtype=self.dtype, num_kv_slots=self.kv_slots,

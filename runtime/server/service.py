@@ -177,7 +177,7 @@ class RuntimeService:
         it is compiled once per distinct constraint (GrammarCache) unless SamplingParams takes
         those fields itself.
         """
-        from sglc_runtime.sampling_params import SamplingParams
+        from sglc_runtime.sampling.sampling_params import SamplingParams
 
         try:
             self.limits.check_sampling(fields)
@@ -307,7 +307,7 @@ class RuntimeService:
                      started: Callable[[GenerateCall], Any] | None = None) -> tuple[int, int, list[str]]:
         """Prefill the prompt and keep it cached: (prompt_tokens, cached_tokens before, warnings).
         Blocks until done; `started(call)` gets the GenerateCall first (its cancel aborts it)."""
-        from sglc_runtime.sampling_params import SamplingParams
+        from sglc_runtime.sampling.sampling_params import SamplingParams
 
         call = self.generate(prompt, SamplingParams(max_new_tokens=0))
         if started is not None:
@@ -341,7 +341,7 @@ class RuntimeService:
         if not self.engine_running:
             return "not_serving", "the engine thread is not running"
         if check_generate:
-            from sglc_runtime.sampling_params import SamplingParams
+            from sglc_runtime.sampling.sampling_params import SamplingParams
 
             deadline = time.monotonic() + timeout_s
             try:  # NOTE: a tracked call: cancelled at the deadline, never left running

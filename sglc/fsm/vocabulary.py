@@ -64,7 +64,7 @@ class Vocabulary:
     @classmethod
     def from_tokenizer(cls, tokenizer: Any) -> "Vocabulary":
         """From an object with ``all_token_bytes``, ``special_token_ids`` and
-        ``stop_token_ids`` (``sglc_runtime.tokenizer.Tokenizer`` has them)."""
+        ``stop_token_ids`` (``sglc_runtime.model.tokenizer.Tokenizer`` has them)."""
         return cls(
             tokenizer.all_token_bytes,
             eos_token_ids=tokenizer.stop_token_ids,

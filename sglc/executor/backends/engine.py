@@ -133,7 +133,7 @@ class EngineBackend(Backend):
         text = self._text(prompt)
         if not text:
             return CallMeta()
-        from sglc_runtime.sampling_params import SamplingParams
+        from sglc_runtime.sampling.sampling_params import SamplingParams
 
         t0 = time.perf_counter()
         out = self._run(text, SamplingParams(max_new_tokens=0))
@@ -177,7 +177,7 @@ class EngineBackend(Backend):
             raise BackendError(f"the embedded runtime was not started within {self.timeout:g} s")
 
     def _sampling_params(self, params: GenParams) -> Any:
-        from sglc_runtime.sampling_params import SamplingParams
+        from sglc_runtime.sampling.sampling_params import SamplingParams
 
         kwargs = sampling_kwargs(params)
         fields = getattr(SamplingParams, "__dataclass_fields__", {})

@@ -167,7 +167,7 @@ class SamplingParams:
         TypeError / ValueError naming the field when it is malformed or several are set."""
         if self.regex is None and self.json_schema is None and self.fsm is None:
             return None
-        from .constrained.spec import ConstraintSpec  # NOTE: lazy: only constrained requests pay
+        from ..constrained.spec import ConstraintSpec  # NOTE: lazy: only constrained requests pay
 
         try:
             return ConstraintSpec.of(regex=self.regex, json_schema=self.json_schema, fsm=self.fsm)
@@ -187,3 +187,14 @@ class SamplingParams:
     def replace(self, **changes: object) -> SamplingParams:
         """A validated copy with some fields changed."""
         return replace(self, **changes)
+
+
+def as_params(params: SamplingParams | dict | None) -> SamplingParams:
+    """SamplingParams from None (defaults), a dict of its fields, or itself."""
+    if params is None:
+        return SamplingParams()
+    if isinstance(params, SamplingParams):
+        return params
+    if isinstance(params, dict):
+        return SamplingParams(**params)
+    raise TypeError(f"sampling params must be SamplingParams or a dict, got {type(params).__name__}")

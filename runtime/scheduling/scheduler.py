@@ -17,16 +17,15 @@ from typing import Sequence
 
 import torch
 
-from .budget import DecodeGrowthEstimator
-from .kv_pool import KVSlotPool
-from .radix_cache import RadixCache
-from .req_slot_table import ReqSlotTable
+from ..cache.kv_pool import KVSlotPool
+from ..cache.radix_cache import RadixCache
+from ..cache.req_slot_table import ReqSlotTable
+from .decode_growth import DecodeGrowthEstimator
 from .request import Req, ReqStatus
 from .schedule_batch import ScheduleBatch, ScheduledReq
 from .schedule_policy import InBatchPrefixDedup, SchedulePolicy
-from .scheduler_config import SchedulerConfig, SchedulerStats
-
-__all__ = ["Scheduler", "SchedulerConfig", "SchedulerStats"]
+from .scheduler_config import SchedulerConfig
+from .scheduler_stats import SchedulerStats
 
 
 class Scheduler:

@@ -14,9 +14,9 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING, Sequence
 
-from .outputs import GenerateOutput, ScoreResult
+from ..output.outputs import GenerateOutput, ScoreResult
+from ..sampling.sampling_params import SamplingParams
 from .prompt_ids import Prompt, continuation_spans, to_token_ids
-from .sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from .engine import Engine

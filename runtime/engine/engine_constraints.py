@@ -16,10 +16,10 @@ import threading
 
 from sglc import fsm
 
-from .constrained import ConstraintCompilerConfig, ConstraintState, GrammarCache, plan_jump
-from .request import Req
-from .sampling_params import SamplingParams
-from .scheduler import Scheduler
+from ..constrained import ConstraintCompilerConfig, ConstraintState, GrammarCache, plan_jump
+from ..sampling.sampling_params import SamplingParams
+from ..scheduling.request import Req
+from ..scheduling.scheduler import Scheduler
 
 
 class EngineConstraints:

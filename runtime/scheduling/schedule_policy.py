@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from typing import Sequence
 
-from .radix_cache import RadixCache, common_prefix_len
+from ..cache.radix_cache import RadixCache, common_prefix_len
 from .request import Req
 
 POLICIES = ("lpm", "fcfs", "random")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from .sampling_params import SamplingParams
+from ..sampling.sampling_params import SamplingParams
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,7 @@
-"""The scheduler's settings (SchedulerConfig) and its counters (SchedulerStats)."""
+"""SchedulerConfig: the scheduler's sizes and policy knobs, validated once."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from .schedule_policy import POLICIES
 
@@ -44,20 +43,3 @@ class SchedulerConfig:
         if self.chunk_size is None:
             return self.max_prefill_tokens
         return min(self.max_prefill_tokens, self.chunk_size)
-
-
-class SchedulerStats(NamedTuple):
-    num_waiting: int
-    num_running: int
-    num_finished: int
-    prompt_tokens: int  # prompt tokens of admitted requests (first admission only)
-    cached_tokens: int  # of which served by the radix cache
-    cache_hit_rate: float
-    computed_prefill_tokens: int  # prefill tokens actually fed to the model (incl. recompute)
-    decode_tokens: int
-    num_used_slots: int
-    cached_slots: int
-    pool_usage: float
-    num_retractions: int
-    new_token_ratio: float
-    num_steps: int

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kv_buffer import KVBuffer
+from ...cache.kv_buffer import KVBuffer
 
 _HEADROOM = 64  # decode steps a rebuilt workspace can absorb before it must grow
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..cache.kv_buffer import KVBuffer
 from .forward_batch import ForwardBatch
-from .kv_buffer import KVBuffer
 
 # NOTE: powers of two keep the number of graphs small; padding wastes at most half a batch of
 # (cheap, launch-bound) decode work.

@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass
 from typing import Iterator
 
-from .request import Req
+from ..scheduling.request import Req
 
 #: ``req.state`` key: output tokens a request had when it was queued (text forced at submit).
 FORCED_AT_SUBMIT = "forced_at_submit"

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ...cache.kv_buffer import KVBuffer
 from ..forward_batch import ForwardBatch
-from ..kv_buffer import KVBuffer
 from .base import AttentionBackend
 from .triton_decode import decode_attention, pick_num_splits
 from .triton_extend import _extend_kernel, extend_attention

@@ -5,8 +5,8 @@ from abc import ABC, abstractmethod
 
 import torch
 
+from ...cache.kv_buffer import KVBuffer
 from ..forward_batch import ForwardBatch
-from ..kv_buffer import KVBuffer
 
 
 class AttentionBackend(ABC):

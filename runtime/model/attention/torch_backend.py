@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ...cache.kv_buffer import KVBuffer
 from ..forward_batch import ForwardBatch
-from ..kv_buffer import KVBuffer
 from .base import AttentionBackend
 from .decode_workspace import DecodeWorkspace
 

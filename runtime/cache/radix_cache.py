@@ -23,7 +23,7 @@ from .kv_pool import KVSlotPool
 
 if TYPE_CHECKING:
     from .req_slot_table import ReqSlotTable
-    from .request import Req
+    from ..scheduling.request import Req
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
 

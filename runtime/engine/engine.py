@@ -19,27 +19,28 @@ import time
 import uuid
 from typing import Callable, Iterator, Sequence
 
-from .constrained import GrammarCache
-from .default_model import resolve_model_path
-from .cuda_graph import DecodeGraphs
+from ..cache.kv_buffer import KVBuffer
+from ..constrained import GrammarCache
+from ..model.cuda_graph import DecodeGraphs
+from ..model.default_model import resolve_model_path
+from ..model.model_runner import ModelRunner, RunnerState, TokenResult
+from ..model.models import load_model
+from ..model.placement import resolve_placement
+from ..model.tokenizer import Tokenizer
+from ..output.outputs import GenerateOutput, ScoreResult, StreamChunk
+from ..output.request_output import RequestOutput
+from ..sampling.sampler import Sampler
+from ..sampling.sampling_params import SamplingParams, as_params
+from ..scheduling.request import Req
+from ..scheduling.schedule_batch import ScheduleBatch
+from ..scheduling.scheduler import Scheduler
+from ..scheduling.scheduler_config import SchedulerConfig
 from .engine_config import EngineConfig
 from .engine_constraints import EngineConstraints
-from .kv_buffer import KVBuffer
-from .model_runner import ModelRunner, RunnerState, TokenResult
-from .models import load_model
-from .outputs import GenerateOutput, ScoreResult, StreamChunk
-from .placement import resolve_placement
-from .prompt_ids import Prompt, as_params, to_token_ids
-from .request import Req
+from .prompt_ids import Prompt, to_token_ids
 from .request_trace import FORCED_AT_SUBMIT, RequestTrace
-from .request_output import RequestOutput
-from .sampler import Sampler
-from .sampling_params import SamplingParams
-from .schedule_batch import ScheduleBatch
-from .scheduler import Scheduler, SchedulerConfig
 from .score_job import ScoreJob
 from .stats import EngineStats, RadixTimer, StepTimers
-from .tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 

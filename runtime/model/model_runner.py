@@ -16,14 +16,14 @@ from typing import NamedTuple, Protocol
 
 import torch
 
+from ..cache.kv_buffer import KVBuffer
+from ..sampling.logprobs import token_logprobs, top_logprobs
+from ..sampling.sampler import Sampler, SamplingBatch, make_generator
+from ..sampling.sampling_params import SamplingParams
+from ..scheduling.request import Req
+from ..scheduling.schedule_batch import ScheduleBatch, ScheduledReq
 from .cuda_graph import DecodeGraphs
 from .forward_batch import ForwardBatch
-from .kv_buffer import KVBuffer
-from .logprobs import token_logprobs, top_logprobs
-from .request import Req
-from .sampler import Sampler, SamplingBatch, make_generator
-from .sampling_params import SamplingParams
-from .schedule_batch import ScheduleBatch, ScheduledReq
 
 
 class ConstraintCursor(Protocol):

@@ -8,8 +8,6 @@ from typing import Sequence
 
 import torch
 
-from .sampling_params import SamplingParams
-
 Prompt = str | Sequence[int]
 
 
@@ -49,17 +47,6 @@ def continuation_spans(prompt: Prompt, prompt_ids: list[int], continuations: Seq
             raise ValueError(f"continuation {c!r} adds no token to score after the prompt's first token")
         spans.append((full, start))
     return spans
-
-
-def as_params(params: SamplingParams | dict | None) -> SamplingParams:
-    """SamplingParams from None (defaults), a dict of its fields, or itself."""
-    if params is None:
-        return SamplingParams()
-    if isinstance(params, SamplingParams):
-        return params
-    if isinstance(params, dict):
-        return SamplingParams(**params)
-    raise TypeError(f"sampling params must be SamplingParams or a dict, got {type(params).__name__}")
 
 
 def _common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:

@@ -10,11 +10,11 @@ import logging
 import queue
 from typing import Callable, Sequence
 
+from ..model.model_runner import ConstraintCursor, TokenResult
+from ..sampling.sampling_params import SamplingParams
+from ..scheduling.request import Req
 from .detokenizer import Decoder
-from .model_runner import ConstraintCursor, TokenResult
 from .outputs import GenerateOutput, StreamChunk
-from .request import Req
-from .sampling_params import SamplingParams
 from .stop_checker import FinishReason
 from .text_stream import TextStream
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ...cache.kv_buffer import KVBuffer
 from ..attention import AttentionBackend, create_backend
 from ..forward_batch import ForwardBatch
-from ..kv_buffer import KVBuffer
 from ..model_config import ModelConfig, parse_dtype
 from ..weights import check_state_dict, load_state_dict
 from .linear import Linear, can_pack_weights

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from ..sampling.sampling_params import SamplingParams
 from .detokenizer import Decoder, IncrementalDetokenizer
-from .sampling_params import SamplingParams
 from .stop_checker import FinishReason, StopChecker
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .constrained.compiler_config import ConstraintCompilerConfig
+from ..constrained.compiler_config import ConstraintCompilerConfig
 
 _DTYPES = ("float32", "bfloat16")
 _POLICIES = ("lpm", "fcfs", "random")
@@ -30,7 +30,7 @@ class EngineConfig:
     - seed: seeds the sampler for requests without their own seed.
     - device: "auto" (a CUDA GPU when torch sees one, else the CPU), "cpu", "cuda" or "cuda:N".
     - attention_backend: "auto" (triton on a GPU when installed, else torch), "torch", "triton"
-      or "flashinfer" (see ``sglc_runtime.attention``; the engine checks availability at start
+      or "flashinfer" (see ``sglc_runtime.model.attention``; the engine checks availability at start
       and logs what it picked, see ``placement.py``).
     - cuda_graph: replay decode steps through CUDA graphs (``cuda_graph.py``); None = auto: on
       where the model runs on a GPU with the triton backend. True elsewhere runs the same static
