@@ -5,8 +5,9 @@ computes, and the engine turns tokens into text, checks stops and delivers outpu
 synchronously (``generate`` / ``wait`` / iterating a stream drive ``step`` themselves) or in a
 background thread (``start`` / ``shutdown``), where any thread may submit, abort and wait.
 
-Per-request state lives in ``req.state``: "runner" (RunnerState: seed generator, constraint
-cursor, prompt logprobs) and "engine" (RequestOutput: text stream, output logprobs, delivery).
+Per-request state lives in typed fields of ``Req``: ``sampling_state`` (SamplingState: seed
+generator, constraint cursor, prompt logprobs) and ``output`` (RequestOutput: text stream,
+output logprobs, delivery).
 ``start_trace`` / ``stop_trace`` record the finished requests' tokens (request_trace.py).
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..cache.kv_buffer import KVBuffer
 from ..constrained import GrammarCache
 from ..model.cuda_graph import DecodeGraphs
 from ..model.default_model import resolve_model_path
-from ..model.model_runner import ModelRunner, RunnerState, TokenResult
+from ..model.model_runner import ModelRunner
 from ..model.models import load_model
 from ..model.placement import resolve_placement
 from ..model.tokenizer import Tokenizer
@@ -31,6 +32,8 @@ from ..output.outputs import GenerateOutput, ScoreResult, StreamChunk
 from ..output.request_output import RequestOutput
 from ..sampling.sampler import Sampler
 from ..sampling.sampling_params import SamplingParams, as_params
+from ..sampling.sampling_state import SamplingState
+from ..sampling.token_result import TokenResult
 from ..scheduling.request import Req
 from ..scheduling.schedule_batch import ScheduleBatch
 from ..scheduling.scheduler import Scheduler
@@ -38,7 +41,7 @@ from ..scheduling.scheduler_config import SchedulerConfig
 from .engine_config import EngineConfig
 from .engine_constraints import EngineConstraints
 from .prompt_ids import Prompt, to_token_ids
-from .request_trace import FORCED_AT_SUBMIT, RequestTrace
+from .request_trace import RequestTrace
 from .score_job import ScoreJob
 from .stats import EngineStats, RadixTimer, StepTimers
 
@@ -132,18 +135,18 @@ class Engine:
         if params.constraint is not None and not hasattr(params.constraint, "new_cursor"):
             raise TypeError(f"SamplingParams.constraint must provide new_cursor(), got {type(params.constraint).__name__}")
         req = Req(rid if rid is not None else uuid.uuid4().hex, ids, params)
-        req.state["runner"] = RunnerState.for_request(params, len(ids))
-        req.state["engine"] = RequestOutput(req.rid, self.tokenizer, params, self.eos_token_ids, ids,
-                                            stream=stream, callback=callback)
+        req.sampling_state = SamplingState.for_request(params, len(ids))
+        req.output = RequestOutput(req.rid, self.tokenizer, params, self.eos_token_ids, ids,
+                                   stream=stream, callback=callback)
         if not params.stop:  # NOTE: forced text cannot end a request before it is queued
             self._constraints.jump(req, queued=True)
-        req.state[FORCED_AT_SUBMIT] = len(req.output_ids)
+        req.num_forced_at_submit = len(req.output_ids)
         with self._lock:
             self.scheduler.add_request(req)  # ValueError on a duplicate id
             if stream:
                 # NOTE: registered here, not looked up in chunks(): the engine thread may finish
                 # the request before the caller asks for its chunks.
-                self._stream_queues[req.rid] = req.state["engine"].queue
+                self._stream_queues[req.rid] = req.output.queue
             self._cv.notify_all()
         return req.rid
 
@@ -153,7 +156,7 @@ class Engine:
             req = self.scheduler.get_request(rid)
             if req is None:
                 return False
-            req.state["engine"].abort_message = message
+            req.output.abort_message = message
             self.scheduler.abort(rid)
             if req.finished:  # it was not in the batch in flight: finished now
                 self._finalize(req)
@@ -197,7 +200,7 @@ class Engine:
             t0 = time.perf_counter()
             if isinstance(results, Exception):
                 for e in batch.reqs:
-                    e.req.state["engine"].fail(f"engine error: {type(results).__name__}: {results}")
+                    e.req.output.fail(f"engine error: {type(results).__name__}: {results}")
                 tokens, reasons = [-1] * len(batch), ["abort"] * len(batch)
                 self._flush_when_idle = True  # K/V of this batch may be missing from cached slots
             else:
@@ -223,9 +226,9 @@ class Engine:
 
     def _on_token(self, req: Req, result: TokenResult) -> str | None:
         """One request's new token (text, stops, constraint); a failure ends only that request."""
-        rec: RequestOutput = req.state["engine"]
+        rec = req.output
         try:
-            return rec.on_token(result, req.state["runner"].cursor)
+            return rec.on_token(result, req.sampling_state.cursor)
         except Exception as err:  # NOTE: one request's bad state must not take the batch down
             log.exception("processing the token of request %s failed; aborting it", req.rid)
             rec.fail(f"engine error: {type(err).__name__}: {err}")
@@ -238,10 +241,10 @@ class Engine:
         return self._constraints.grammars
 
     def _finalize(self, req: Req) -> GenerateOutput:
-        st: RunnerState = req.state["runner"]
-        p = req.sampling_params
-        rec: RequestOutput = req.state["engine"]
-        out = rec.finalize(req, st.prompt_logprobs if p.return_logprob and p.logprob_start_len >= 0 else None)
+        p, rec = req.sampling_params, req.output
+        prompt_logprobs = req.sampling_state.prompt_logprobs if p.return_logprob and p.logprob_start_len >= 0 else None
+        out = rec.finalize(aborted=req.finished_reason == "abort", cached_tokens=req.cached_tokens,
+                           prompt_logprobs=prompt_logprobs)
         if rec.keeps_result:
             self._results[req.rid] = out
         if self._trace is not None and req.finished_reason != "abort" and not rec.failed:

@@ -6,8 +6,8 @@
 - jump-forward: append the text a request's constraint forces without sampling it, at submit
   and after every step that sampled for the request (see :func:`plan_jump`).
 
-It reads the per-request state the engine keeps (``req.state["runner"].cursor`` and
-``req.state["engine"]``, a RequestOutput) and asks the scheduler to finish or re-queue a
+It reads the per-request state the engine keeps (``req.sampling_state.cursor`` and
+``req.output``, a RequestOutput) and asks the scheduler to finish or re-queue a
 request; it never runs the model.
 """
 from __future__ import annotations
@@ -75,7 +75,7 @@ class EngineConstraints:
         retokenization changes earlier ones the scheduler re-queues the request, whose re-prefill
         reuses the radix cache up to the first changed token. ``queued``: not yet scheduled.
         """
-        cursor = req.state["runner"].cursor
+        cursor = req.sampling_state.cursor
         if not (self.jump_forward and req.sampling_params.jump_forward and isinstance(cursor, ConstraintState)) \
                 or cursor.is_finished():
             return False
@@ -83,8 +83,8 @@ class EngineConstraints:
         if plan is None:
             return False
         completes = not queued and plan.state.is_finished()
-        reason = req.state["engine"].on_jump(plan.start, plan.token_ids, completes)
-        req.state["runner"].cursor = plan.state
+        reason = req.output.on_jump(plan.start, plan.token_ids, completes)
+        req.sampling_state.cursor = plan.state
         self.counts["jumps"] += 1
         self.counts["tokens"] += plan.start + len(plan.token_ids) - len(req.output_ids)
         if reason is not None:  # NOTE: before output_ids change: the cache keys computed KV on them

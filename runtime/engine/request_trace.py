@@ -12,10 +12,6 @@ from typing import Iterator
 
 from ..scheduling.request import Req
 
-#: ``req.state`` key: output tokens a request had when it was queued (text forced at submit).
-FORCED_AT_SUBMIT = "forced_at_submit"
-
-
 @dataclass(frozen=True, slots=True)
 class TracedRequest:
     """One finished request.
@@ -49,7 +45,7 @@ class RequestTrace:
     def record(self, req: Req) -> None:
         """Append a finished request (the engine calls this; it skips aborted requests)."""
         item = TracedRequest(req.rid, tuple(req.origin_input_ids), tuple(req.output_ids), req.cached_tokens,
-                             int(req.state.get(FORCED_AT_SUBMIT, 0)))
+                             req.num_forced_at_submit)
         with self._lock:
             if self._active:
                 self._requests.append(item)

@@ -11,71 +11,16 @@ never written twice).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
-
 import torch
 
 from ..cache.kv_buffer import KVBuffer
 from ..sampling.logprobs import token_logprobs, top_logprobs
-from ..sampling.sampler import Sampler, SamplingBatch, make_generator
-from ..sampling.sampling_params import SamplingParams
+from ..sampling.sampler import Sampler, SamplingBatch
+from ..sampling.token_result import TokenResult
 from ..scheduling.request import Req
 from ..scheduling.schedule_batch import ScheduleBatch, ScheduledReq
 from .cuda_graph import DecodeGraphs
 from .forward_batch import ForwardBatch
-
-
-class ConstraintCursor(Protocol):
-    """Per-request constrained-decoding state (made by ``params.constraint.new_cursor()``)."""
-
-    def allowed_mask(self) -> torch.Tensor: ...  # bool [<= vocab], True = allowed next token
-
-    def advance(self, token_id: int) -> None: ...
-
-    def is_finished(self) -> bool: ...
-
-
-@dataclass(slots=True)
-class RunnerState:
-    """What the runner keeps per request (in ``req.state["runner"]``).
-
-    logprob_next / logprob_end: prompt positions [next, end) whose logits rows are still needed
-    for prompt logprobs (row p predicts token p + 1); next == end when none are.
-    """
-
-    generator: torch.Generator | None = None
-    cursor: ConstraintCursor | None = None
-    logprob_next: int = 0
-    logprob_end: int = 0
-    prompt_logprobs: list[float | None] = field(default_factory=list)
-
-    @classmethod
-    def for_request(cls, params: SamplingParams, prompt_len: int) -> RunnerState:
-        state = cls()
-        if params.seed is not None and not params.is_greedy:
-            state.generator = make_generator(params.seed)
-        if params.constraint is not None:
-            state.cursor = params.constraint.new_cursor()
-        if params.return_logprob and params.logprob_start_len >= 0:
-            start = min(params.logprob_start_len, prompt_len - 1)
-            if start == 0:
-                state.prompt_logprobs.append(None)  # position 0 has no context
-            state.logprob_next, state.logprob_end = max(start - 1, 0), prompt_len - 1
-        return state
-
-
-class TokenResult(NamedTuple):
-    """One sampling entry's output: token, its logprob and top alternatives when asked for.
-
-    error is set (and token_id meaningless) when this request alone could not be sampled,
-    e.g. its constraint allowed no token; the engine aborts it.
-    """
-
-    token_id: int
-    logprob: float | None
-    top: list[tuple[int, float]] | None
-    error: str | None = None
 
 
 class ModelRunner:
@@ -99,7 +44,7 @@ class ModelRunner:
     def run(self, batch: ScheduleBatch) -> list[TokenResult | None]:
         """Forward + sample. Returns, per entry, its TokenResult or None (entry does not sample).
 
-        Prompt logprobs are appended to ``req.state["runner"].prompt_logprobs``.
+        Prompt logprobs are appended to ``req.sampling_state.prompt_logprobs``.
         """
         entries = batch.reqs
         for e in entries:  # side pass first: it reads cached K/V of positions before this step
@@ -122,7 +67,7 @@ class ModelRunner:
         row = 0
         for e, s in zip(entries, starts):
             n = e.extend_len - s
-            if self._wants_prompt_rows(e.req):
+            if e.req.sampling_state.wants_prompt_rows:
                 self._take_prompt_logprobs(e.req, logits[row : row + n], e.prefix_len + s)
             row += n
             last_rows.append(row - 1)
@@ -168,11 +113,11 @@ class ModelRunner:
 
     def _sampling_batch(self, reqs: list[Req], errors: dict[int, str]) -> SamplingBatch:
         """Sampling inputs of `reqs`; rows whose constraint allows no token go into `errors`."""
-        states = [r.state.get("runner") for r in reqs]
-        gens = [s.generator if s is not None else None for s in states]
+        states = [r.sampling_state for r in reqs]
+        gens = [s.generator for s in states]
         masks = None
-        if any(s is not None and s.cursor is not None for s in states):
-            masks = [s.cursor.allowed_mask() if s is not None and s.cursor is not None else None for s in states]
+        if any(s.cursor is not None for s in states):
+            masks = [s.cursor.allowed_mask() if s.cursor is not None else None for s in states]
             for j, m in enumerate(masks):
                 if m is not None and m.dtype == torch.bool and not bool(m[: self.vocab_size].any()):
                     errors[j], masks[j] = "constraint error: the constraint allows no next token", None
@@ -184,19 +129,16 @@ class ModelRunner:
 
     # --- prompt logprobs -----------------------------------------------------------------------
     @staticmethod
-    def _wants_prompt_rows(req: Req) -> bool:
-        st = req.state.get("runner")
-        return st is not None and st.logprob_next < st.logprob_end
-
-    def _logits_start(self, req: Req, prefix_len: int, extend_len: int) -> int:
+    def _logits_start(req: Req, prefix_len: int, extend_len: int) -> int:
         """First row of this entry to return: the last one, or earlier for prompt logprobs."""
-        if not self._wants_prompt_rows(req):
+        st = req.sampling_state
+        if not st.wants_prompt_rows:
             return extend_len - 1
-        return min(max(req.state["runner"].logprob_next - prefix_len, 0), extend_len - 1)
+        return min(max(st.logprob_next - prefix_len, 0), extend_len - 1)
 
     def _take_prompt_logprobs(self, req: Req, rows: torch.Tensor, first_pos: int) -> None:
         """Rows are positions first_pos.. ; keep those in [logprob_next, logprob_end)."""
-        st = req.state["runner"]
+        st = req.sampling_state
         lo, hi = max(st.logprob_next, first_pos), min(st.logprob_end, first_pos + rows.shape[0])
         if lo >= hi or lo != st.logprob_next:
             return
@@ -206,8 +148,8 @@ class ModelRunner:
 
     def _recompute_skipped(self, req: Req, prefix_len: int, kv_indices: torch.Tensor) -> None:
         """Logits rows of positions [logprob_next, prefix_len) that the cache skipped."""
-        st = req.state.get("runner")
-        if st is None or st.logprob_next >= min(prefix_len, st.logprob_end):
+        st = req.sampling_state
+        if st.logprob_next >= min(prefix_len, st.logprob_end):
             return
         fill = req.fill_ids
         end = min(prefix_len, st.logprob_end)

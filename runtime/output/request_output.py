@@ -10,9 +10,9 @@ import logging
 import queue
 from typing import Callable, Sequence
 
-from ..model.model_runner import ConstraintCursor, TokenResult
 from ..sampling.sampling_params import SamplingParams
-from ..scheduling.request import Req
+from ..sampling.sampling_state import ConstraintCursor
+from ..sampling.token_result import TokenResult
 from .detokenizer import Decoder
 from .outputs import GenerateOutput, StreamChunk
 from .stop_checker import FinishReason
@@ -22,15 +22,16 @@ log = logging.getLogger(__name__)
 
 
 class RequestOutput:
-    """Per-request output state (``req.state["engine"]``)."""
+    """Per-request output state (``Req.output``)."""
 
-    __slots__ = ("rid", "stream", "logprobs", "top_logprobs", "queue", "callback", "abort_message",
-                 "failed", "pending", "new_stream")
+    __slots__ = ("rid", "num_prompt_tokens", "stream", "logprobs", "top_logprobs", "queue", "callback",
+                 "abort_message", "failed", "pending", "new_stream")
 
     def __init__(self, rid: str, tokenizer: Decoder, params: SamplingParams, eos_token_ids: Sequence[int],
                  prompt_ids: Sequence[int], *, stream: bool = False,
                  callback: Callable[[StreamChunk], None] | None = None) -> None:
         self.rid = rid
+        self.num_prompt_tokens = len(prompt_ids)
         self.new_stream = lambda: TextStream(tokenizer, params, eos_token_ids, prompt_ids=prompt_ids)
         self.stream = self.new_stream()
         self.logprobs: list[float] | None = [] if params.return_logprob else None
@@ -110,12 +111,14 @@ class RequestOutput:
                                       none if self.top_logprobs is not None else None))
         return None
 
-    def finalize(self, req: Req, prompt_logprobs: list[float | None] | None) -> GenerateOutput:
+    def finalize(self, *, aborted: bool, cached_tokens: int,
+                 prompt_logprobs: list[float | None] | None) -> GenerateOutput:
         """Build the final output (ending the stream if the scheduler ended the request) and send
-        the last chunk."""
+        the last chunk. ``aborted``: the scheduler finished the request as an abort;
+        ``cached_tokens``: its prompt tokens served from the cache (``Req.cached_tokens``)."""
         s = self.stream
         if s.finish_reason is None:  # ended by the scheduler: abort, length, or prefill only
-            reason = (FinishReason.abort(self.abort_message) if req.finished_reason == "abort" or self.failed
+            reason = (FinishReason.abort(self.abort_message) if aborted or self.failed
                       else FinishReason.of_length(len(s.output_ids)))
             tail, new_ids, lp, top = s.finish(reason), [], None, None
         else:  # finished while taking its last token: that token's chunk goes out now
@@ -123,8 +126,8 @@ class RequestOutput:
             lp, top = _last(self.logprobs), _last(self.top_logprobs)
         out = GenerateOutput(
             rid=self.rid, text=s.text, token_ids=list(s.output_ids), finish_reason=s.finish_reason.to_dict(),
-            prompt_tokens=len(req.origin_input_ids), completion_tokens=len(s.output_ids),
-            cached_tokens=req.cached_tokens, output_logprobs=self.logprobs,
+            prompt_tokens=self.num_prompt_tokens, completion_tokens=len(s.output_ids),
+            cached_tokens=cached_tokens, output_logprobs=self.logprobs,
             output_top_logprobs=self.top_logprobs, input_logprobs=prompt_logprobs,
         )
         self._deliver(StreamChunk(self.rid, tail, new_ids, lp, top, finished=True, output=out))

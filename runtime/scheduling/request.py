@@ -1,8 +1,10 @@
-"""Req: one generation request as the scheduler sees it.
+"""Req: one generation request as the scheduler sees it, plus what the other parts keep on it.
 
 The scheduler reads only ``max_new_tokens`` and ``ignore_eos`` from ``sampling_params``; the
-rest of that object belongs to the sampler. ``state`` is free-form per-request storage for the
-engine (e.g. a grammar cursor, logprob accumulators); the scheduler never touches it.
+rest of that object belongs to the sampler. ``sampling_state`` (the model runner's: generator,
+constraint cursor, prompt logprobs), ``output`` (the engine's: text stream, output logprobs,
+delivery) and ``num_forced_at_submit`` are set by the engine at submit; the scheduler never
+touches them.
 """
 from __future__ import annotations
 
@@ -10,6 +12,10 @@ import enum
 from typing import Any
 
 import torch
+
+from ..output.request_output import RequestOutput
+from ..sampling.sampling_params import SamplingParams
+from ..sampling.sampling_state import SamplingState
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
 
@@ -39,10 +45,11 @@ class Req:
     __slots__ = (
         "rid", "origin_input_ids", "output_ids", "sampling_params", "status", "req_row",
         "prefix_indices", "last_node", "kv_len", "extend_input_len", "prefill_done",
-        "finished_reason", "cached_tokens", "num_retractions", "num_admissions", "arrival", "state",
+        "finished_reason", "cached_tokens", "num_retractions", "num_admissions", "arrival",
+        "sampling_state", "output", "num_forced_at_submit",
     )
 
-    def __init__(self, rid: str, origin_input_ids: list[int], sampling_params: Any):
+    def __init__(self, rid: str, origin_input_ids: list[int], sampling_params: SamplingParams):
         if not origin_input_ids:
             raise ValueError(f"Req {rid!r}: the prompt must have at least one token")
         self.rid = rid
@@ -61,7 +68,10 @@ class Req:
         self.num_retractions = 0
         self.num_admissions = 0
         self.arrival = -1  # set by the scheduler: admission order, larger = younger
-        self.state: dict[str, Any] = {}
+        # Set by the engine at submit (None for requests that only the scheduler sees, in tests):
+        self.sampling_state: SamplingState | None = None  # read and updated by the model runner
+        self.output: RequestOutput | None = None  # the request's text, logprobs and delivery
+        self.num_forced_at_submit = 0  # output tokens a constraint forced before it was queued
 
     @property
     def max_new_tokens(self) -> int:
@@ -69,7 +79,7 @@ class Req:
 
     @property
     def ignore_eos(self) -> bool:
-        return bool(getattr(self.sampling_params, "ignore_eos", False))
+        return bool(self.sampling_params.ignore_eos)
 
     @property
     def fill_ids(self) -> list[int]:
