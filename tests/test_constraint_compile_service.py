@@ -22,7 +22,7 @@ from sglc_runtime.constrained import (
     ConstraintSpec,
     GrammarCache,
 )
-from sglc_runtime.constrained import grammar as grammar_module
+from sglc_runtime.constrained import grammar_cache as grammar_module
 
 
 class ByteTokenizer:

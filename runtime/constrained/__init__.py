@@ -4,7 +4,7 @@ Built on :mod:`sglc.fsm` (which never imports the runtime):
 
 - :class:`ConstraintSpec` (spec.py): a request's constraint (compiler FSM dict, regex, JSON
   schema or choices), validated, with a cache key.
-- :class:`GrammarCache` / :class:`CompiledGrammar` (grammar.py): one compile and one token
+- :class:`GrammarCache` / :class:`CompiledGrammar` (grammar_cache.py): one compile and one token
   index per distinct constraint and tokenizer, under a compile budget, shared in flight,
   bounded by bytes; cached torch masks per state.
 - :class:`ConstraintCompilerConfig` (compiler_config.py): the budget, workers, in-flight and
@@ -17,7 +17,7 @@ Built on :mod:`sglc.fsm` (which never imports the runtime):
 The engine, model runner and sampler use these; nothing here imports them.
 
 NOTE: names are imported on first use (PEP 562), so a compile worker process can import
-``compile_worker`` and ``spec`` without torch (grammar.py and state.py import it).
+``compile_worker`` and ``spec`` without torch (grammar_cache.py and state.py import it).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    "CompiledGrammar": "grammar", "GrammarCache": "grammar", "vocabulary_for": "grammar",
+    "CompiledGrammar": "grammar_cache", "GrammarCache": "grammar_cache", "vocabulary_for": "grammar_cache",
     "DEFAULT_WINDOW": "jump_forward", "JumpPlan": "jump_forward", "plan_jump": "jump_forward",
     "ConstraintSpec": "spec", "ConstraintState": "state", "ConstraintCompilerConfig": "compiler_config",
     "CompilePool": "compile_pool", "ConstraintCompilerBusy": "errors", "ConstraintCompilerFailed": "errors",
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from .compile_pool import CompilePool
     from .compiler_config import ConstraintCompilerConfig
     from .errors import ConstraintCompilerBusy, ConstraintCompilerFailed
-    from .grammar import CompiledGrammar, GrammarCache, vocabulary_for
+    from .grammar_cache import CompiledGrammar, GrammarCache, vocabulary_for
     from .jump_forward import DEFAULT_WINDOW, JumpPlan, plan_jump
     from .spec import ConstraintSpec
     from .state import ConstraintState

@@ -16,7 +16,7 @@ import torch
 
 from sglc import fsm
 
-from .grammar import CompiledGrammar
+from .grammar_cache import CompiledGrammar
 
 
 class ConstraintState:
