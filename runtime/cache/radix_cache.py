@@ -15,15 +15,12 @@ Ownership rules the helpers below keep:
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, NamedTuple, Sequence
+from typing import NamedTuple, Protocol, Sequence
 
 import torch
 
 from .kv_pool import KVSlotPool
-
-if TYPE_CHECKING:
-    from .req_slot_table import ReqSlotTable
-    from ..scheduling.request import Req
+from .req_slot_table import ReqSlotTable
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
 
@@ -70,6 +67,24 @@ class MatchResult(NamedTuple):
     @property
     def prefix_len(self) -> int:
         return int(self.slots.numel())
+
+
+class CachedRequest(Protocol):
+    """The cache handles of a running request that ``cache_finished_req`` and
+    ``cache_unfinished_req`` read and rewrite (``scheduling.request.Req`` has them).
+
+    - ``req_row``: its row of the ReqSlotTable (None once released);
+    - ``kv_len``: leading tokens of ``fill_ids`` with KV slots in that row;
+    - ``prefix_indices`` / ``last_node``: the cached prefix it holds a lock on.
+    """
+
+    req_row: int | None
+    kv_len: int
+    prefix_indices: torch.Tensor
+    last_node: TreeNode | None
+
+    @property
+    def fill_ids(self) -> list[int]: ...
 
 
 class RadixCache:
@@ -221,7 +236,7 @@ class RadixCache:
         self.reset_tree()
 
     # --- request lifecycle ---------------------------------------------------------------
-    def cache_finished_req(self, req: Req, table: ReqSlotTable) -> None:
+    def cache_finished_req(self, req: CachedRequest, table: ReqSlotTable) -> None:
         """A request leaves (finished, aborted or retracted): insert its computed tokens,
         free its duplicate slots, unlock its prefix and release its table row. Afterwards
         the request owns no slots."""
@@ -240,7 +255,7 @@ class RadixCache:
         req.prefix_indices = _EMPTY
         req.last_node = None
 
-    def cache_unfinished_req(self, req: Req, table: ReqSlotTable) -> None:
+    def cache_unfinished_req(self, req: CachedRequest, table: ReqSlotTable) -> None:
         """A running request's computed tokens (``fill_ids[:kv_len]``) become cached: insert
         them, free duplicates, point the table row at the tree's canonical slots and move the
         lock to the new last node. The request keeps running."""

@@ -4,20 +4,23 @@ Built on :mod:`sglc.fsm` (which never imports the runtime):
 
 - :class:`ConstraintSpec` (spec.py): a request's constraint (compiler FSM dict, regex, JSON
   schema or choices), validated, with a cache key.
-- :class:`GrammarCache` / :class:`CompiledGrammar` (grammar_cache.py): one compile and one token
-  index per distinct constraint and tokenizer, under a compile budget, shared in flight,
-  bounded by bytes; cached torch masks per state.
+- :class:`ConstraintState` (state.py): one request's cursor: mask, advance, finished, the
+  forced bytes for jump-forward (over any grammar with the :class:`~.state.GrammarTables`).
+- :class:`CompiledGrammar` (grammar.py): an FSM and its token index over one vocabulary, with
+  cached torch masks per state; ``new_cursor()`` starts a ConstraintState.
+- :class:`GrammarCache` (grammar_cache.py): one compile and one token index per distinct
+  constraint and tokenizer, under a compile budget, shared in flight, bounded by bytes.
 - :class:`ConstraintCompilerConfig` (compiler_config.py): the budget, workers, in-flight and
   cache limits; :class:`CompilePool` (compile_pool.py) runs compiles in worker processes
   (compile_worker.py); errors.py: busy / worker failure.
-- :class:`ConstraintState` (state.py): one request's cursor: mask, advance, finished, the
-  forced bytes for jump-forward.
 - :func:`plan_jump` (jump_forward.py): the retokenized tail that appends the forced text.
 
-The engine, model runner and sampler use these; nothing here imports them.
+Bottom-up: spec, errors, compiler_config -> compile_worker -> compile_pool -> state -> grammar
+-> grammar_cache -> jump_forward. The engine, model runner and sampler use these; nothing here
+imports them (or any other runtime package).
 
 NOTE: names are imported on first use (PEP 562), so a compile worker process can import
-``compile_worker`` and ``spec`` without torch (grammar_cache.py and state.py import it).
+``compile_worker`` and ``spec`` without torch (grammar.py and state.py import it).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    "CompiledGrammar": "grammar_cache", "GrammarCache": "grammar_cache", "vocabulary_for": "grammar_cache",
+    "CompiledGrammar": "grammar", "GrammarCache": "grammar_cache", "vocabulary_for": "grammar_cache",
     "DEFAULT_WINDOW": "jump_forward", "JumpPlan": "jump_forward", "plan_jump": "jump_forward",
     "ConstraintSpec": "spec", "ConstraintState": "state", "ConstraintCompilerConfig": "compiler_config",
     "CompilePool": "compile_pool", "ConstraintCompilerBusy": "errors", "ConstraintCompilerFailed": "errors",
@@ -37,7 +40,8 @@ if TYPE_CHECKING:
     from .compile_pool import CompilePool
     from .compiler_config import ConstraintCompilerConfig
     from .errors import ConstraintCompilerBusy, ConstraintCompilerFailed
-    from .grammar_cache import CompiledGrammar, GrammarCache, vocabulary_for
+    from .grammar import CompiledGrammar
+    from .grammar_cache import GrammarCache, vocabulary_for
     from .jump_forward import DEFAULT_WINDOW, JumpPlan, plan_jump
     from .spec import ConstraintSpec
     from .state import ConstraintState

@@ -1,13 +1,12 @@
-"""Compiled constraints, shared by every request that asks for the same one.
+"""GrammarCache: compiled constraints, one per distinct constraint, shared by every request.
 
 - :func:`vocabulary_for` builds the FSM library's :class:`~sglc.fsm.Vocabulary` once per
   tokenizer (token bytes, special tokens excluded, stop tokens as EOS).
-- :class:`GrammarCache` turns a :class:`~.spec.ConstraintSpec` into a :class:`CompiledGrammar`:
-  compiled once per distinct constraint (an FSM dict from the compiler is only rebuilt, never
-  recompiled), with its token index built once per (FSM, vocabulary), under the compile
-  budget, in a worker process (compile_pool.py) unless configured inline.
-- :class:`CompiledGrammar` adds what decoding needs per state on top of the token index:
-  the allowed-token mask as a torch tensor (cached) and whether the state is terminal.
+- :class:`GrammarCache` turns a :class:`~.spec.ConstraintSpec` into a
+  :class:`~.grammar.CompiledGrammar`: compiled once per distinct constraint (an FSM dict from
+  the compiler is only rebuilt, never recompiled), with its token index built once per (FSM,
+  vocabulary), under the compile budget, in a worker process (compile_pool.py) unless
+  configured inline.
 
 Bounds (nothing a client sends can exhaust the server): each compile has its
 :class:`~sglc.fsm.CompileBudget`; identical constraints arriving together compile once (the
@@ -18,7 +17,7 @@ evicted first). Constraints refused for what they are (invalid, over a structura
 remembered by key, so a client repeating one is refused without recompiling it.
 
 Thread safety: ``GrammarCache.get`` may be called from any thread (requests are submitted
-from several); a CompiledGrammar is read-only except for its caches, which are locked.
+from several).
 """
 from __future__ import annotations
 
@@ -29,7 +28,6 @@ from collections import OrderedDict
 from concurrent.futures import Future
 from typing import Any
 
-import numpy as np
 import torch
 
 from sglc import fsm
@@ -38,12 +36,11 @@ from .compile_pool import CompilePool
 from .compile_worker import compile_index
 from .compiler_config import ConstraintCompilerConfig
 from .errors import ConstraintCompilerBusy
+from .grammar import CompiledGrammar
 from .spec import ConstraintSpec
 
 _vocabularies: "weakref.WeakKeyDictionary[Any, fsm.Vocabulary]" = weakref.WeakKeyDictionary()
 _vocab_lock = threading.Lock()
-#: Bytes of cached masks per grammar (each mask is vocab_size bools: 48 KiB for SmolLM2, so 341).
-_MASK_CACHE_BYTES = 16 * 2**20
 #: Refused constraints remembered (keys and errors only).
 _MAX_REFUSALS = 256
 
@@ -57,76 +54,6 @@ def vocabulary_for(tokenizer: Any) -> fsm.Vocabulary:
             vocab = fsm.Vocabulary.from_tokenizer(tokenizer)
             _vocabularies[tokenizer] = vocab
         return vocab
-
-
-class CompiledGrammar:
-    """An FSM and its token index over one vocabulary (immutable, shared across requests)."""
-
-    def __init__(self, compiled: fsm.FSM, index: fsm.TokenIndex, device: torch.device | str = "cpu") -> None:
-        self.fsm = compiled
-        self.index = index
-        self.device = torch.device(device)
-        self._eos = np.array(index.eos_token_ids, dtype=np.int64)
-        self._masks: OrderedDict[int, torch.Tensor] = OrderedDict()
-        self._max_masks = max(16, _MASK_CACHE_BYTES // max(index.vocab_size, 1))
-        self._terminal: dict[int, bool] = {}
-        self._lock = threading.Lock()
-        self._static_nbytes = index.nbytes + _dfa_nbytes(compiled.dfa)
-
-    @property
-    def pattern(self) -> str:
-        return self.fsm.pattern
-
-    @property
-    def vocab_size(self) -> int:
-        return self.index.vocab_size
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes this grammar holds: token index arrays, DFA tables, cached masks (an estimate
-        for the Python-object tables; exact for the arrays)."""
-        with self._lock:
-            num_masks = len(self._masks)
-        return self._static_nbytes + num_masks * self.vocab_size
-
-    def mask(self, state: int) -> torch.Tensor:
-        """Bool [vocab_size] on ``device``, True where a token may come next (EOS only in final
-        states). NOTE: cached and shared between requests: never modify it in place."""
-        with self._lock:
-            got = self._masks.get(state)
-            if got is not None:
-                self._masks.move_to_end(state)
-                return got
-        made = torch.from_numpy(self.index.mask(state)).to(self.device)
-        with self._lock:
-            self._masks[state] = made
-            while len(self._masks) > self._max_masks:
-                self._masks.popitem(last=False)
-        return made
-
-    def is_terminal(self, state: int) -> bool:
-        """True when the text so far is complete and nothing but EOS may follow."""
-        got = self._terminal.get(state)
-        if got is None:
-            ids = self.index.allowed_token_ids(state)
-            got = self.index.is_final(state) and bool(np.isin(ids, self._eos).all())
-            self._terminal[state] = got
-        return got
-
-    def new_cursor(self) -> "ConstraintState":
-        """A fresh per-request state at the start of the constraint."""
-        from .state import ConstraintState
-
-        return ConstraintState(self)
-
-    def __repr__(self) -> str:
-        shown = self.pattern if len(self.pattern) <= 60 else self.pattern[:57] + "..."
-        return f"CompiledGrammar({shown!r}, {self.fsm.num_states} states)"
-
-
-def _dfa_nbytes(dfa: fsm.dfa.DFA) -> int:
-    """The character DFA's tuples (a pointer and often an int object per cell) and int32 table."""
-    return 44 * dfa.num_states * dfa.num_classes + 64 * dfa.num_states
 
 
 class GrammarCache:

@@ -10,13 +10,26 @@ equals the number of constrained output tokens and rolling back k tokens is k cu
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import torch
 
 from sglc import fsm
 
-from .grammar_cache import CompiledGrammar
+
+class GrammarTables(Protocol):
+    """What a ConstraintState reads of its compiled grammar (``grammar.CompiledGrammar``, which
+    makes the states: ``new_cursor()``). Shared between requests: read-only."""
+
+    index: fsm.TokenIndex
+    device: torch.device
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def mask(self, state: int) -> torch.Tensor: ...  # bool [vocab_size]; never modify it
+
+    def is_terminal(self, state: int) -> bool: ...
 
 
 class ConstraintState:
@@ -24,7 +37,7 @@ class ConstraintState:
 
     __slots__ = ("grammar", "cursor")
 
-    def __init__(self, grammar: CompiledGrammar, cursor: fsm.Cursor | None = None) -> None:
+    def __init__(self, grammar: GrammarTables, cursor: fsm.Cursor | None = None) -> None:
         self.grammar = grammar
         self.cursor = cursor if cursor is not None else fsm.Cursor(grammar.index)
 

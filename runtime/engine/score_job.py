@@ -12,17 +12,32 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Sequence
+from typing import Protocol, Sequence
 
+from ..model.model_runner import ModelRunner
+from ..model.tokenizer import Tokenizer
 from ..output.outputs import GenerateOutput, ScoreResult
 from ..sampling.sampling_params import SamplingParams
+from .engine_config import EngineConfig
 from .prompt_ids import Prompt, continuation_spans, to_token_ids
-
-if TYPE_CHECKING:
-    from .engine import Engine
 
 #: Continuations in flight at once (one batched prefill each wave; 4-way select is one wave).
 DEFAULT_WINDOW = 32
+
+
+class ScoringEngine(Protocol):
+    """What a ScoreJob uses of its engine (``engine.Engine``, whose ``score_job()`` makes jobs)."""
+
+    config: EngineConfig  # disable_radix_cache: no prompt prefill of its own
+    runner: ModelRunner  # vocab_size
+    tokenizer: Tokenizer
+    max_context: int
+
+    def submit(self, prompt: Prompt, params: SamplingParams | dict | None = None) -> str: ...
+
+    def wait(self, rid: str, timeout: float | None = None) -> GenerateOutput: ...
+
+    def abort(self, rid: str, message: str = "aborted by client") -> bool: ...
 
 
 class ScoreAborted(RuntimeError):
@@ -32,7 +47,7 @@ class ScoreAborted(RuntimeError):
 class ScoreJob:
     """Scores continuations after a prompt; build it (validation raises here), then ``results()``."""
 
-    def __init__(self, engine: Engine, prompt: Prompt, continuations: Sequence[Prompt], *,
+    def __init__(self, engine: ScoringEngine, prompt: Prompt, continuations: Sequence[Prompt], *,
                  window: int = DEFAULT_WINDOW) -> None:
         """Tokenize and validate everything (ValueError / TypeError) before any engine work."""
         assert window >= 1, f"ScoreJob window must be >= 1, got {window}"
