@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from sglc_runtime.sampling.logprobs import prompt_logprobs, shifted_logprobs, token_logprobs, top_logprobs
+from sglc_runtime.sampling.logprobs import token_logprobs, top_logprobs
 from sglc_runtime.sampling.penalties import PenaltyBatch
 from sglc_runtime.sampling.sampler import Sampler, SamplingBatch, make_generator
 from sglc_runtime.sampling.sampling_params import SamplingParams
@@ -263,18 +263,3 @@ def test_token_and_top_logprobs_match_log_softmax():
     vals, top = top_logprobs(logits, 4)
     assert torch.equal(top, ref.topk(4).indices) and torch.allclose(vals, ref.topk(4).values)
     assert math.isclose(float(torch.logsumexp(vals[0], 0)), float(torch.logsumexp(ref[0, top[0]], 0)), rel_tol=1e-6)
-
-
-def test_prompt_logprobs_align_positions_with_next_tokens():
-    """Row j predicts the token after it; position 0 has None; a start offset skips ahead."""
-    prompt = [4, 8, 15, 16, 23]
-    logits = _logits(len(prompt) - 1)
-    ref = torch.log_softmax(logits, -1)
-    full = prompt_logprobs(logits, prompt, 0)
-    assert full[0] is None and len(full) == len(prompt)
-    assert all(math.isclose(full[j + 1], float(ref[j, prompt[j + 1]]), rel_tol=1e-5) for j in range(4))
-    tail = prompt_logprobs(logits[2:], prompt, 3)
-    assert tail == pytest.approx(full[3:])
-    assert shifted_logprobs(logits, prompt, 0).shape == (4,)
-    with pytest.raises(ValueError, match="positions"):
-        prompt_logprobs(logits, prompt, 3)

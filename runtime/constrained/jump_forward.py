@@ -42,10 +42,6 @@ class JumpPlan(NamedTuple):
         """The output after the jump."""
         return list(output_ids[: self.start]) + self.token_ids
 
-    def num_replaced(self, output_len: int) -> int:
-        """How many existing output tokens the jump rewrites."""
-        return output_len - self.start
-
 
 def _is_continuation(byte: int) -> bool:
     return 0x80 <= byte <= 0xBF

@@ -15,9 +15,6 @@ from typing import Any, Sequence
 
 from sglc import fsm
 
-#: The kinds of constraint a request may carry (at most one).
-KINDS = ("fsm", "regex", "json_schema", "choices")
-
 
 @dataclass(frozen=True, slots=True)
 class ConstraintSpec:

@@ -121,12 +121,6 @@ class Tokenizer:
             ids = [self.bos_token_id] + ids
         return ids
 
-    def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:
-        """:meth:`encode` for several texts (parallel inside ``tokenizers``)."""
-        if self.add_bos_token:
-            return [self.encode(t, add_special_tokens) for t in texts]
-        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
-
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         """Text of ``ids`` (invalid UTF-8 becomes U+FFFD, as in transformers)."""
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)

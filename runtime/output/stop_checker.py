@@ -36,11 +36,6 @@ class FinishReason:
     def abort(cls, message: str) -> FinishReason:
         return cls("abort", message=message)
 
-    @property
-    def matched_token(self) -> bool:
-        """True when a stop token (or eos) ended the request; its text is not output."""
-        return self.type == "stop" and isinstance(self.matched, int)
-
     def to_dict(self) -> dict:
         if self.type == "stop":
             return {"type": "stop", "matched": self.matched}

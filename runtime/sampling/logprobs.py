@@ -1,13 +1,12 @@
-"""Log-probability helpers for output tokens, their top alternatives, and prompt tokens.
+"""Log-probability helpers: chosen tokens (output and prompt positions) and top alternatives.
 
-All of them take the ORIGINAL logits (the model's output, before penalties, constraint masks,
+Both take the ORIGINAL logits (the model's output, before penalties, constraint masks,
 temperature and top-k/top-p/min-p), so a logprob describes the model, not the sampling settings.
-Select scoring builds on `prompt_logprobs`: SGLang's normalizations (token-length normalized,
-greedy, unconditional-likelihood normalized) are computed from these per-token values.
+Select scoring builds on the prompt positions' values (``ModelRunner`` collects them into
+``SamplingState.prompt_logprobs``); SGLang's normalizations (token-length normalized, greedy,
+unconditional-likelihood normalized) are computed from these per-token values.
 """
 from __future__ import annotations
-
-from typing import Sequence
 
 import torch
 
@@ -27,32 +26,3 @@ def top_logprobs(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tens
     logp = torch.log_softmax(logits.float(), dim=-1)
     values, ids = logp.topk(min(k, logp.shape[-1]), dim=-1)
     return values, ids
-
-
-def shifted_logprobs(logits: torch.Tensor, ids: Sequence[int], first_position: int) -> torch.Tensor:
-    """Teacher-forced logprobs: row j is the model's output at position first_position + j and
-    predicts ids[first_position + j + 1]; rows with nothing left to predict are dropped.
-
-    Returns [min(N, len(ids) - first_position - 1)] float32.
-    """
-    targets = list(ids[first_position + 1 : first_position + 1 + logits.shape[0]])
-    if not targets:
-        return torch.empty(0, dtype=torch.float32)
-    target = torch.tensor(targets, dtype=torch.long, device=logits.device)
-    return token_logprobs(logits[: len(targets)], target)
-
-
-def prompt_logprobs(logits: torch.Tensor, prompt_ids: Sequence[int], start: int) -> list[float | None]:
-    """Logprob of each prompt token at positions start .. L-1 given the tokens before it.
-
-    `logits` holds the ORIGINAL logits of positions max(start - 1, 0) .. L - 2 (each predicts
-    the next prompt token). Position 0 has no context, so its entry is None (as in SGLang).
-    """
-    if not 0 <= start < len(prompt_ids):
-        raise ValueError(f"logprob start {start} is outside the prompt of {len(prompt_ids)} tokens")
-    first = max(start - 1, 0)
-    expected = len(prompt_ids) - 1 - first
-    if logits.shape[0] != expected:
-        raise ValueError(f"expected logits for {expected} prompt positions, got {logits.shape[0]}")
-    values: list[float | None] = shifted_logprobs(logits, prompt_ids, first).tolist()
-    return [None] + values if start == 0 else values

@@ -92,12 +92,3 @@ class ScheduleBatch:
     @property
     def num_prefills(self) -> int:
         return sum(1 for e in self.reqs if e.is_prefill)
-
-    @property
-    def num_decodes(self) -> int:
-        return sum(1 for e in self.reqs if not e.is_prefill)
-
-    @property
-    def is_decode_only(self) -> bool:
-        """Every entry feeds exactly one token (the CUDA-graph friendly shape)."""
-        return all(len(e.input_ids) == 1 for e in self.reqs)
