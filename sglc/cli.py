@@ -18,7 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Optional, Sequence
 
-from sglc.errors import SglcError
+from sglc.errors import SglcError, one_line_error
 
 EXIT_ERROR = 2
 _LOCATED = re.compile(r"^\S+\.py:\d+: ")
@@ -182,7 +182,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             message = f"{err.filename}: {err.strerror or err}"
         else:
             message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        print(f"sglc: error: {message}", file=sys.stderr)
+        print(f"sglc: error: {one_line_error(message)}", file=sys.stderr)
         return EXIT_ERROR
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any, Iterator, Optional
 
 from sglc.cli_args import positive_int
-from sglc.errors import SglcError
+from sglc.errors import SglcError, one_line_error
 
 EXIT_OK, EXIT_FAILED_INPUTS = 0, 1
 
@@ -129,7 +129,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             # so lines from two failing inputs could interleave.
             with report_lock:
                 failed.append(result.index)
-                sys.stderr.write(f"sglc: input {result.index} failed: {result.error}\n")
+                sys.stderr.write(f"sglc: input {result.index} failed: {one_line_error(result.error, 1500)}\n")
                 sys.stderr.flush()
 
     with _open_output(args.output) as out:

@@ -25,3 +25,17 @@ class PassError(SglcError):
 class BackendError(SglcError):
     """A model backend call failed (server down, deadline exceeded, request refused); the
     message names the endpoint and the call."""
+
+
+#: The longest error line the command line prints: messages that quote a user's value (a name,
+#: a pattern, a prompt) stay readable however long the value was.
+MAX_ERROR_LINE = 500
+
+
+def one_line_error(message: str, limit: int = MAX_ERROR_LINE) -> str:
+    """The first line of ``message``, cut to ``limit`` characters with a note of how much was cut."""
+    text = message.strip()
+    line = text.splitlines()[0] if text else ""
+    if len(line) <= limit:
+        return line
+    return f"{line[:limit]}... ({len(line) - limit} more characters)"

@@ -221,3 +221,12 @@ def test_serve_constraint_budget_with_an_unknown_limit_exits_2_naming_it(capsys)
         main(["serve", "--port", "0", "--constraint-budget", "max_states=3"])
     assert info.value.code == 2
     assert "unknown constraint budget entry 'max_states=3'" in capsys.readouterr().err
+
+
+def test_an_error_quoting_a_huge_value_prints_one_short_line():
+    """Errors that quote a user's value are cut to MAX_ERROR_LINE characters (graph.pb fuzz found 10 kB lines)."""
+    from sglc.errors import MAX_ERROR_LINE, one_line_error
+
+    line = one_line_error("bad name " + "x" * 10_000 + "\nsecond line")
+    assert len(line) < MAX_ERROR_LINE + 40 and line.endswith("(9509 more characters)")
+    assert one_line_error("short\nmore") == "short"

@@ -237,7 +237,7 @@ def test_an_invalid_constraint_beside_a_lowered_fsm_is_rejected():
     ({"num_api_spec_tokens": "abc"}, "meta num_api_spec_tokens='abc': must be an int in [1, 1048576]"),
     ({"num_api_spec_tokens": 0}, "must be an int in [1, 1048576]"),
     ({"arg_names": "topic"}, "meta arg_names='topic': must be a list of str"),
-    ({"arg_names": ["essay"]}, "meta arg_names=['essay'] differ from the graph's arguments (topic)"),
+    ({"arg_names": ["essay"]}, "meta arg_names=['essay'] differ from the graph's arguments (['topic'])"),
     ({"source_file": 3}, "meta source_file=3: must be str"),
     ({"prompt_rewrites": [1]}, "meta prompt_rewrites=[1]: must be a list of str"),
 ])

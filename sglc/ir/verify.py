@@ -130,7 +130,7 @@ class _Verifier:
         arguments = [n.attrs["name"] for n in g.nodes if n.op is Op.ARGUMENT]
         if names is not None and sorted(names) != sorted(arguments):
             raise VerifyError(f"verify: graph {g.name!r}: meta arg_names={_short_repr(names)} differ from the graph's "
-                              f"arguments ({', '.join(arguments) or 'none'})")
+                              f"arguments ({_short_repr(arguments)})")
 
     def check_guard(self, node: Node) -> None:
         guard = node.guard
