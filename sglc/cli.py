@@ -98,7 +98,7 @@ def describe_exception(err: BaseException, path: Path) -> str:
 def cmd_compile(args: argparse.Namespace) -> int:
     from sglc.ir.serialize import save
     from sglc.ir.verify import verify
-    from sglc.passes.manager import default_pipeline
+    from sglc.passes.pipeline import default_pipeline
 
     path, name = split_target(args.program)
     fn = find_program(load_module(path), path, name)

@@ -9,10 +9,8 @@ import os
 import runpy
 from typing import NamedTuple, Optional
 
-
 from sglc.frontend.function import SglFunction
 from sglc.ir import Graph, Node, Op
-from sglc.ir.verify import guard_chain
 
 SAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "samples")
 SAMPLES = {
@@ -36,7 +34,7 @@ def render_path(g: Graph, cases: dict[str, int]) -> Rendering:
     observed: dict = {}
     fork_text: dict[str, str] = {}
     for node in g.nodes:
-        if any(cases[gd.branch.name] != gd.case for gd in guard_chain(node)):
+        if any(cases[gd.branch.name] != gd.case for gd in node.guard_chain()):
             continue
         s, op = node.stream, node.op
         if op is Op.ARGUMENT:

@@ -114,3 +114,32 @@ def test_guard_and_stream_queries():
     assert [n.op for n in g.stream_nodes(2)][0] is Op.GET_FORK_ITEM
     assert [n.name for n in g.arguments()] == ["image_path", "essay"]
     assert all(isinstance(n.guard, Guard) for n in g.stream_nodes(3))
+
+
+def test_copy_is_equal_and_independent():
+    """Graph.copy gives an equal graph whose nodes and attrs are not shared with the original."""
+    g = every_op_graph()
+    c = g.copy()
+    assert c == g
+    c.find("judgment").attrs["stop"].append("X")
+    assert g.find("judgment").attrs["stop"] == ["END", "\n\n"]
+    assert all(n.graph is c for n in c.nodes)
+    assert c.find("related").guard is None and c.find("judgment").guard is not g.find("judgment").guard
+    verify(c)
+
+
+def test_guard_chain_lists_the_guards_a_node_runs_under_outermost_first():
+    """guard_chain walks guard -> branch's guard -> ... and returns them outermost first."""
+    g = Graph()
+    outer_select = g.create_node(Op.SELECT, attrs={"name": "a", "choices": ["x", "y"], "temperature": 0.0,
+                                                  "choices_method": "token_length_normalized"})
+    outer = g.create_node(Op.BRANCH, [outer_select], attrs={"cases": ["x", "y"]})
+    inner_select = g.create_node(Op.SELECT, attrs={"name": "b", "choices": ["p", "q"], "temperature": 0.0,
+                                                  "choices_method": "token_length_normalized"},
+                                 guard=Guard(outer, 1))
+    inner = g.create_node(Op.BRANCH, [inner_select], attrs={"cases": ["p", "q"]}, guard=Guard(outer, 1))
+    leaf = g.create_node(Op.CONSTANT_TEXT, attrs={"text": "!"}, guard=Guard(inner, 0))
+    verify(g)
+    assert outer_select.guard_chain() == [] and outer.guard_chain() == []
+    assert inner.guard_chain() == [Guard(outer, 1)]
+    assert leaf.guard_chain() == [Guard(outer, 1), Guard(inner, 0)]

@@ -8,7 +8,7 @@ from sglc.ir.verify import verify
 from ir_samples import every_op_graph, linear_graph
 from sglc.errors import PassError, VerifyError
 from sglc.ir import Graph, Op
-from sglc.passes import PassManager, PassResult, copy_graph, default_pipeline, merge_constants
+from sglc.passes import PassManager, PassResult, default_pipeline, merge_constants
 
 
 def noop(g: Graph) -> PassResult:
@@ -16,13 +16,13 @@ def noop(g: Graph) -> PassResult:
 
 
 def add_text(g: Graph) -> PassResult:
-    g = copy_graph(g)
+    g = g.copy()
     g.create_node(Op.CONSTANT_TEXT, attrs={"text": "!"})
     return PassResult(g, True)
 
 
 def break_graph(g: Graph) -> PassResult:
-    g = copy_graph(g)
+    g = g.copy()
     g.find("essay").attrs["max_tokens"] = -1
     return PassResult(g, True)
 
@@ -115,12 +115,3 @@ def test_aggressive_pipeline_is_opt_in():
     assert "aggressive_prefix_hoisting" not in default_pipeline().names
     assert "aggressive_prefix_hoisting" in default_pipeline(aggressive=True).names
 
-
-def test_copy_graph_is_equal_and_independent():
-    """copy_graph gives an equal graph whose nodes and attrs are not shared with the original."""
-    g = every_op_graph()
-    c = copy_graph(g)
-    assert c == g
-    c.find("judgment").attrs["stop"].append("X")
-    assert g.find("judgment").attrs["stop"] == ["END", "\n\n"]
-    assert all(n.graph is c for n in c.nodes)

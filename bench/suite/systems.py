@@ -103,7 +103,7 @@ def get_system(name: str) -> System:
 
 def compile_graph(program: Any, system: System) -> Any:
     """The workload's program compiled for `system`: the default pipeline, minus fork hints if off."""
-    from sglc.passes.manager import default_pipeline
+    from sglc.passes.pipeline import default_pipeline
 
     passes = list(default_pipeline().passes)
     if not system.fork_hints:
@@ -118,14 +118,14 @@ def drop_fork_hints(graph: Any) -> Any:
     the text of every stream is unchanged (a hint appends nothing).
     """
     from sglc.ir.ops import Op
-    from sglc.passes.manager import PassResult, copy_graph
+    from sglc.passes.pass_result import PassResult
 
     def is_fork_hint(node: Any) -> bool:
         return node.op is Op.CACHE_PREFIX and node.attrs.get("scope") == "fork"
 
     if not any(is_fork_hint(n) for n in graph.nodes):
         return PassResult(graph, False)
-    graph = copy_graph(graph)
+    graph = graph.copy()
     for node in [n for n in graph.nodes if is_fork_hint(n)]:
         graph.erase_node(node)  # NOTE: a hint has no users (it produces no value anyone reads)
     return PassResult(graph, True)

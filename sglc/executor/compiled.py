@@ -44,7 +44,7 @@ class CompiledProgram:
     @classmethod
     def from_function(cls, fn: Any, passes: Optional[Sequence[Pass]] = None, **bound: Any) -> "CompiledProgram":
         """Trace `fn` (with `bound` arguments fixed) and run `passes` (default: the default pipeline)."""
-        from sglc.passes.manager import PassManager, default_pipeline
+        from sglc.passes import PassManager, default_pipeline
 
         graph = fn.trace(**bound)
         manager = default_pipeline() if passes is None else PassManager(list(passes))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from sglc.frontend.errors import TraceError
-from sglc.frontend.tracer import Trace
+from sglc.frontend.trace_context import Trace
 from sglc.ir.graph import Graph
 from sglc.ir.node import Guard, Node
 from sglc.ir.ops import Op

@@ -1,7 +1,9 @@
-"""Expressions: what `s += ...` accepts besides plain strings and symbolic values.
+"""Expressions: what `s += ...` accepts besides plain strings.
 
-An expression is inert data (a primitive such as a gen, or a concatenation of parts); the program
-state hands each part to its stream sink, which records it (tracing) or runs it (eager).
+An expression is a primitive such as a gen (inert data, primitives.py), a symbolic value read
+while tracing (symbolic.py), or a concatenation of those and strings. The program state hands
+each part to its stream sink, which records it (tracing) or runs it (eager). This module is the
+bottom of the DSL: it knows no primitive and no symbolic value, only the base they share.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from sglc.frontend.errors import user_source
 
 
 class Expr:
-    """Base of the DSL's appendable primitives; `+` builds a :class:`Concat`."""
+    """Base of everything appendable but str (primitives, symbolic values); `+` builds a :class:`Concat`."""
 
     __slots__ = ()
 
@@ -47,10 +49,8 @@ class Concat(Expr):
 
 
 def check_appendable(item: Any) -> None:
-    """Raise TypeError unless `item` can be appended to a program state."""
-    from sglc.frontend.symbolic import SymbolicValue
-
-    if isinstance(item, (str, Expr, SymbolicValue)):
+    """Raise TypeError unless `item` can be appended to a program state (a str or an Expr)."""
+    if isinstance(item, (str, Expr)):
         return
     if item is None:
         raise TypeError(f"{user_source()}: cannot append None to a program state")

@@ -12,7 +12,8 @@ from typing import Any, Callable, Optional, Union, overload
 from sglc.frontend.branching import MAX_TRACES, explore, merge
 from sglc.frontend.errors import trace_error
 from sglc.frontend.state import ProgramState
-from sglc.frontend.tracer import current_trace, run_trace
+from sglc.frontend.trace_context import current_trace
+from sglc.frontend.tracer import run_trace
 from sglc.ir.graph import Graph
 
 

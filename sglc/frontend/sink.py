@@ -3,7 +3,7 @@
 A :class:`ProgramState` is the object a user's function receives as `s`. It decodes what the
 user appends and calls one method of its sink per primitive. Two sinks exist by design:
 
-- the tracing sink (sglc/frontend/tracer.py) records IR nodes and returns symbolic values;
+- the tracing sink (sglc/frontend/trace_sink.py) records IR nodes and returns symbolic values;
 - an eager sink (added with the executor) runs each primitive on a backend and returns text.
 
 Values flowing back (get_var, text) are symbolic when tracing and real when eager; the state does

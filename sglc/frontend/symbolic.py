@@ -12,25 +12,27 @@ per choice (see branching.py).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from sglc.frontend.errors import trace_error
+from sglc.frontend.expr import Expr
+from sglc.frontend.trace_context import TraceContext
+from sglc.ir.node import Node
 from sglc.ir.ops import Op
 from sglc.ir.types import ValueType
-
-if TYPE_CHECKING:
-    from sglc.frontend.tracer import TraceContext
-    from sglc.ir.node import Node
 
 _EAGER_HINT = "or run the program with the eager interpreter"
 
 
-class SymbolicValue:
-    """The output of `producer` (a node of the graph being traced), readable as variable `var`."""
+class SymbolicValue(Expr):
+    """The output of `producer` (a node of the graph being traced), readable as variable `var`.
+
+    An :class:`Expr`: it can be appended, and `+` builds a Concat (inherited).
+    """
 
     __slots__ = ("_producer", "_var", "_type", "_desc", "_ctx")
 
-    def __init__(self, ctx: "TraceContext", producer: "Node", var: Optional[str], type: ValueType, desc: str) -> None:
+    def __init__(self, ctx: TraceContext, producer: Node, var: Optional[str], type: ValueType, desc: str) -> None:
         self._ctx = ctx
         self._producer = producer
         self._var = var
@@ -39,7 +41,7 @@ class SymbolicValue:
 
     # ----- for the tracer -----
     @property
-    def producer(self) -> "Node":
+    def producer(self) -> Node:
         return self._producer
 
     @property
@@ -51,7 +53,7 @@ class SymbolicValue:
         return self._type
 
     @property
-    def context(self) -> "TraceContext":
+    def context(self) -> TraceContext:
         return self._ctx
 
     def describe(self) -> str:
@@ -61,17 +63,7 @@ class SymbolicValue:
     def __repr__(self) -> str:
         return f"<symbolic {self._desc}>"
 
-    # ----- what works: concatenation and select comparisons -----
-    def __add__(self, other: Any) -> Any:
-        from sglc.frontend.expr import Concat
-
-        return Concat.of(self, other)
-
-    def __radd__(self, other: Any) -> Any:
-        from sglc.frontend.expr import Concat
-
-        return Concat.of(other, self)
-
+    # ----- what works: concatenation (Expr's `+`) and select comparisons -----
     def __eq__(self, other: object) -> bool:  # type: ignore[override]
         return self._compare_select(other, "==")
 

@@ -25,15 +25,6 @@ def _quote(text: str) -> str:
     return f'"{escaped}"'
 
 
-def _chain(node: Node) -> list[Guard]:
-    chain: list[Guard] = []
-    guard = node.guard
-    while guard is not None:
-        chain.append(guard)
-        guard = guard.branch.guard
-    return chain[::-1]
-
-
 def _label(node: Node) -> str:
     attrs = format_attrs(node.attrs, max_str=24)
     if len(attrs) > 60:
@@ -59,7 +50,7 @@ def order_edges(graph: Graph) -> list[tuple[Node, Node, list[Guard]]]:
     for node in graph.nodes:
         if node.op in VALUE_OPS:
             continue
-        chain = _chain(node)
+        chain = node.guard_chain()
         earlier = seen.setdefault(node.stream, [])
         for previous, previous_chain in reversed(earlier):
             if all(g in chain for g in previous_chain):

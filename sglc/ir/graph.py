@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import re
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Optional, Sequence
 
 from sglc.ir.node import Guard, Node
 from sglc.ir.ops import Op
@@ -18,6 +19,12 @@ class Graph:
     NOTE: `nodes` order is the global execution order that respects every edge; intra-stream
     order is the order of a stream's nodes in this list. Passes must keep both valid (verify()).
     """
+
+    #: What str(graph) returns. sglc/ir/__init__.py sets it to sglc.ir.printing.format_graph (the
+    #: SSA listing); a package's __init__ runs before any of its modules, so every Graph prints
+    #: that way. NOTE: a hook rather than an import: printing reads graphs, so it sits above
+    #: graph.py, which must not import it.
+    formatter: ClassVar[Callable[["Graph"], str]]
 
     def __init__(self, name: str = "program") -> None:
         self.name = name
@@ -132,6 +139,27 @@ class Graph:
         self.nodes.remove(node)
         self.nodes.insert(self.index(anchor), node)
 
+    def copy(self) -> "Graph":
+        """A deep copy: new nodes with the same names, ops, inputs, attrs, types, streams, guards
+        and meta, in the same order; attrs and graph meta are copied deeply (what a pass rewrites)."""
+        new = Graph(self.name)
+        new.meta = copy.deepcopy(self.meta)
+        new.num_streams = self.num_streams
+        mapping: dict[Node, Node] = {}
+        for node in self.nodes:
+            guard = Guard(mapping[node.guard.branch], node.guard.case) if node.guard else None
+            mapping[node] = new.create_node(
+                node.op,
+                [mapping[i] for i in node.inputs],
+                copy.deepcopy(node.attrs),
+                node.type,
+                node.stream,
+                guard,
+                dict(node.meta),
+                name=node.name,
+            )
+        return new
+
     # ----- queries -----
     def index(self, node: Node) -> int:
         for i, candidate in enumerate(self.nodes):
@@ -185,9 +213,7 @@ class Graph:
     __hash__ = None  # type: ignore[assignment]  # mutable
 
     def __str__(self) -> str:
-        from sglc.ir.printing import format_graph
-
-        return format_graph(self)
+        return Graph.formatter(self)
 
     # ----- naming -----
     def _default_name(self, op: Op, attrs: dict[str, Any]) -> str:

@@ -1,13 +1,10 @@
 """The one node class of the sglc IR."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 from sglc.ir.ops import Op
 from sglc.ir.types import AttrValue, ValueType
-
-if TYPE_CHECKING:
-    from sglc.ir.graph import Graph
 
 
 class Guard(NamedTuple):
@@ -58,7 +55,7 @@ class Node:
 
     def __init__(
         self,
-        graph: "Graph",
+        graph: Any,
         name: str,
         op: Op,
         inputs: tuple["Node", ...],
@@ -68,6 +65,9 @@ class Node:
         guard: Optional[Guard],
         meta: dict[str, str],
     ) -> None:
+        #: The Graph that owns this node (None once erased). NOTE: typed Any, not Graph: a Graph
+        #: makes nodes, so graph.py imports node.py and never the reverse; a node only compares
+        #: its graph by identity.
         self.graph = graph
         self.name = name
         self.op = op
@@ -84,6 +84,19 @@ class Node:
     def source(self) -> str:
         """The user's file:line that created this node, or '' if unknown."""
         return self.meta.get("source", "")
+
+    def guard_chain(self) -> list[Guard]:
+        """The guards this node runs under, outermost first: ..., its branch's guard, its guard.
+
+        The node runs only on paths where every guard of the chain holds; [] for an unguarded node.
+        """
+        chain: list[Guard] = []
+        guard = self.guard
+        while guard is not None:
+            chain.append(guard)
+            guard = guard.branch.guard
+        chain.reverse()
+        return chain
 
     def __repr__(self) -> str:
         return f"%{self.name}"

@@ -64,21 +64,12 @@ def format_guard(guard: Guard) -> str:
     return f"case {guard.case}{label} of %{guard.branch.name}"
 
 
-def _chain(node: Node) -> list[Guard]:
-    chain: list[Guard] = []
-    guard = node.guard
-    while guard is not None:
-        chain.append(guard)
-        guard = guard.branch.guard
-    return chain[::-1]
-
-
 def _frames(node: Node, stream_start: dict[int, Node], memo: dict[int, list[tuple]]) -> list[tuple]:
     """The nested headers a node is printed under: the frames of the fork that made its stream
     (recursively), its stream, then the branch cases it adds."""
     base = _stream_frames(node.stream, stream_start, memo)
     outer = {what for kind, what in base if kind == "case"}
-    return base + [("case", g) for g in _chain(node) if g not in outer]
+    return base + [("case", g) for g in node.guard_chain() if g not in outer]
 
 
 def _stream_frames(stream: int, stream_start: dict[int, Node], memo: dict[int, list[tuple]]) -> list[tuple]:
@@ -88,7 +79,7 @@ def _stream_frames(stream: int, stream_start: dict[int, Node], memo: dict[int, l
         if stream != 0 and start is not None:
             parent = start.inputs[0] if start.op is Op.GET_FORK_ITEM and start.inputs else start
             if parent is start:
-                outer: list[tuple] = [("case", g) for g in _chain(start)]
+                outer: list[tuple] = [("case", g) for g in start.guard_chain()]
             else:
                 outer = _frames(parent, stream_start, memo)
             memo[stream] = outer + [("stream", stream)]
@@ -136,7 +127,7 @@ def format_graph(graph: Graph, indent: str = "  ") -> str:
 def _used_cases(graph: Graph) -> dict[Node, set[int]]:
     used: dict[Node, set[int]] = {}
     for node in graph.nodes:
-        for guard in _chain(node):
+        for guard in node.guard_chain():
             used.setdefault(guard.branch, set()).add(guard.case)
     return used
 

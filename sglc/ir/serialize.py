@@ -23,6 +23,7 @@ from sglc.ir.graph import Graph
 from sglc.ir.node import Guard, Node
 from sglc.ir.ops import Op
 from sglc.ir.types import ValueType, check_attr_value
+from sglc.ir.verify import verify
 from sglc.proto import graph_pb2 as pb
 
 #: The format version this sglc writes; it reads this and every older version.
@@ -159,8 +160,6 @@ def decode(data: Union[bytes, bytearray, memoryview], *, check: bool = True) -> 
         node = _read_node(graph, node_msg, index, by_name)
         by_name[node.name] = node
     if check:
-        from sglc.ir.verify import verify
-
         try:
             verify(graph)
         except VerifyError as err:

@@ -42,17 +42,6 @@ def _fail(node: Node, message: str) -> VerifyError:
     return VerifyError(f"verify: {_where(node)}: {message}")
 
 
-def guard_chain(node: Node) -> list[Guard]:
-    """The guards a node runs under, outermost first (its guard, its branch's guard, ...)."""
-    chain: list[Guard] = []
-    guard = node.guard
-    while guard is not None:
-        chain.append(guard)
-        guard = guard.branch.guard
-    chain.reverse()
-    return chain
-
-
 class _Verifier:
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
@@ -221,9 +210,9 @@ class _Verifier:
     # ----- guards -----
     def check_guard_visibility(self) -> None:
         for node in self.graph.nodes:
-            mine = set(guard_chain(node))
+            mine = set(node.guard_chain())
             for inp in node.inputs:
-                missing = [gd for gd in guard_chain(inp) if gd not in mine]
+                missing = [gd for gd in inp.guard_chain() if gd not in mine]
                 if missing:
                     gd = missing[0]
                     raise _fail(
@@ -261,7 +250,7 @@ class _BalanceWalk:
         self.nodes = nodes
         self.initial_roles = initial_roles
         self.fork_roles = fork_roles
-        self.chains = [guard_chain(n) for n in nodes]
+        self.chains = [n.guard_chain() for n in nodes]
         # relevant[i]: branches that still matter from position i on (for memoization).
         self.relevant: list[frozenset[Node]] = [frozenset()] * (len(nodes) + 1)
         for i in range(len(nodes) - 1, -1, -1):
@@ -320,8 +309,8 @@ class _BalanceWalk:
 
 def _compatible(a: Node, b: Node) -> bool:
     """Whether some path runs both nodes (no branch takes different cases in their guards)."""
-    cases = {gd.branch: gd.case for gd in guard_chain(a)}
-    return all(cases.get(gd.branch, gd.case) == gd.case for gd in guard_chain(b))
+    cases = {gd.branch: gd.case for gd in a.guard_chain()}
+    return all(cases.get(gd.branch, gd.case) == gd.case for gd in b.guard_chain())
 
 
 def _resolve(chain: list[Guard], assign: dict) -> list[tuple[bool, dict]]:

@@ -24,7 +24,7 @@ from typing import Optional
 from sglc.ir.graph import Graph
 from sglc.ir.node import Node
 from sglc.ir.ops import Op
-from sglc.passes.manager import PassResult, copy_graph
+from sglc.passes.pass_result import PassResult
 
 #: Ops that may form the constant prefix of stream 0 (they read no argument and call no model).
 CONSTANT_PREFIX_OPS = frozenset({Op.CONSTANT_TEXT, Op.ROLE_BEGIN, Op.ROLE_END})
@@ -70,7 +70,7 @@ def fork_hints(graph: Graph) -> PassResult:
     anchor = _batch_hint_anchor(graph)
     if not forks and anchor is None:
         return PassResult(graph, False)
-    graph = copy_graph(graph)
+    graph = graph.copy()
     # NOTE: the batch hint goes in first; a fork right after the constant prefix is then already
     # preceded by a CACHE_PREFIX and needs no hint of its own (the batch hint covers its prefix).
     if anchor is not None:

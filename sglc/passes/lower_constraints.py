@@ -29,7 +29,7 @@ from sglc.ir.gen_constraint import constraint_pattern as pattern_of
 from sglc.ir.graph import Graph
 from sglc.ir.node import Node
 from sglc.ir.ops import Op
-from sglc.passes.manager import PassResult, copy_graph
+from sglc.passes.pass_result import PassResult
 
 __all__ = ["CONSTRAINT_ATTRS", "ConstraintLoweringError", "compile_constraint", "constraint_attr",
            "constraint_pattern", "lower_constraints"]
@@ -110,7 +110,7 @@ def lower_constraints(graph: Graph) -> PassResult:
     todo = [i for i, node in enumerate(graph.nodes) if _needs_lowering(node)]
     if not todo:
         return PassResult(graph, False)
-    graph = copy_graph(graph)  # NOTE: the copy keeps node order, so positions carry over
+    graph = graph.copy()  # NOTE: the copy keeps node order, so positions carry over
     for i in todo:
         node = graph.nodes[i]
         node.attrs["fsm"] = compile_constraint(node)

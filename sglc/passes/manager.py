@@ -1,52 +1,16 @@
 """The pass manager: runs passes in order, verifies after each, names the pass that failed.
 
-A pass is a function ``Graph -> PassResult``. NOTE: passes are pure — they never change the graph
-they are given; one that rewrites works on :func:`copy_graph` and returns the copy (or the
-input itself, with ``modified=False``, when there was nothing to do).
+It knows no pass by name (sglc/passes/pipeline.py lists the default ones); a pass is any
+function ``Graph -> PassResult`` (sglc/passes/pass_result.py).
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+from typing import Sequence
 
 from sglc.errors import PassError, VerifyError
 from sglc.ir.graph import Graph
-from sglc.ir.node import Guard, Node
 from sglc.ir.verify import verify
-
-
-class PassResult(NamedTuple):
-    graph: Graph
-    modified: bool
-
-
-Pass = Callable[[Graph], PassResult]
-
-
-def pass_name(fn: Pass) -> str:
-    return getattr(fn, "__name__", type(fn).__name__)
-
-
-def copy_graph(graph: Graph) -> Graph:
-    """A deep copy: new nodes with the same names, ops, inputs, attrs, types, streams, guards."""
-    import copy
-
-    new = Graph(graph.name)
-    new.meta = copy.deepcopy(graph.meta)
-    new.num_streams = graph.num_streams
-    mapping: dict[Node, Node] = {}
-    for node in graph.nodes:
-        guard = Guard(mapping[node.guard.branch], node.guard.case) if node.guard else None
-        mapping[node] = new.create_node(
-            node.op,
-            [mapping[i] for i in node.inputs],
-            copy.deepcopy(node.attrs),
-            node.type,
-            node.stream,
-            guard,
-            dict(node.meta),
-            name=node.name,
-        )
-    return new
+from sglc.passes.pass_result import Pass, PassResult, pass_name
 
 
 class PassManager:
@@ -85,23 +49,3 @@ class PassManager:
                 self.changed_by.append(name)
         return PassResult(graph, bool(self.changed_by))
 
-
-def default_pipeline(verify_each: bool = True, aggressive: bool = False) -> PassManager:
-    """The passes `sglc compile` runs, in order.
-
-    Only `aggressive=True` (``sglc compile --aggressive``) may change prompt text; every default
-    pass keeps each prompt the model sees identical.
-    """
-    from sglc.passes.fork_hints import fork_hints
-    from sglc.passes.lower_constraints import lower_constraints
-    from sglc.passes.merge_constants import merge_constants
-    from sglc.passes.prefix_hoisting import aggressive_prefix_hoisting, prefix_hoisting
-
-    passes: list[Pass] = [
-        merge_constants,
-        aggressive_prefix_hoisting if aggressive else prefix_hoisting,
-        fork_hints,
-        merge_constants,
-        lower_constraints,  # regex / JSON schema / dtype -> compressed FSM attribute, once
-    ]
-    return PassManager(passes, verify_each=verify_each)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from sglc.ir.graph import Graph
 from sglc.ir.node import Node
 from sglc.ir.ops import Op
-from sglc.passes.manager import PassResult, copy_graph
+from sglc.passes.pass_result import PassResult
 
 
 def _mergeable(first: Node | None, second: Node) -> bool:
@@ -36,7 +36,7 @@ def merge_constants(graph: Graph) -> PassResult:
     """Merge runs of adjacent constant text; returns the input itself when nothing merges."""
     if not _has_work(graph):
         return PassResult(graph, False)
-    graph = copy_graph(graph)
+    graph = graph.copy()
     previous: dict[int, Node] = {}  # the last surviving node of each stream so far
     for node in list(graph.nodes):
         first = previous.get(node.stream)

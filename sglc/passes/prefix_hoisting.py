@@ -56,7 +56,7 @@ from typing import NamedTuple, Optional
 from sglc.ir.graph import Graph
 from sglc.ir.node import Node
 from sglc.ir.ops import Op
-from sglc.passes.manager import PassResult, copy_graph
+from sglc.passes.pass_result import PassResult
 
 #: Child-stream nodes that may move before a fork when every child has an identical one.
 HOISTABLE_OPS = frozenset({Op.CONSTANT_TEXT, Op.ROLE_BEGIN, Op.ROLE_END, Op.APPEND, Op.IMAGE, Op.VIDEO})
@@ -68,7 +68,7 @@ REWRITES_KEY = "prompt_rewrites"
 def prefix_hoisting(graph: Graph, aggressive: bool = False) -> PassResult:
     """Hoist text shared by all children of each fork (prompt-preserving); with `aggressive`,
     also move stream 0's constant text ahead of its first argument read (changes prompts)."""
-    work = copy_graph(graph)
+    work = graph.copy()
     changed = False
     for fork in [n for n in work.nodes if n.op is Op.FORK]:
         changed |= _hoist_fork(work, fork)

@@ -1,0 +1,187 @@
+"""The tracing sink: records one stream's primitives as IR nodes of the trace being built.
+
+A :class:`ProgramState` hands every primitive to its sink (sink.py); this one appends nodes through
+the :class:`TraceContext` and returns symbolic values for what exists only at run time. Reads of
+another stream's result become VARIABLE nodes; joins gather the children's variables.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from sglc.frontend.errors import trace_error
+from sglc.frontend.primitives import Gen, Select
+from sglc.frontend.sink import StreamSink
+from sglc.frontend.symbolic import SymbolicValue
+from sglc.frontend.trace_context import TraceContext
+from sglc.ir.node import Node
+from sglc.ir.ops import Op
+from sglc.ir.types import TEXT_LIKE, ValueType
+
+
+class TraceSink(StreamSink):
+    """Records one stream's primitives as nodes of the trace's graph."""
+
+    def __init__(self, ctx: TraceContext, stream: int, variables: Optional[dict[str, Any]] = None,
+                 role: Optional[str] = None, fork: Optional[Node] = None, index: int = 0) -> None:
+        self.ctx = ctx
+        self.stream = stream
+        self.variables: dict[str, Any] = dict(variables or {})
+        self.defined: list[str] = []  # variables this stream produced, in order (what a join gathers)
+        self.role = role
+        self.scopes: list[str] = []
+        self.fork_node = fork
+        self.index = index
+        self.joined = False
+
+    # ----- helpers -----
+    def _create(self, op: Op, inputs: Sequence[Node] = (), attrs: Optional[dict[str, Any]] = None,
+                type: Optional[ValueType] = None) -> Node:
+        if self.joined:
+            raise trace_error(f"cannot use fork child {self.index} after its fork was joined")
+        return self.ctx.create(op, self.stream, inputs, attrs, type)
+
+    def _define(self, name: str, value: SymbolicValue) -> None:
+        self.variables[name] = value
+        if name not in self.defined:
+            self.defined.append(name)
+
+    def input_of(self, value: SymbolicValue) -> Node:
+        """The node this stream reads `value` from (a VARIABLE node for another stream's result)."""
+        if value.context is not self.ctx:
+            raise trace_error(f"{value.describe()} belongs to another trace; values cannot cross traces")
+        producer = value.producer
+        if producer.op is Op.ARGUMENT:
+            return producer
+        if producer.op is not Op.JOIN and producer.stream == self.stream:
+            return producer
+        if producer.op is Op.STREAM_TEXT:
+            raise trace_error(
+                f"cannot read {value.describe()} of stream {producer.stream} in stream {self.stream}: "
+                "capture the text with s.var_scope(name) and read that variable instead"
+            )
+        return self._create(Op.VARIABLE, [producer], {"name": value.var}, type=value.type)
+
+    def _text_input(self, value: SymbolicValue, what: str) -> Node:
+        if value.type not in TEXT_LIKE:
+            hint = ("read one child's value with forks[i][name] instead" if value.producer.op is Op.JOIN
+                    else "only text-like values (str, int, float, bool) can be appended")
+            raise trace_error(f"cannot use {value.describe()} (a {value.type.value}) {what}: {hint}")
+        return self.input_of(value)
+
+    # ----- appending -----
+    def append_text(self, text: str) -> None:
+        self._create(Op.CONSTANT_TEXT, attrs={"text": text})
+
+    def append_value(self, value: Any) -> None:
+        self._create(Op.APPEND, [self._text_input(value, "as prompt text")])
+
+    def gen(self, expr: Gen) -> None:
+        name = expr.name or self.ctx.anonymous_name("gen")
+        node = self._create(Op.GEN, attrs={"name": name, **expr.attrs}, type=expr.type)
+        label = f'gen("{name}")' if expr.name else "an unnamed gen"
+        self._define(name, SymbolicValue(self.ctx, node, name, expr.type, f"the result of {label}"))
+
+    def select(self, expr: Select) -> None:
+        name = expr.name or self.ctx.anonymous_name("select")
+        attrs = {"name": name, "choices": expr.choices, "temperature": expr.temperature,
+                 "choices_method": expr.choices_method}
+        node = self._create(Op.SELECT, attrs=attrs)
+        label = f'select("{name}")' if expr.name else "an unnamed select"
+        self._define(name, SymbolicValue(self.ctx, node, name, ValueType.STR, f"the result of {label}"))
+
+    def role_begin(self, role: str) -> None:
+        if self.role is not None:
+            raise trace_error(f"cannot begin the {role} role inside the open {self.role} role: roles do not nest")
+        self._create(Op.ROLE_BEGIN, attrs={"role": role})
+        self.role = role
+
+    def role_end(self, role: str) -> None:
+        if self.role != role:
+            state = "no role is open" if self.role is None else f"the open role is {self.role}"
+            raise trace_error(f"cannot end the {role} role: {state}")
+        self._create(Op.ROLE_END, attrs={"role": role})
+        self.role = None
+
+    def image(self, path: Any) -> None:
+        if isinstance(path, SymbolicValue):
+            self._create(Op.IMAGE, [self._text_input(path, "as an image path")])
+        else:
+            self._create(Op.IMAGE, attrs={"path": path})
+
+    def video(self, path: Any, num_frames: int) -> None:
+        if isinstance(path, SymbolicValue):
+            self._create(Op.VIDEO, [self._text_input(path, "as a video path")], {"num_frames": num_frames})
+        else:
+            self._create(Op.VIDEO, attrs={"path": path, "num_frames": num_frames})
+
+    def var_scope_begin(self, name: str) -> None:
+        self._create(Op.VAR_SCOPE_BEGIN, attrs={"name": name})
+        self.scopes.append(name)
+
+    def var_scope_end(self, name: str) -> None:
+        if not self.scopes or self.scopes[-1] != name:
+            raise trace_error(f'cannot end var_scope "{name}": it is not the innermost open scope of this state')
+        self.scopes.pop()
+        node = self._create(Op.VAR_SCOPE_END, attrs={"name": name})
+        self._define(name, SymbolicValue(self.ctx, node, name, ValueType.STR, f'the var_scope "{name}"'))
+
+    # ----- reading back -----
+    def get_var(self, name: str) -> Any:
+        if name not in self.variables:
+            known = ", ".join(sorted(self.variables)) or "none"
+            raise trace_error(f'no variable "{name}" in this state (defined so far: {known})')
+        return self.variables[name]
+
+    def set_var(self, name: str, value: Any) -> None:
+        # NOTE: a trace-time binding only; it creates no node and a join does not gather it.
+        self.variables[name] = value
+
+    def has_var(self, name: str) -> bool:
+        return name in self.variables
+
+    def text(self) -> Any:
+        node = self._create(Op.STREAM_TEXT)
+        return SymbolicValue(self.ctx, node, None, ValueType.STR, "s.text()")
+
+    def messages(self) -> Any:
+        raise trace_error(
+            "cannot call s.messages() while tracing: messages hold generated text, which exists only when "
+            "the program runs; call messages() on the state that run() returns, or pass text on with "
+            "s.text() / s.var_scope(name)"
+        )
+
+    def get_meta_info(self, name: str) -> Any:
+        raise trace_error(f'cannot read the meta info of "{name}" while tracing: it exists only after a run')
+
+    # ----- streams -----
+    def fork(self, n: int) -> list[StreamSink]:
+        fork = self._create(Op.FORK, attrs={"n": n})
+        children = []
+        for i in range(n):
+            stream = self.ctx.graph.new_stream()
+            self.ctx.create(Op.GET_FORK_ITEM, stream, [fork], {"index": i})
+            children.append(TraceSink(self.ctx, stream, self.variables, self.role, fork, i))
+        return children
+
+    def join(self, children: list[StreamSink], mode: str) -> None:
+        sinks = [c for c in children if isinstance(c, TraceSink)]
+        fork = sinks[0].fork_node if sinks else None
+        if (fork is None or len(sinks) != len(children) or any(c.fork_node is not fork for c in sinks)
+                or fork.stream != self.stream or sorted(c.index for c in sinks) != list(range(fork.attrs["n"]))):  # type: ignore[arg-type]
+            raise trace_error("join() needs all children of one fork of this state")
+        if any(c.joined for c in sinks):
+            raise trace_error("this fork was joined already")
+        sinks.sort(key=lambda c: c.index)
+        gathered: list[str] = []
+        if mode == "gather_variable":
+            for child in sinks:
+                gathered += [n for n in child.defined if n not in self.variables and n not in gathered]
+        inputs = [fork] + [self.ctx.last_in_stream[c.stream] for c in sinks]
+        join = self._create(Op.JOIN, inputs, {"mode": mode, "variables": gathered})
+        for child in sinks:
+            child.joined = True
+        for name in gathered:
+            self._define(name, SymbolicValue(self.ctx, join, name, ValueType.LIST, f'the list "{name}" gathered by join()'))
+
+    def describe(self) -> str:
+        return f"tracing stream {self.stream}"
