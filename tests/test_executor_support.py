@@ -195,10 +195,18 @@ def regex_gen(s, name):
     s += "\nCity: " + sgl.gen("city", max_tokens=8, regex=r"[A-Z][a-z]+")
 
 
+@sgl.function
+def typed_then_quoted(s, task):
+    """SGLang's typed-gen shape: the int gen's value is text, appended again later."""
+    s += "Task: " + task + "\nHours (a number): " + sgl.gen("hours", dtype=int, max_tokens=3)
+    s += "\nSo " + s["hours"] + " hours means:" + sgl.gen("meaning", max_tokens=5, stop="\n")
+
+
 EQUIVALENCE_CASES = [
     (chat_select, {"question": "What is the capital of Italy?"}),
     (fork_gather, {"topic": "city gardens"}),
     (tree_concat, {"question": "What is 12 + 30?"}),
     (branch_on_select, {"claim": "Water boils at 100 degrees Celsius at sea level."}),
     (scoped_and_typed, {"item": "apples"}),
+    (typed_then_quoted, {"task": "Paint a small fence."}),
 ]

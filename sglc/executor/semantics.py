@@ -141,7 +141,8 @@ class Semantics:
 
     def gen(self, st: StreamState, attrs: dict[str, Any], node: str,
             guard: ContextManager[Any] = contextlib.nullcontext(), speculation: Any = None) -> tuple[Any, CallRecord]:
-        """Generate after the stream's text, append the text, define the variable (typed by dtype).
+        """Generate after the stream's text, append the text, define the variable as that text
+        (a dtype only constrains the generation; SGLang stores the string too).
 
         `guard` is held while `st` changes (the graph executor passes its run lock, so a result
         snapshot never sees a half-applied call). `speculation`: the run's state from
@@ -155,7 +156,7 @@ class Semantics:
         else:
             result = self.backend.generate(st.prompt(), params)
         latency = time.perf_counter() - t0
-        value = convert(result.text, attrs.get("dtype"))
+        value = result.text
         record = CallRecord.of(node, st.stream_id, "gen", result.meta, latency)
         with guard:
             st.append(result.text)
@@ -239,23 +240,3 @@ def gather_names(parent: StreamState, children: Sequence[StreamState]) -> list[s
     for child in children:
         names += [n for n in child.defined if n not in parent.variables and n not in names]
     return names
-
-
-def convert(text: str, dtype: Optional[str]) -> Any:
-    """A typed gen's value: int / float / bool parsed from the generated text."""
-    if dtype in (None, "str"):
-        return text
-    stripped = text.strip()
-    try:
-        if dtype == "int":
-            return int(stripped)
-        if dtype == "float":
-            return float(stripped)
-        if dtype == "bool":
-            lowered = stripped.lower()
-            if lowered in ("true", "false"):
-                return lowered == "true"
-            raise ValueError(stripped)
-    except ValueError:
-        raise ValueError(f"gen with dtype {dtype} produced {text!r}, which is not a {dtype}") from None
-    raise ValueError(f"unknown gen dtype {dtype!r}")

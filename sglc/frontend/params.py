@@ -10,10 +10,10 @@ import re
 from typing import Any, Optional, Union
 
 from sglc.frontend.errors import user_source
-from sglc.ir.types import ValueType
 
-#: dtype spellings accepted by gen(dtype=...) and the output type each gives.
-DTYPES = {"str": ValueType.STR, "int": ValueType.INT, "float": ValueType.FLOAT, "bool": ValueType.BOOL}
+#: dtype spellings accepted by gen(dtype=...). The dtype only constrains what is generated: the
+#: variable holds the generated string, as in SGLang (so `"So " + s["n"]` works).
+DTYPES = ("str", "int", "float", "bool")
 
 
 def dtype_name(dtype: Union[type, str]) -> str:

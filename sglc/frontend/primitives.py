@@ -12,7 +12,6 @@ from sglc.frontend.choices import ChoicesSamplingMethod, choices_method_name, to
 from sglc.frontend.errors import trace_error, user_source
 from sglc.frontend.expr import Concat, Expr
 from sglc.frontend.params import (
-    DTYPES,
     SAMPLING_CHECKS,
     canonical_json_schema,
     check_regex,
@@ -126,7 +125,7 @@ def gen(
 
     With `choices` it is a :func:`select` (temperature defaults to 0). At most one constraint of
     `regex`, `json_schema` (a JSON string, a dict or a pydantic model class), `dtype`
-    (int/float/bool/str) may be given; a typed gen outputs an INT/FLOAT/BOOL value.
+    (int/float/bool/str) may be given; a typed gen's value is the generated string, as in SGLang.
     """
     params = dict(
         name=name, max_tokens=max_tokens, stop=stop, stop_token_ids=stop_token_ids,
@@ -149,15 +148,13 @@ def gen(
     for key, check in SAMPLING_CHECKS.items():
         if params[key] is not None:
             attrs[key] = check(key, params[key])
-    out_type = ValueType.STR
     if regex is not None:
         attrs["regex"] = check_regex(regex)
     if json_schema is not None:
         attrs["json_schema"] = canonical_json_schema(json_schema)
     if dtype is not None:
         attrs["dtype"] = dtype_name(dtype)
-        out_type = DTYPES[attrs["dtype"]]
-    return Gen(name, attrs, out_type)
+    return Gen(name, attrs, ValueType.STR)
 
 
 def gen_int(name: Optional[str] = None, **sampling: Any) -> Gen:
