@@ -137,7 +137,8 @@ class ProgramState:
         if isinstance(size, SymbolicValue):
             raise trace_error(
                 f"cannot use {size.describe()} as the size of s.fork() while tracing: the number of "
-                "streams must be known at compile time; bind it or run the program with the eager interpreter"
+                "streams must be known at compile time; bind it or run the program with the eager interpreter",
+                size.argument_name,
             )
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"{user_source()}: s.fork(size) needs an int >= 1, got {size!r}")

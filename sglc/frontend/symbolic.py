@@ -60,6 +60,11 @@ class SymbolicValue(Expr):
         """E.g. 'the result of gen("x")' or 'argument "question"'."""
         return self._desc
 
+    @property
+    def argument_name(self) -> Optional[str]:
+        """The program parameter this value is, or None (a generated value)."""
+        return self._producer.attrs["name"] if self._producer.op is Op.ARGUMENT else None  # type: ignore[return-value]
+
     def __repr__(self) -> str:
         return f"<symbolic {self._desc}>"
 
@@ -92,7 +97,7 @@ class SymbolicValue(Expr):
 
     # ----- what fails, loudly -----
     def _fail(self, construct: str) -> "Exception":
-        return trace_error(f"cannot use {self._desc} {construct} while tracing: {self._hint()}")
+        return trace_error(f"cannot use {self._desc} {construct} while tracing: {self._hint()}", self.argument_name)
 
     def _hint(self) -> str:
         op = self._producer.op
