@@ -112,5 +112,15 @@ class Backend(abc.ABC):
     def metrics(self) -> dict[str, Any]:
         return {}
 
+    def flush_cache(self) -> bool:
+        """Empty the prefix cache; False when this backend cannot (or not now: requests in flight)."""
+        return False
+
+    def server_info(self) -> dict[str, Any]:
+        """What `sgl.get_server_info()` returns: the model's facts and the backend's metrics."""
+        info = self.model_info()
+        return {"model_path": info.model, "context_length": info.context_length,
+                "supports_images": info.supports_images, **self.metrics()}
+
     def close(self) -> None:
         return None

@@ -8,13 +8,15 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 from sglc.executor.backend import Backend
 from sglc.executor.batch import run_graph_batch
 from sglc.executor.graph_executor import DEFAULT_MAX_PARALLEL, GraphExecutor
 from sglc.executor.pool import DaemonPool
 from sglc.executor.program import ExecutedState, ProgramError, bind_call, resolve_backend
+from sglc.executor.results import ProgramResult
+from sglc.executor.results_in_order import results_in_order
 from sglc.executor.semantics import RUN_SAMPLING_KEYS, sampling_defaults
 from sglc.ir.graph import Graph
 
@@ -77,17 +79,24 @@ class CompiledProgram:
     def run_batch(self, batch_kwargs: Sequence[dict[str, Any]], *, backend: Optional[Backend] = None,
                   num_threads: Union[int, str] = "auto", progress_bar: bool = False,
                   max_parallel: int = DEFAULT_MAX_PARALLEL, timeout: Optional[float] = None,
-                  **sampling_kwargs: Any) -> list[ExecutedState]:
-        """Run every input; failed inputs give states whose .error() says why (none raise)."""
+                  generator_style: bool = False, **sampling_kwargs: Any
+                  ) -> Union[list[ExecutedState], Iterator[ExecutedState]]:
+        """Run every input; failed inputs give states whose .error() says why (none raise).
+        `generator_style=True`: a generator of the states in input order, each yielded once ready."""
         chosen = resolve_backend(backend, f"{self.name}.run_batch()")
         extra, sampling = split_run_kwargs(dict(sampling_kwargs))
         if extra:
             raise TypeError(f"{self.name}.run_batch() got unknown keyword(s) {', '.join(sorted(extra))}")
         inputs = [dict(kw) for kw in batch_kwargs]
-        results = run_graph_batch(self.graph, chosen, inputs, concurrency=concurrency_of(num_threads),
-                                  max_parallel=max_parallel, sampling=sampling, timeout=timeout,
-                                  progress=progress_bar)
-        return [ExecutedState(r) for r in results]
+
+        def start(on_result: Any = None) -> list[ProgramResult]:
+            return run_graph_batch(self.graph, chosen, inputs, concurrency=concurrency_of(num_threads),
+                                   max_parallel=max_parallel, sampling=sampling, timeout=timeout,
+                                   progress=progress_bar, on_result=on_result)
+
+        if generator_style:
+            return (ExecutedState(r) for r in results_in_order(start, len(inputs)))
+        return [ExecutedState(r) for r in start()]
 
     def save(self, path: Union[str, os.PathLike]) -> None:
         """Write graph.pb (the format `sglc run` and `sgl.load` read)."""

@@ -1,7 +1,7 @@
 """`prog.run()` / `prog.run_batch()` of an @sgl.function: eager execution on a backend."""
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Iterator, Optional, Sequence, Union
 
 from sglc.executor.backend import Backend
 from sglc.executor.batch import run_batch
@@ -10,6 +10,8 @@ from sglc.executor.eager import run_program
 from sglc.executor.graph_executor import DEFAULT_MAX_PARALLEL
 from sglc.executor.program import ExecutedState, bind_call, resolve_backend
 from sglc.executor.results import ProgramResult
+from sglc.executor.results_in_order import results_in_order
+from sglc.lang.global_config import global_config
 
 
 def _checked_arguments(fn: Any, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -36,13 +38,17 @@ def run_function(fn: Any, args: tuple, kwargs: dict[str, Any]) -> ExecutedState:
                                        num_api_spec_tokens=fn.num_api_spec_tokens)
     if failure is not None:
         raise failure
+    if global_config.verbosity >= 2:  # SGLang prints each finished program's text at verbosity 2
+        print(result.text)
     return ExecutedState(result, ret)
 
 
 def run_function_batch(fn: Any, batch_kwargs: Sequence[dict[str, Any]], *, backend: Optional[Backend] = None,
                        num_threads: Union[int, str] = "auto", progress_bar: bool = False,
-                       max_parallel: int = DEFAULT_MAX_PARALLEL, **sampling_kwargs: Any) -> list[ExecutedState]:
-    """SGLang's `prog.run_batch([{...}, ...])`: states in input order; failures in `.error()`."""
+                       max_parallel: int = DEFAULT_MAX_PARALLEL, generator_style: bool = False,
+                       **sampling_kwargs: Any) -> Union[list[ExecutedState], Iterator[ExecutedState]]:
+    """SGLang's `prog.run_batch([{...}, ...])`: states in input order; failures in `.error()`.
+    `generator_style=True`: a generator of the states, each yielded once it and those before it are done."""
     chosen = resolve_backend(backend, f"{fn.name}.run_batch()")
     extra, sampling = split_run_kwargs(dict(sampling_kwargs))
     if extra:
@@ -61,6 +67,10 @@ def run_function_batch(fn: Any, batch_kwargs: Sequence[dict[str, Any]], *, backe
         returns[index] = ret
         return result
 
-    results = run_batch(run_one, inputs, concurrency=concurrency_of(num_threads), progress=progress_bar,
-                        description=fn.name)
-    return [ExecutedState(r, returns.get(r.index)) for r in results]
+    def start(on_result: Any = None) -> list[ProgramResult]:
+        return run_batch(run_one, inputs, concurrency=concurrency_of(num_threads), progress=progress_bar,
+                         description=fn.name, on_result=on_result)
+
+    if generator_style:
+        return (ExecutedState(r, returns.get(r.index)) for r in results_in_order(start, len(inputs)))
+    return [ExecutedState(r, returns.get(r.index)) for r in start()]

@@ -139,9 +139,26 @@ class EngineBackend(Backend):
         out = self._run(text, SamplingParams(max_new_tokens=0))
         return CallMeta(out.prompt_tokens, out.cached_tokens, 0, out.finish_reason, time.perf_counter() - t0)
 
+    def flush_cache(self) -> bool:
+        return bool(self.engine.flush_cache())
+
     def close(self) -> None:
         if self._owns_engine:
             self.engine.shutdown()
+
+    # ----- SGLang's Runtime API (sgl.Runtime() returns this backend) -----
+    def shutdown(self) -> None:
+        """SGLang's `Runtime.shutdown()`: stop the engine this backend started."""
+        self.close()
+
+    @property
+    def endpoint(self) -> "EngineBackend":
+        """SGLang's `Runtime.endpoint` (the backend to call); the embedded runtime is its own."""
+        return self
+
+    def get_tokenizer(self) -> Any:
+        """The model's tokenizer (`encode`, `decode`, `apply_chat_template`), as SGLang's Runtime gives."""
+        return self.engine.tokenizer
 
     # ----- helpers -----
     def _run(self, text: str, sampling: Any) -> Any:
