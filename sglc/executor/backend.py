@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +108,13 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def cache_prefix(self, prompt: Prompt) -> CallMeta:
         """Hint: prefill `prompt` now and keep it cached (forks and batches share it)."""
+
+    def generate_stream(self, prompt: Prompt, params: GenParams, on_text: Callable[[str], None]) -> GenResult:
+        """`generate`, handing the text to `on_text` piece by piece as it is produced (the
+        streaming of `run(stream=True)`). This default hands over the whole text at the end."""
+        result = self.generate(prompt, params)
+        on_text(result.text)
+        return result
 
     def metrics(self) -> dict[str, Any]:
         return {}

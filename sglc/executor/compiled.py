@@ -13,11 +13,13 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Union
 from sglc.executor.backend import Backend
 from sglc.executor.batch import run_graph_batch
 from sglc.executor.graph_executor import DEFAULT_MAX_PARALLEL, GraphExecutor
+from sglc.executor.live_text import LiveText
 from sglc.executor.pool import DaemonPool
 from sglc.executor.program import ExecutedState, ProgramError, bind_call, resolve_backend
 from sglc.executor.results import ProgramResult
 from sglc.executor.results_in_order import results_in_order
 from sglc.executor.semantics import RUN_SAMPLING_KEYS, sampling_defaults
+from sglc.executor.streaming_state import StreamingState
 from sglc.ir.graph import Graph
 
 Pass = Callable[[Graph], Any]
@@ -61,17 +63,28 @@ class CompiledProgram:
         return list(self.graph.meta.get("arg_names") or [])  # type: ignore[arg-type]
 
     def run(self, *args: Any, backend: Optional[Backend] = None, max_parallel: int = DEFAULT_MAX_PARALLEL,
-            timeout: Optional[float] = None, **kwargs: Any) -> ExecutedState:
-        """Run once; raises ProgramError (with the partial result) if the program fails."""
+            timeout: Optional[float] = None, stream: bool = False, **kwargs: Any) -> ExecutedState:
+        """Run once; raises ProgramError (with the partial result) if the program fails.
+        `stream=True`: returns a StreamingState at once (text_iter); its failure is in `.error()`."""
         chosen = resolve_backend(backend, f"{self.name}.run()")
         kwargs, sampling = split_run_kwargs(kwargs)
         arguments = bind_call(self.arg_names, args, kwargs, f"{self.name}.run()")
-        executor = GraphExecutor(self.graph, chosen, max_parallel=max_parallel, sampling=sampling,
-                                 pool=DaemonPool(max_parallel), timeout=timeout)
-        try:
-            result = executor.run(arguments)
-        finally:
-            executor.pool.shutdown()
+
+        def execute(live: Optional[LiveText] = None, on_root: Any = None) -> ProgramResult:
+            executor = GraphExecutor(self.graph, chosen, max_parallel=max_parallel, sampling=sampling,
+                                     pool=DaemonPool(max_parallel), timeout=timeout)
+            try:
+                return executor.run(arguments, live=live, on_root=on_root)
+            finally:
+                executor.pool.shutdown()
+
+        if stream:
+            def start(live: LiveText, on_root: Any) -> tuple[ProgramResult, Any, Optional[BaseException]]:
+                result = execute(live, on_root)
+                return result, None, None if result.error is None else ProgramError(result)
+
+            return StreamingState(start, self.name)
+        result = execute()
         if result.error is not None:
             raise ProgramError(result)
         return ExecutedState(result)

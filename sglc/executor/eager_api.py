@@ -11,6 +11,7 @@ from sglc.executor.graph_executor import DEFAULT_MAX_PARALLEL
 from sglc.executor.program import ExecutedState, bind_call, resolve_backend
 from sglc.executor.results import ProgramResult
 from sglc.executor.results_in_order import results_in_order
+from sglc.executor.streaming_state import StreamingState
 from sglc.lang.global_config import global_config
 
 
@@ -26,14 +27,21 @@ def run_function(fn: Any, args: tuple, kwargs: dict[str, Any]) -> ExecutedState:
     """SGLang's `prog.run(*args, backend=None, max_new_tokens=..., temperature=..., **arguments)`.
 
     Raises the program's error (an ExecutionError naming the primitive and line, or whatever
-    the program's own Python code raised).
+    the program's own Python code raised). `stream=True`: returns a StreamingState at once
+    (text_iter / text_async_iter); its error is in `.error()`.
     """
     kwargs = dict(kwargs)
     backend = resolve_backend(kwargs.pop("backend", None), f"{fn.name}.run()")
     max_parallel = kwargs.pop("max_parallel", DEFAULT_MAX_PARALLEL)
+    stream = kwargs.pop("stream", False)  # NOTE: SGLang's run() keyword, never a program argument
     arguments, sampling = split_run_kwargs(kwargs)
     arguments = bind_call(fn.arg_names, args, arguments, f"{fn.name}.run()")
-    result, ret, failure = run_program(fn.func, (), _checked_arguments(fn, arguments), backend,
+    checked = _checked_arguments(fn, arguments)
+    if stream:
+        return StreamingState(lambda live, on_root: run_program(
+            fn.func, (), checked, backend, arguments=arguments, sampling=sampling, max_parallel=max_parallel,
+            num_api_spec_tokens=fn.num_api_spec_tokens, live=live, on_root=on_root), fn.name)
+    result, ret, failure = run_program(fn.func, (), checked, backend,
                                        arguments=arguments, sampling=sampling, max_parallel=max_parallel,
                                        num_api_spec_tokens=fn.num_api_spec_tokens)
     if failure is not None:

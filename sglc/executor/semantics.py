@@ -19,7 +19,7 @@ import os
 import random
 import threading
 import time
-from typing import Any, ContextManager, Optional, Sequence
+from typing import Any, Callable, ContextManager, Optional, Sequence
 
 from sglc.executor import select_methods
 from sglc.executor.backend import Backend, ChatTemplate, GenParams, ModelInfo
@@ -140,19 +140,25 @@ class Semantics:
         return params
 
     def gen(self, st: StreamState, attrs: dict[str, Any], node: str,
-            guard: ContextManager[Any] = contextlib.nullcontext(), speculation: Any = None) -> tuple[Any, CallRecord]:
+            guard: ContextManager[Any] = contextlib.nullcontext(), speculation: Any = None,
+            on_text: Optional[Callable[[str], None]] = None) -> tuple[Any, CallRecord]:
         """Generate after the stream's text, append the text, define the variable as that text
         (a dtype only constrains the generation; SGLang stores the string too).
 
         `guard` is held while `st` changes (the graph executor passes its run lock, so a result
         snapshot never sees a half-applied call). `speculation`: the run's state from
-        :meth:`speculation` (None: a plain call).
+        :meth:`speculation` (None: a plain call). `on_text`: streaming (`run(stream=True)`) —
+        the text goes there piece by piece as the backend produces it.
         """
         name = attrs["name"]
         params = self.gen_params(attrs)
         t0 = time.perf_counter()
-        if speculation is not None:
+        if speculation is not None:  # NOTE: a speculated gen is cut from a longer call: not streamed
             result = self.backend.generate(st.prompt(), params, speculation=speculation)  # type: ignore[call-arg]
+            if on_text is not None:
+                on_text(result.text)
+        elif on_text is not None:
+            result = self.backend.generate_stream(st.prompt(), params, on_text)
         else:
             result = self.backend.generate(st.prompt(), params)
         latency = time.perf_counter() - t0

@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from sglc.executor.backend import (
     Backend,
@@ -104,6 +104,25 @@ class EngineBackend(Backend):
         sampling = self._sampling_params(params)
         t0 = time.perf_counter()
         out = self._run(self._text(prompt), sampling)
+        meta = CallMeta(out.prompt_tokens, out.cached_tokens, out.completion_tokens, out.finish_reason,
+                        time.perf_counter() - t0)
+        return GenResult(out.text, meta)
+
+    def generate_stream(self, prompt: Prompt, params: GenParams, on_text: Callable[[str], None]) -> GenResult:
+        """`generate`, each decoded piece handed to `on_text` as the engine produces it."""
+        sampling = self._sampling_params(params)
+        t0 = time.perf_counter()
+        rid = self.engine.submit(self._text(prompt), sampling, stream=True)
+        self._wait_started()
+        out = None
+        for chunk in self.engine.chunks(rid):  # NOTE: leaving early (an exception) aborts the request
+            if chunk.text:
+                on_text(chunk.text)
+            if chunk.finished:
+                out = chunk.output
+        if out is None or (out.finish_reason or {}).get("type") == "abort":
+            reason = (out.finish_reason or {}).get("message") if out is not None else "no final output"
+            raise BackendError(f"the runtime aborted the request: {reason or 'no reason given'}")
         meta = CallMeta(out.prompt_tokens, out.cached_tokens, out.completion_tokens, out.finish_reason,
                         time.perf_counter() - t0)
         return GenResult(out.text, meta)
