@@ -202,6 +202,14 @@ def typed_then_quoted(s, task):
     s += "\nSo " + s["hours"] + " hours means:" + sgl.gen("meaning", max_tokens=5, stop="\n")
 
 
+@sgl.function
+def hellaswag_choices_argument(s, context, endings):
+    """The paper's HellaSwag shape: the endings are an input, so the select's choices are too."""
+    s += "Pick the most plausible ending.\nContext: " + context + "\nEnding:"
+    s += sgl.select("ending", choices=endings)
+    s += "\nWhy:" + sgl.gen("why", max_tokens=5, stop="\n")
+
+
 EQUIVALENCE_CASES = [
     (chat_select, {"question": "What is the capital of Italy?"}),
     (fork_gather, {"topic": "city gardens"}),
@@ -209,4 +217,6 @@ EQUIVALENCE_CASES = [
     (branch_on_select, {"claim": "Water boils at 100 degrees Celsius at sea level."}),
     (scoped_and_typed, {"item": "apples"}),
     (typed_then_quoted, {"task": "Paint a small fence."}),
+    (hellaswag_choices_argument, {"context": "She poured the tea into the cup and",
+                                  "endings": [" drank it slowly.", " drove to the moon.", " folded the river."]}),
 ]

@@ -251,7 +251,8 @@ class _Run:
                 value, record = self.sem.gen(st, node.attrs, node.name, guard=self.lock,
                                              speculation=self.speculation)
             elif node.op is Op.SELECT:
-                value, record = self.sem.select(st, node.attrs, node.name, guard=self.lock)
+                attrs = node.attrs if "choices" in node.attrs else {**node.attrs, "choices": self._input(node)}
+                value, record = self.sem.select(st, attrs, node.name, guard=self.lock)
             else:
                 record = self.sem.cache_prefix(st, node.name)
         except Exception as err:

@@ -173,7 +173,11 @@ class Semantics:
                guard: ContextManager[Any] = contextlib.nullcontext()) -> tuple[str, CallRecord]:
         """Score every choice after the stream's text, pick one by the method, append it."""
         name = attrs["name"]
-        choices: list[str] = list(attrs["choices"])
+        choices = attrs["choices"]
+        if (not isinstance(choices, (list, tuple)) or not choices or not all(isinstance(c, str) for c in choices)
+                or len(set(choices)) != len(choices)):  # NOTE: choices from an argument arrive unchecked
+            raise ValueError(f"select choices must be a non-empty list of distinct strings, got {choices!r}"[:300])
+        choices = list(choices)
         method = attrs.get("choices_method") or "token_length_normalized"
         unconditional = select_methods.needs_unconditional(method)
         t0 = time.perf_counter()

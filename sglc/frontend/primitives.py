@@ -38,11 +38,13 @@ class Gen(Expr):
 
 
 class Select(Expr):
-    """Choose one of `choices` by likelihood into variable `name`."""
+    """Choose one of `choices` by likelihood into variable `name`. While tracing, `choices` may be
+    a symbolic value (a program argument): the choices are then a runtime input of the SELECT."""
 
     __slots__ = ("name", "choices", "temperature", "choices_method")
 
-    def __init__(self, name: Optional[str], choices: list[str], temperature: float, choices_method: str) -> None:
+    def __init__(self, name: Optional[str], choices: Union[list[str], SymbolicValue], temperature: float,
+                 choices_method: str) -> None:
         self.name = name
         self.choices = choices
         self.temperature = temperature
@@ -136,7 +138,8 @@ def gen(
         dtype=dtype, choices=choices, regex=regex, json_schema=json_schema,
     )
     for key, value in params.items():
-        _reject_symbolic("gen", key, value)
+        if key != "choices":  # NOTE: select() accepts choices given as a program argument
+            _reject_symbolic("gen", key, value)
     if choices is not None:
         return select(name, choices, 0.0 if temperature is None else temperature,
                       token_length_normalized if choices_method is None else choices_method)
@@ -175,10 +178,19 @@ def select(
     temperature: float = 0.0,
     choices_method: Union[ChoicesSamplingMethod, str] = token_length_normalized,
 ) -> Select:
-    """Choose one of `choices` (non-empty, distinct strings) by the model's likelihood."""
-    for key, value in (("name", name), ("choices", choices), ("temperature", temperature)):
+    """Choose one of `choices` (non-empty, distinct strings) by the model's likelihood.
+
+    `choices` may be a program argument while tracing (HellaSwag's per-question endings): the
+    graph then takes them at run time, and the result cannot be compared in a branch."""
+    for key, value in (("name", name), ("temperature", temperature)):
         _reject_symbolic("select", key, value)
     _check_name("select", name)
+    if isinstance(choices, SymbolicValue):
+        try:
+            method = choices_method_name(choices_method)
+        except ValueError as err:
+            raise ValueError(f"{user_source()}: {err}") from None
+        return Select(name, choices, nonneg_float("temperature", temperature), method)
     if choices is None or isinstance(choices, str) or not isinstance(choices, (list, tuple)):
         raise TypeError(f"{user_source()}: select needs choices=[...] (a list of strings), got {choices!r}")
     for choice in choices:

@@ -82,6 +82,14 @@ class SymbolicValue(Expr):
                 f"cannot compare {self._desc} with {operator} while tracing: only a select result can be "
                 f"compared, with one of its choices; use select(...) to branch on model output, {_EAGER_HINT}"
             )
+        if "choices" not in producer.attrs:  # NOTE: choices from an input: one trace per choice is impossible
+            source = producer.inputs[0]
+            argument = source.attrs.get("name") if source.op is Op.ARGUMENT else None
+            raise trace_error(
+                f"cannot compare {self._desc} with {operator} while tracing: its choices come from "
+                f"{'argument ' + repr(argument) if argument else '%' + source.name} at run time, and a branch needs "
+                "them at compile time; write the choices as a list in the program, bind the argument "
+                f"(sglc compile --bind {argument or 'NAME'}=JSON), {_EAGER_HINT}", argument)
         choices = producer.attrs["choices"]
         if isinstance(other, SymbolicValue):
             raise trace_error(

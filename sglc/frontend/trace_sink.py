@@ -83,9 +83,15 @@ class TraceSink(StreamSink):
 
     def select(self, expr: Select) -> None:
         name = expr.name or self.ctx.anonymous_name("select")
-        attrs = {"name": name, "choices": expr.choices, "temperature": expr.temperature,
-                 "choices_method": expr.choices_method}
-        node = self._create(Op.SELECT, attrs=attrs)
+        attrs = {"name": name, "temperature": expr.temperature, "choices_method": expr.choices_method}
+        if isinstance(expr.choices, SymbolicValue):  # choices known only at run time: an input
+            choices = expr.choices
+            if choices.type not in (ValueType.LIST, ValueType.ANY):
+                raise trace_error(f"cannot use {choices.describe()} (a {choices.type.value}) as select choices: "
+                                  "they must be a list of strings")
+            node = self._create(Op.SELECT, [self.input_of(choices)], attrs=attrs)
+        else:
+            node = self._create(Op.SELECT, attrs={**attrs, "choices": expr.choices})
         label = f'select("{name}")' if expr.name else "an unnamed select"
         self._define(name, SymbolicValue(self.ctx, node, name, ValueType.STR, f"the result of {label}"))
 

@@ -28,8 +28,9 @@ class Node:
     - ``gen``: attrs ``name`` (the variable) and sampling parameters (``max_tokens``, ``stop``,
       ``temperature``, ...), optional constraint attrs (``regex``, ``json_schema``, ``dtype``,
       ``choices``, and after lowering ``fsm``). Generates after the stream's text, appends the
-      result, and outputs it (STR, or INT/FLOAT/BOOL for typed gens).
-    - ``select``: attrs ``name``, ``choices`` (list of str), ``temperature``, ``choices_method``.
+      result, and outputs it (STR; a typed gen's dtype only constrains the text).
+    - ``select``: attrs ``name``, ``choices`` (list of str), ``temperature``, ``choices_method``;
+      or, without ``choices``, one input holding them at run time (a LIST/ANY argument).
       Scores each choice after the stream's text, appends the chosen one, outputs it.
     - ``variable``: one input (the producer: a gen/select/var_scope_end, or a join for gathered
       lists), attrs ``name``. Outputs the producer's value; waits for it (cross-stream edge).
