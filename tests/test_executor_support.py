@@ -210,6 +210,22 @@ def hellaswag_choices_argument(s, context, endings):
     s += "\nWhy:" + sgl.gen("why", max_tokens=5, stop="\n")
 
 
+@sgl.function
+def expand_tip(s, topic, tip):
+    s += "Topic: " + topic + "\nTip: " + tip + "\nExplain the tip in one sentence:"
+    s += sgl.gen("detail", max_tokens=10, stop="\n")
+
+
+@sgl.function
+def tips_with_details(s, topic):
+    """A program calling a program (SGLang's `d = expand_tip(...)`; `s += d["detail"]`)."""
+    s += "Give two tips about " + topic + ".\n1." + sgl.gen("tip_1", max_tokens=8, stop="\n")
+    s += "\n2." + sgl.gen("tip_2", max_tokens=8, stop="\n")
+    first = expand_tip(topic=topic, tip=s["tip_1"])
+    second = expand_tip(topic=topic, tip=s["tip_2"])
+    s += "\nDetails:\n- " + first["detail"] + "\n- " + second["detail"]
+
+
 EQUIVALENCE_CASES = [
     (chat_select, {"question": "What is the capital of Italy?"}),
     (fork_gather, {"topic": "city gardens"}),
@@ -219,4 +235,5 @@ EQUIVALENCE_CASES = [
     (typed_then_quoted, {"task": "Paint a small fence."}),
     (hellaswag_choices_argument, {"context": "She poured the tea into the cup and",
                                   "endings": [" drank it slowly.", " drove to the moon.", " folded the river."]}),
+    (tips_with_details, {"topic": "brewing tea"}),
 ]

@@ -12,6 +12,7 @@ reported the same way here, at submission, before anything runs.
 """
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 import traceback
@@ -33,6 +34,15 @@ from sglc.frontend.state import ProgramState
 _SGLC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
+#: The eager run whose program is executing in this thread: a program it calls without a state
+#: (`d = other(x=...)`) runs on the same backend with the same run-level sampling.
+_CURRENT_RUN: contextvars.ContextVar[Optional["EagerRun"]] = contextvars.ContextVar("sglc_eager_run", default=None)
+
+
+def current_run() -> Optional["EagerRun"]:
+    return _CURRENT_RUN.get()
+
+
 class EagerRun:
     """What all streams of one eager program run share: backend semantics, pool, records."""
 
@@ -40,6 +50,8 @@ class EagerRun:
                  seed: Optional[int] = None, num_api_spec_tokens: Optional[int] = None,
                  live: Optional[LiveText] = None) -> None:
         self.semantics = Semantics(backend, sampling, seed, num_api_spec_tokens)
+        self.backend = backend
+        self.sampling = dict(sampling or {})  # the run-level keywords, inherited by programs it calls
         #: Set for `run(stream=True)`: gens stream their text here, every change wakes readers.
         self.live = live
         self.speculation = self.semantics.speculation()  # API speculative execution state of this run
@@ -257,6 +269,7 @@ def run_program(func: Callable[..., Any], args: tuple, kwargs: dict[str, Any], b
     state = ProgramState(root)
     ret: Any = None
     failure: Optional[BaseException] = None
+    token = _CURRENT_RUN.set(run)
     try:
         ret = func(state, *args, **kwargs)
         run.sync_all()
@@ -267,6 +280,7 @@ def run_program(func: Callable[..., Any], args: tuple, kwargs: dict[str, Any], b
         except Exception:
             pass
     finally:
+        _CURRENT_RUN.reset(token)
         run.close()
         if live is not None:
             live.finish()

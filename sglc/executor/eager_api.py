@@ -6,7 +6,7 @@ from typing import Any, Iterator, Optional, Sequence, Union
 from sglc.executor.backend import Backend
 from sglc.executor.batch import run_batch
 from sglc.executor.compiled import concurrency_of, split_run_kwargs
-from sglc.executor.eager import run_program
+from sglc.executor.eager import current_run, run_program
 from sglc.executor.graph_executor import DEFAULT_MAX_PARALLEL
 from sglc.executor.program import ExecutedState, bind_call, resolve_backend
 from sglc.executor.results import ProgramResult
@@ -31,10 +31,14 @@ def run_function(fn: Any, args: tuple, kwargs: dict[str, Any]) -> ExecutedState:
     (text_iter / text_async_iter); its error is in `.error()`.
     """
     kwargs = dict(kwargs)
-    backend = resolve_backend(kwargs.pop("backend", None), f"{fn.name}.run()")
+    caller = current_run()  # NOTE: called from inside a running program: its backend and sampling
+    backend = kwargs.pop("backend", None)
+    backend = resolve_backend(caller.backend if backend is None and caller is not None else backend, f"{fn.name}.run()")
     max_parallel = kwargs.pop("max_parallel", DEFAULT_MAX_PARALLEL)
     stream = kwargs.pop("stream", False)  # NOTE: SGLang's run() keyword, never a program argument
     arguments, sampling = split_run_kwargs(kwargs)
+    if caller is not None:
+        sampling = {**caller.sampling, **sampling}
     arguments = bind_call(fn.arg_names, args, arguments, f"{fn.name}.run()")
     checked = _checked_arguments(fn, arguments)
     if stream:

@@ -342,6 +342,8 @@ class _Run:
         return self.sem.var_scope_end(self._st(node), node.attrs["name"])  # type: ignore[arg-type]
 
     def _op_fork(self, node: Node) -> StreamState:
+        if node.attrs.get("program") is not None:  # a called program: its stream starts empty
+            return StreamState(stream_id=node.stream)
         # NOTE: the snapshot is taken now; later appends to the parent do not reach the children.
         return self._st(node).fork_copy(node.stream)
 

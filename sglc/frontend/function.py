@@ -10,7 +10,8 @@ import inspect
 from typing import Any, Callable, Optional, Union, overload
 
 from sglc.frontend.branching import MAX_TRACES, explore, merge
-from sglc.frontend.errors import TraceError, trace_error
+from sglc.frontend.errors import TraceError
+from sglc.frontend.program_call import trace_call
 from sglc.frontend.state import ProgramState
 from sglc.frontend.trace_context import current_trace
 from sglc.frontend.tracer import run_trace
@@ -87,16 +88,15 @@ class SglFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """With a state first (`other(s, x=...)`): inline the program into that state.
-        Otherwise run it as a separate program (SGLang's form)."""
+        Otherwise run it as a separate program (SGLang's form): eagerly, on the calling program's
+        backend; while tracing, as its own stream of the caller's graph (program_call.py)."""
         if args and isinstance(args[0], ProgramState):
             return self.func(*args, **kwargs)
         if not args and isinstance(kwargs.get("s"), ProgramState):
             return self.func(**kwargs)
-        if current_trace() is not None:
-            raise trace_error(
-                f"calling {self.name}(...) without a program state while tracing would start a separate "
-                f"program, which one graph cannot hold; pass the state to inline it: {self.name}(s, ...)"
-            )
+        ctx = current_trace()
+        if ctx is not None:  # NOTE: the callee becomes its own stream of the caller's graph
+            return trace_call(ctx, self.name, self.func, self.bind_arguments, args, kwargs)
         return self.run(*args, **kwargs)
 
     # ----- execution (sglc/executor) -----

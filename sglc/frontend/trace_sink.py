@@ -32,12 +32,17 @@ class TraceSink(StreamSink):
         self.fork_node = fork
         self.index = index
         self.joined = False
+        #: The program's name once this stream, a called program's (program_call.py), has ended.
+        self.finished_as: Optional[str] = None
 
     # ----- helpers -----
     def _create(self, op: Op, inputs: Sequence[Node] = (), attrs: Optional[dict[str, Any]] = None,
                 type: Optional[ValueType] = None) -> Node:
         if self.joined:
             raise trace_error(f"cannot use fork child {self.index} after its fork was joined")
+        if self.finished_as is not None:
+            raise trace_error(f"cannot append to the state program {self.finished_as} returned: it has finished "
+                              "running; read its variables (d[\"name\"]) and append them to your own state")
         return self.ctx.create(op, self.stream, inputs, attrs, type)
 
     def _define(self, name: str, value: SymbolicValue) -> None:

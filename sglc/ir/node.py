@@ -38,7 +38,8 @@ class Node:
     - ``var_scope_begin`` / ``var_scope_end``: attrs ``name``. Text appended between them is
       captured; ``var_scope_end`` outputs it as the variable ``name``.
     - ``fork``: attrs ``n``. Output: a FORK handle. Each child stream starts with a copy of this
-      stream's text.
+      stream's text. With attr ``program`` (n=1): a called program's stream, which starts empty
+      and needs no join (its variables are read with VARIABLE nodes).
     - ``get_fork_item``: one input (the fork), attrs ``index``. The first node of the child
       stream (its ``stream`` is the child's id); output: the STREAM handle.
     - ``join``: inputs: the fork, then the last node of each child stream; attrs ``mode``

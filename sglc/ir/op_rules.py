@@ -169,7 +169,8 @@ ATTR_RULES: dict[Op, dict[str, tuple[bool, Check]]] = {
     Op.STREAM_TEXT: {},
     Op.VAR_SCOPE_BEGIN: {"name": _NAME},
     Op.VAR_SCOPE_END: {"name": _NAME},
-    Op.FORK: {"n": (True, _int_in(1, MAX_COUNT))},
+    # NOTE: "program": a called program's stream (n=1), which starts empty (frontend/program_call.py)
+    Op.FORK: {"n": (True, _int_in(1, MAX_COUNT)), "program": (False, _type(str, nonempty=True))},
     Op.GET_FORK_ITEM: {"index": (True, _int_in(0, MAX_COUNT))},
     Op.JOIN: {
         "mode": (True, _one_of(JOIN_MODES)),
@@ -205,8 +206,15 @@ def _short(text: Optional[str], limit: int = 60) -> str:
     return shown if len(shown) <= limit else shown[:limit - 3] + "..."
 
 
+def _program_fork(node: Node) -> None:
+    """A called program's fork starts exactly one stream."""
+    if node.attrs.get("program") is not None and node.attrs["n"] != 1:
+        raise RuleError(f"starts called program {node.attrs['program']!r}, so n must be 1, got {node.attrs['n']}")
+
+
 NODE_RULES: dict[Op, Callable[[Node], None]] = {
     Op.GEN: _gen_constraint,
+    Op.FORK: _program_fork,
 }
 
 # ----- graph meta (entries the compiler writes; other keys are allowed in the attribute domain) -----
