@@ -114,7 +114,8 @@ def load(path: Any) -> Any:
 
 
 __all__ = [
-    "ChoicesSamplingMethod", "NotExecutableError", "OpenAI", "flush_cache", "get_server_info", "global_config", "ProgramState", "ProgramStateGroup",
+    "ChoicesSamplingMethod", "NotExecutableError", "OpenAI", "flush_cache", "get_server_info", "global_config",
+    "ProgramState", "ProgramStateGroup",
     "RuntimeEndpoint", "SglFunction", "TraceError", "assistant", "assistant_begin", "assistant_end",
     "function", "gen", "load", "Runtime", "gen_int", "gen_string", "greedy_token_selection", "image", "select",
     "set_default_backend", "system", "system_begin", "system_end", "token_length_normalized",

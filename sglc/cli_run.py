@@ -164,8 +164,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if backend is not None:
             try:
                 run_graph_batch(graph, backend, inputs, concurrency=args.concurrency, max_parallel=args.max_parallel,
-                                sampling=run_sampling(args), timeout=args.timeout, writer=writer, progress=not args.no_progress,
-                                on_result=report)
+                                sampling=run_sampling(args), timeout=args.timeout, writer=writer,
+                                progress=not args.no_progress, on_result=report)
             finally:
                 backend.close()
     where = "stdout" if args.output == "-" else args.output
