@@ -103,7 +103,7 @@ def get_server_info(backend: Any = None) -> Optional[dict]:
     from sglc.executor.program import get_default_backend
 
     chosen = backend if backend is not None else get_default_backend()
-    return None if chosen is None else chosen.server_info()
+    return None if chosen is None else chosen.get_server_info()
 
 
 def load(path: Any) -> Any:

@@ -117,3 +117,20 @@ def test_greedy_cli_run_of_a_bound_fork_matches_eager(tmp_path, capsys):
     assert result["variables"] == eager.result.variables and result["text"] == eager.text()
     [best] = [c for c in result["calls"] if c["node"] == "best"]  # the one gen without its own max_tokens
     assert best["completion_tokens"] <= 5
+
+
+def test_prog_compile_also_fixes_a_needed_default_with_a_warning():
+    """In Python, compile() takes the fork count's default too and warns naming it; bound wins."""
+    import sglc as sgl
+
+    @sgl.function
+    def ideas(s, topic, n=2):
+        forks = s.fork(n)
+        for f in forks:
+            f += topic + sgl.gen("idea", max_tokens=2)
+        forks.join()
+
+    with pytest.warns(UserWarning, match=r"n is needed at compile time: fixed to its default 2"):
+        program = ideas.compile()
+    assert program.arg_names == ["topic"]
+    assert sum(1 for node in ideas.compile(n=3).graph.nodes if node.op is Op.GEN) == 3

@@ -123,8 +123,8 @@ class Backend(abc.ABC):
         """Empty the prefix cache; False when this backend cannot (or not now: requests in flight)."""
         return False
 
-    def server_info(self) -> dict[str, Any]:
-        """What `sgl.get_server_info()` returns: the model's facts and the backend's metrics."""
+    def get_server_info(self) -> dict[str, Any]:
+        """SGLang backends' `get_server_info()` (what `sgl.get_server_info()` returns): model facts and metrics."""
         info = self.model_info()
         return {"model_path": info.model, "context_length": info.context_length,
                 "supports_images": info.supports_images, **self.metrics()}

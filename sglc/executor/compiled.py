@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 from sglc.executor.backend import Backend
@@ -47,10 +48,16 @@ class CompiledProgram:
 
     @classmethod
     def from_function(cls, fn: Any, passes: Optional[Sequence[Pass]] = None, **bound: Any) -> "CompiledProgram":
-        """Trace `fn` (with `bound` arguments fixed) and run `passes` (default: the default pipeline)."""
+        """Trace `fn` (with `bound` arguments fixed) and run `passes` (default: the default pipeline).
+
+        An argument needed at compile time (a fork count) that is not bound takes its Python
+        default, with a warning naming it (as `sglc compile` does)."""
         from sglc.passes import PassManager, default_pipeline
 
-        graph = fn.trace(**bound)
+        graph, defaults = fn.trace_fixing_defaults(**bound)
+        for key, value in defaults.items():
+            warnings.warn(f"{fn.name}.compile(): {key} is needed at compile time: fixed to its default {value!r} "
+                          f"(choose another with {fn.name}.compile({key}=...))", stacklevel=3)
         manager = default_pipeline() if passes is None else PassManager(list(passes))
         return cls(manager.run(graph).graph)
 
