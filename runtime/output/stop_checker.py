@@ -4,6 +4,7 @@ Pure logic over token ids and decoded text; the tokenizer lives in the detokeniz
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -51,7 +52,7 @@ class StopChecker:
     stop ids then); a stop match wins over the length limit when both happen on one token.
     """
 
-    __slots__ = ("params", "stop_ids", "max_stop_len")
+    __slots__ = ("params", "stop_ids", "max_stop_len", "regexes")
 
     def __init__(self, params: SamplingParams, eos_token_ids: Iterable[int] = ()) -> None:
         self.params = params
@@ -60,6 +61,7 @@ class StopChecker:
             ids.update(eos_token_ids)
         self.stop_ids = frozenset(ids)
         self.max_stop_len = max((len(s) for s in params.stop), default=0)
+        self.regexes = [(p, re.compile(p), _max_match_len(p)) for p in params.stop_regex]
 
     def check_token(self, token_id: int, num_output_tokens: int) -> FinishReason | None:
         """Finish reason decided by the token alone (stop id / eos); `num_output_tokens` counts it."""
@@ -90,6 +92,17 @@ class StopChecker:
                 best = (i, s)
         return best
 
+    def find_stop_regex(self, text: str, num_new_chars: int, num_output_tokens: int) -> str | None:
+        """The first stop_regex pattern that matches (``re.search``) the tail of `text` the new
+        characters can complete (its longest match, or all the text for an unbounded pattern)."""
+        if not self.regexes or num_new_chars <= 0 or num_output_tokens <= self.params.min_new_tokens:
+            return None
+        for pattern, compiled, width in self.regexes:
+            lo = 0 if width is None else max(len(text) - num_new_chars - width + 1, 0)
+            if compiled.search(text, lo) is not None:
+                return pattern
+        return None
+
     def holdback(self, text: str) -> int:
         """How many trailing chars of `text` could begin a stop string (not safe to stream yet)."""
         for n in range(min(self.max_stop_len - 1, len(text)), 0, -1):
@@ -97,3 +110,12 @@ class StopChecker:
             if any(s.startswith(tail) for s in self.params.stop):
                 return n
         return 0
+
+
+def _max_match_len(pattern: str) -> int | None:
+    """The longest text the pattern can match, or None when unbounded (``x*``, ``.+``)."""
+    try:
+        width = re._parser.parse(pattern).getwidth()[1]  # type: ignore[attr-defined]
+    except Exception:  # NOTE: an internal API; without it search the whole output
+        return None
+    return None if width >= re._constants.MAXREPEAT else int(width)  # type: ignore[attr-defined]
