@@ -40,10 +40,10 @@ def run(tok, params: SamplingParams, text: str = TEXT) -> tuple[TextStream, str]
     return ts, out
 
 
-@pytest.mark.parametrize("pattern", [r"[0-9]+\.", r"answer is: \d", r"two\n\n", r"(?i)stop"])
+@pytest.mark.parametrize("pattern", [r"[0-9]+\.", r"answer is: \d", r"two\n\n", r"[Ss]top", r"(one|two)$"])
 def test_stop_regex_ends_at_the_first_match_and_keeps_it(tok, pattern):
     """The output ends with the token that completes the first match; the match is in the text, and no
-    earlier prefix of the output matched."""
+    earlier prefix of the output matched (Python's ``re.search`` is the oracle)."""
     ts, streamed = run(tok, SamplingParams(max_new_tokens=200, stop_regex=pattern))
     assert ts.finish_reason.to_dict() == {"type": "stop", "matched": pattern}
     assert re.search(pattern, ts.text) and streamed == ts.text
@@ -70,9 +70,12 @@ def test_stop_regex_waits_for_min_new_tokens(tok):
     assert len(later.output_ids) > len(first.output_ids)
 
 
-@pytest.mark.parametrize("bad, words", [("((", "not a valid regex"), (["ok", 3], "only non-empty str"),
-                                        ("", "only non-empty str")])
+@pytest.mark.parametrize("bad, words", [("((", "cannot be used"), (["ok", 3], "only non-empty str"),
+                                        ("", "only non-empty str"), (r"(?<=a)b", "lookbehind"),
+                                        (r"(a)\1", "cannot be used"), ("a.{40}", "cannot be used")])
 def test_a_bad_stop_regex_is_refused_at_construction(bad, words):
+    """Invalid patterns, constructs a DFA cannot run, and patterns over the compile budget are refused
+    before the request starts, naming the pattern."""
     with pytest.raises((TypeError, ValueError), match=words):
         SamplingParams(stop_regex=bad)
 
@@ -83,3 +86,15 @@ def test_no_stop_trim_keeps_the_stop_string(tok):
     kept, streamed = run(tok, SamplingParams(max_new_tokens=200, stop=" Stop", no_stop_trim=True))
     assert trimmed.text == "line one\nline two\n\nThe answer is: 42."
     assert kept.text == trimmed.text + " Stop" and streamed == kept.text
+
+
+def test_a_backtracking_pattern_costs_linear_time(tok):
+    """``(a+)+$`` takes Python's re exponential time on "aaa...b"; as a DFA it is one step per character."""
+    import time
+
+    text = "a" * 3000 + "b"
+    params = SamplingParams(max_new_tokens=5000, stop_regex=r"(a+)+c$")
+    t0 = time.monotonic()
+    ts, _ = run(tok, params, text)
+    assert time.monotonic() - t0 < 5.0
+    assert ts.finish_reason.to_dict() == {"type": "stop", "matched": EOS}

@@ -4,10 +4,10 @@ Pure logic over token ids and decoded text; the tokenizer lives in the detokeniz
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Iterable
 
+from ..constrained.stop_regex import StopRegexMatcher
 from ..sampling.sampling_params import SamplingParams
 
 
@@ -61,7 +61,7 @@ class StopChecker:
             ids.update(eos_token_ids)
         self.stop_ids = frozenset(ids)
         self.max_stop_len = max((len(s) for s in params.stop), default=0)
-        self.regexes = [(p, re.compile(p), _max_match_len(p)) for p in params.stop_regex]
+        self.regexes = StopRegexMatcher(params.stop_regex)
 
     def check_token(self, token_id: int, num_output_tokens: int) -> FinishReason | None:
         """Finish reason decided by the token alone (stop id / eos); `num_output_tokens` counts it."""
@@ -92,16 +92,12 @@ class StopChecker:
                 best = (i, s)
         return best
 
-    def find_stop_regex(self, text: str, num_new_chars: int, num_output_tokens: int) -> str | None:
-        """The first stop_regex pattern that matches (``re.search``) the tail of `text` the new
-        characters can complete (its longest match, or all the text for an unbounded pattern)."""
-        if not self.regexes or num_new_chars <= 0 or num_output_tokens <= self.params.min_new_tokens:
+    def find_stop_regex(self, new_text: str, num_output_tokens: int) -> str | None:
+        """The first stop_regex pattern a match of which ends in `new_text` (the output's newest
+        characters, each read once); before min_new_tokens tokens exist nothing matches."""
+        if not self.regexes or not new_text:
             return None
-        for pattern, compiled, width in self.regexes:
-            lo = 0 if width is None else max(len(text) - num_new_chars - width + 1, 0)
-            if compiled.search(text, lo) is not None:
-                return pattern
-        return None
+        return self.regexes.feed(new_text, check=num_output_tokens > self.params.min_new_tokens)
 
     def holdback(self, text: str) -> int:
         """How many trailing chars of `text` could begin a stop string (not safe to stream yet)."""
@@ -111,11 +107,3 @@ class StopChecker:
                 return n
         return 0
 
-
-def _max_match_len(pattern: str) -> int | None:
-    """The longest text the pattern can match, or None when unbounded (``x*``, ``.+``)."""
-    try:
-        width = re._parser.parse(pattern).getwidth()[1]  # type: ignore[attr-defined]
-    except Exception:  # NOTE: an internal API; without it search the whole output
-        return None
-    return None if width >= re._constants.MAXREPEAT else int(width)  # type: ignore[attr-defined]

@@ -53,7 +53,7 @@ class TextStream:
             new = self.detok.append(token_id) + (self.detok.flush() if length else "")
             self.text += new
             hit = self.checker.find_stop_str(self.text, len(new), n)
-            pattern = None if hit is not None else self.checker.find_stop_regex(self.text, len(new), n)
+            pattern = None if hit is not None else self.checker.find_stop_regex(new, n)
             if hit is not None:
                 self.text = self.text[: hit[0] + (len(hit[1]) if keep else 0)]
                 reason = FinishReason.stop(hit[1])

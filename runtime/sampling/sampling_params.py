@@ -6,7 +6,6 @@ never inside a running batch.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field, replace
 
 _MAX_SEED = 2**63 - 1
@@ -46,7 +45,8 @@ def _normalize_stop(stop: object) -> list[str]:
 
 
 def _normalize_stop_regex(patterns: object) -> list[str]:
-    """stop_regex as a list of patterns, each compiled once here so a bad one fails at submit."""
+    """stop_regex as a list of patterns, each compiled here (to its search DFA, cached) so a bad one
+    fails at submit."""
     if patterns is None:
         return []
     if isinstance(patterns, str):
@@ -56,10 +56,12 @@ def _normalize_stop_regex(patterns: object) -> list[str]:
     for p in patterns:
         if not isinstance(p, str) or not p:
             raise TypeError("SamplingParams.stop_regex must contain only non-empty str")
+        from ..constrained.stop_regex import compile_stop_regex  # NOTE: lazy: only stop_regex requests pay
+
         try:
-            re.compile(p)
-        except (re.error, RecursionError, OverflowError) as err:
-            raise ValueError(f"SamplingParams.stop_regex {p[:80]!r} is not a valid regex: {err}") from None
+            compile_stop_regex(p)
+        except ValueError as err:
+            raise ValueError(f"SamplingParams.{err}") from None
     return list(patterns)
 
 
@@ -92,8 +94,9 @@ class SamplingParams:
     - seed: a per-request generator makes sampling reproducible regardless of batching.
     - stop: str or list of str (normalized to a list); stop_token_ids: extra ids that end the
       request; ignore_eos: do not stop at the tokenizer's eos.
-    - stop_regex: str or list of Python regexes (SGLang's field): the request ends once one
-      matches (``re.search``) the tail of the decoded output; the matched text stays in the output.
+    - stop_regex: str or list of regexes (SGLang's field): the request ends once a match of one
+      ends in the decoded output (what ``re.search`` finds; run as a DFA, see
+      constrained/stop_regex.py); the matched text stays in the output.
     - no_stop_trim: keep a matched stop string (and a stop token's text) in the output text.
     - return_logprob / top_logprobs_num / logprob_start_len: what log-probabilities to return;
       logprob_start_len = -1 returns none for the prompt, k >= 0 returns them for prompt
