@@ -53,6 +53,9 @@ class SglangSamplingParams(BaseModel):
     regex: str | None = None
     json_schema: Union[str, dict, None] = None
     sampling_seed: int | None = None
+    #: sglc's extension: a constraint already lowered by `sglc compile` (sglc.fsm's dict form), so a
+    #: graph's constrained gen is not recompiled from its regex. SGLang servers do not take it.
+    fsm: dict | None = None
     # NOTE: a no-op here: it only sets how often SGLang flushes stream chunks.
     stream_interval: int | None = None
     # Not supported: only SGLang's default (null) is accepted.
@@ -99,6 +102,8 @@ class SglangSamplingParams(BaseModel):
             fields["json_schema"] = self.json_schema
         if self.sampling_seed is not None:
             fields["seed"] = self.sampling_seed
+        if self.fsm is not None:
+            fields["fsm"] = self.fsm
         return fields
 
 
