@@ -114,8 +114,8 @@ def build_app(service: RuntimeService, *, api_key: str | None = None) -> Any:
         if isinstance(err, LimitExceeded):
             return JSONResponse(proto.error_body(one_line(err), code="limit_exceeded", param=err.limit),
                                 status_code=400)
-        if isinstance(err, RequestError):
-            return JSONResponse(proto.error_body(one_line(err)), status_code=400)
+        if isinstance(err, RequestError):  # NOTE: a FieldError names its field in `param`
+            return JSONResponse(proto.error_body(one_line(err), param=getattr(err, "param", None)), status_code=400)
         if isinstance(err, ServiceUnavailable):
             return JSONResponse(proto.error_body(one_line(err), "server_error", code=503), status_code=503)
         if isinstance(err, ConstraintCompilerBusy):

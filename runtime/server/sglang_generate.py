@@ -22,7 +22,7 @@ from .http_call import Started, finished
 from .prompts import PromptInput
 from .service import RequestError, RuntimeService
 from .sglang_meta import LogprobOptions, final_meta
-from .sglang_request import SglangGenerateRequest, SglangSamplingParams, parse_model
+from .sglang_request import FieldError, SglangGenerateRequest, SglangSamplingParams, parse_model
 from .sglang_stream import sglang_events
 
 __all__ = ["SglangGenerate"]
@@ -40,16 +40,18 @@ class SglangGenerate:
         started_at = time.monotonic()
         req = parse_model(SglangGenerateRequest, body)
         refusal = req.refusal()
-        if refusal:
-            raise RequestError(refusal)
+        if refusal is not None:
+            raise refusal
         prompts, batch = proto.generate_prompts(body)
         self.limits.check_count("max_batch", "the number of prompts in the batch", prompts)
         raw = proto.generate_sampling(body.get("sampling_params"), len(prompts), batch)
-        sampling = [parse_model(SglangSamplingParams, item, "sampling_params" + (f"[{i}]" if batch else ""))
+        per_prompt = batch and isinstance(body.get("sampling_params"), list)
+        sampling = [parse_model(SglangSamplingParams, item, "sampling_params" + (f"[{i}]" if per_prompt else ""))
                     for i, item in enumerate(raw)]
-        for sp in sampling:
-            if sp.refusal():
-                raise RequestError(sp.refusal())
+        for i, sp in enumerate(sampling):
+            refusal = sp.refusal("sampling_params" + (f"[{i}]" if per_prompt else ""))
+            if refusal is not None:
+                raise refusal
             self.limits.check_count("max_n", "'sampling_params.n'", sp.num_samples)
         total = sum(sp.num_samples for sp in sampling)
         self.limits.check_count("max_batch", "the number of requests (prompts x n)", total)
@@ -82,7 +84,7 @@ class SglangGenerate:
             if opt.enabled:
                 start = -1 if starts[i] is None else starts[i]
                 if top and start >= 0:
-                    raise RequestError("'top_logprobs_num' with 'logprob_start_len' >= 0: this server does not "
+                    raise FieldError("top_logprobs_num", "'top_logprobs_num' with 'logprob_start_len' >= 0: this server does not "
                                        "compute top logprobs of prompt positions (input_top_logprobs); ask for "
                                        "one or the other")
                 fields.update(return_logprob=True, logprob_start_len=start, top_logprobs_num=top)
@@ -96,7 +98,7 @@ class SglangGenerate:
             return [None] * len(sampling)
         rids = req.rid if isinstance(req.rid, list) else [req.rid]
         if (not batch and isinstance(req.rid, list)) or len(rids) != len(sampling):
-            raise RequestError(f"'rid' has {len(rids)} ids for {len(sampling)} prompt(s); give one per prompt")
+            raise FieldError("rid", f"'rid' has {len(rids)} ids for {len(sampling)} prompt(s); give one per prompt")
         return rids
 
     def _submit(self, prompt: PromptInput, params: Any, rid: str | None, j: int, n: int) -> Any:

@@ -23,9 +23,17 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .prompts import RequestError
 
-__all__ = ["SglangGenerateRequest", "SglangSamplingParams", "parse_model"]
+__all__ = ["FieldError", "SglangGenerateRequest", "SglangSamplingParams", "parse_model"]
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+class FieldError(RequestError):
+    """A 400 about one request field; ``param`` names it (the error body's ``param``)."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class SglangSamplingParams(BaseModel):
@@ -66,19 +74,21 @@ class SglangSamplingParams(BaseModel):
     custom_params: Any = None
     watermark: Any = None
 
-    def refusal(self) -> str | None:
-        """Why this server cannot honour these parameters (a message naming the field), or None."""
+    def refusal(self, where: str = "sampling_params") -> FieldError | None:
+        """Why this server cannot honour these parameters (naming the field), or None."""
         for name in ("ebnf", "structural_tag", "beam_width", "logit_bias", "custom_params", "watermark"):
             if getattr(self, name) not in (None, {}, []):
-                return f"'sampling_params.{name}' is not supported by this server (only null is accepted)"
+                return FieldError(f"{where}.{name}", f"'{where}.{name}' is not supported by this server "
+                                                     "(only null is accepted)")
         if self.spaces_between_special_tokens is False and self.skip_special_tokens is False:
-            return ("'sampling_params.spaces_between_special_tokens': false is not supported together with "
-                    "skip_special_tokens=false (special tokens are decoded as the tokenizer joins them)")
+            return FieldError(f"{where}.spaces_between_special_tokens",
+                              f"'{where}.spaces_between_special_tokens': false is not supported together with "
+                              "skip_special_tokens=false (special tokens are decoded as the tokenizer joins them)")
         if self.n is not None and self.n < 1:
-            return f"'sampling_params.n' must be >= 1, got {self.n}"
+            return FieldError(f"{where}.n", f"'{where}.n' must be >= 1, got {self.n}")
         if self.max_new_tokens is None:
-            return ("'sampling_params.max_new_tokens': null (generate up to the context) is not supported; "
-                    "give a number")
+            return FieldError(f"{where}.max_new_tokens", f"'{where}.max_new_tokens': null (generate up to the "
+                                                         "context) is not supported; give a number")
         return None
 
     @property
@@ -177,15 +187,15 @@ class SglangGenerateRequest(BaseModel):
     require_reasoning: Any = None
     watermark: Any = None
 
-    def refusal(self) -> str | None:
-        """Why this server cannot honour the request (a message naming the field), or None."""
+    def refusal(self) -> FieldError | None:
+        """Why this server cannot honour the request (naming the field), or None."""
         for name in UNSUPPORTED_REQUEST_FIELDS:
             value = getattr(self, name)
             if not _is_default(value):
-                return f"'{name}' is not supported by this server (only null is accepted)"
+                return FieldError(name, f"'{name}' is not supported by this server (only null is accepted)")
         if not _is_default(self.image_data):
-            return ("'image_data': this server's model is text-only, so images are refused (SGLang programs "
-                    "with sgl.image() need a multimodal SGLang server)")
+            return FieldError("image_data", "'image_data': this server's model is text-only, so images are refused "
+                                            "(SGLang programs with sgl.image() need a multimodal SGLang server)")
         return None
 
     def per_prompt(self, name: str, num_prompts: int, batch: bool) -> list[Any]:
@@ -193,7 +203,7 @@ class SglangGenerateRequest(BaseModel):
         value = getattr(self, name)
         if isinstance(value, list):
             if not batch or len(value) != num_prompts:
-                raise RequestError(f"'{name}' is a list of {len(value)} values for {num_prompts} prompt(s); give "
+                raise FieldError(name, f"'{name}' is a list of {len(value)} values for {num_prompts} prompt(s); give "
                                    "one value, or one per prompt of a batch")
             return list(value)
         return [value] * num_prompts
@@ -213,9 +223,9 @@ def parse_model(model: type[BaseModel], data: Any, where: str = "") -> Any:
         loc = ".".join(str(p) for p in first["loc"])
         field = f"{where}.{loc}" if where and loc else (where or loc)
         if first["type"] == "extra_forbidden":
-            raise RequestError(f"'{field}' is not a field of SGLang's /generate request "
+            raise FieldError(field, f"'{field}' is not a field of SGLang's /generate request "
                                "(see docs/http_server.md for the fields this server takes)") from None
-        raise RequestError(f"'{field}': {first['msg']}, got {_short(first.get('input'))}") from None
+        raise FieldError(field, f"'{field}': {first['msg']}, got {_short(first.get('input'))}") from None
 
 
 def _short(value: Any) -> str:
