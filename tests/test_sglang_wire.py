@@ -107,6 +107,18 @@ def test_unsupported_fields_at_their_defaults_are_accepted(base):
     assert status == 200, out
 
 
+def test_the_fields_sglang_router_adds_are_accepted(base):
+    """sglang-router 0.3.2 forwards its own GenerateRequest, which adds model, no_logs, custom_labels,
+    extra_key, return_bytes, return_entropy (null when unset): 200 and the plain greedy answer."""
+    _, plain = generate(base, {"text": PROMPT, "sampling_params": GREEDY})
+    status, routed = generate(base, {"text": PROMPT, "sampling_params": GREEDY, "model": "SmolLM2-135M-Instruct",
+                                     "no_logs": None, "custom_labels": None, "extra_key": None,
+                                     "return_bytes": None, "return_entropy": None, "priority": None})
+    assert status == 200 and routed["text"] == plain["text"]
+    status, out = generate(base, {"text": PROMPT, "extra_key": "tenant-a"})
+    assert status == 400 and out["error"]["param"] == "extra_key"
+
+
 def test_n_samples_answer_a_list_in_sglangs_order(base):
     """n=2 on a batch of two: four answers, prompt-major (p0 s0, p0 s1, p1 s0, p1 s1), each greedy
     sample equal to the single call; a single prompt with n>1 answers a list too."""

@@ -125,7 +125,7 @@ UNSUPPORTED_REQUEST_FIELDS = (
     "return_flat_raw_output_top_logprobs", "return_hidden_states", "return_routed_experts", "return_indexer_topk",
     "modalities", "session_params", "lora_path", "lora_id", "custom_logit_processor", "positional_embed_overrides",
     "bootstrap_host", "bootstrap_port", "bootstrap_room", "bootstrap_pair_key", "decode_tp_size",
-    "background", "require_reasoning", "watermark",
+    "background", "require_reasoning", "watermark", "extra_key", "return_bytes", "return_entropy", "priority",
 )
 
 
@@ -148,6 +148,11 @@ class SglangGenerateRequest(BaseModel):
     image_data: Any = None
     # No-ops here: metrics are always kept; routing hints matter to the router, not to a worker.
     log_metrics: bool | None = True
+    #: sglang-router 0.3.2 forwards its own GenerateRequest: these come with every call (null when
+    #: unset). model: what it routed by; no_logs / custom_labels: its logging and metric labels.
+    model: str | None = None
+    no_logs: bool | None = None
+    custom_labels: dict | None = None
     routed_dp_rank: int | None = None
     data_parallel_rank: int | None = None
     disagg_prefill_dp_rank: int | None = None
@@ -186,6 +191,10 @@ class SglangGenerateRequest(BaseModel):
     background: Any = None
     require_reasoning: Any = None
     watermark: Any = None
+    extra_key: Any = None
+    return_bytes: Any = None
+    return_entropy: Any = None
+    priority: Any = None
 
     def refusal(self) -> FieldError | None:
         """Why this server cannot honour the request (naming the field), or None."""
