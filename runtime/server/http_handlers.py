@@ -13,11 +13,11 @@ from __future__ import annotations
 import time
 import uuid
 from functools import partial
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator
 
 from . import openai_protocol as proto
 from .calls import CallGroup
-from .http_call import HttpError, Started, check_abort as _check_abort, finished as _finished
+from .http_call import HttpError, Started, finished as _finished
 from .limits import utf8_or_error
 from .prompts import PromptInput
 from .service import RequestError, RuntimeService, abort_kind

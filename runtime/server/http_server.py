@@ -45,8 +45,9 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from . import openai_protocol as proto
+from .http_call import HttpError, Started
 from .http_guard import RequestGuard, read_json_object
-from .http_handlers import Handlers, HttpError, Started
+from .http_handlers import Handlers
 from .limits import LimitExceeded
 from .service import ConstraintCompilerBusy, RequestError, RuntimeService, ServiceUnavailable, one_line
 

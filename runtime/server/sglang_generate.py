@@ -38,28 +38,12 @@ class SglangGenerate:
 
     def start(self, body: dict) -> Started:
         started_at = time.monotonic()
-        req = parse_model(SglangGenerateRequest, body)
-        refusal = req.refusal()
-        if refusal is not None:
-            raise refusal
-        prompts, batch = proto.generate_prompts(body)
-        self.limits.check_count("max_batch", "the number of prompts in the batch", prompts)
-        raw = proto.generate_sampling(body.get("sampling_params"), len(prompts), batch)
-        per_prompt = batch and isinstance(body.get("sampling_params"), list)
-        sampling = [parse_model(SglangSamplingParams, item, "sampling_params" + (f"[{i}]" if per_prompt else ""))
-                    for i, item in enumerate(raw)]
-        for i, sp in enumerate(sampling):
-            refusal = sp.refusal("sampling_params" + (f"[{i}]" if per_prompt else ""))
-            if refusal is not None:
-                raise refusal
-            self.limits.check_count("max_n", "'sampling_params.n'", sp.num_samples)
-        total = sum(sp.num_samples for sp in sampling)
-        self.limits.check_count("max_batch", "the number of requests (prompts x n)", total)
-        fanned = batch or total > 1
+        req, prompts, batch, sampling = self._validate(body)
+        fanned = batch or sum(sp.num_samples for sp in sampling) > 1
+        rids = self._rids(req, sampling, batch)
         for i, prompt in enumerate(prompts):  # NOTE: sizes before any constraint compiles
             _named(batch, i, partial(self.svc.resolve, prompt))
         opts, params = self._params(req, sampling, len(prompts), batch)
-        rids = self._rids(req, sampling, batch)
         jobs = [(i, j) for i in range(len(prompts)) for j in range(sampling[i].num_samples)]
         group = CallGroup()
         calls = group.submit_all(
@@ -69,6 +53,30 @@ class SglangGenerate:
         answer = partial(self._answer, calls, call_opts, fanned, started_at)
         events = partial(sglang_events, calls, call_opts, fanned, self.decode_one, started_at)
         return Started(group, answer, events)
+
+    def _validate(self, body: dict) -> tuple[SglangGenerateRequest, list[PromptInput], bool,
+                                              list[SglangSamplingParams]]:
+        """The request's fields, prompts (and whether a batch) and per-prompt sampling parameters,
+        with every count limit checked (nothing tokenized yet)."""
+        req = parse_model(SglangGenerateRequest, body)
+        refusal = req.refusal()
+        if refusal is not None:
+            raise refusal
+        prompts, batch = proto.generate_prompts(body)
+        self.limits.check_count("max_batch", "the number of prompts in the batch", prompts)
+        per_prompt = batch and isinstance(body.get("sampling_params"), list)
+        sampling = []
+        for i, item in enumerate(proto.generate_sampling(body.get("sampling_params"), len(prompts), batch)):
+            where = "sampling_params" + (f"[{i}]" if per_prompt else "")
+            sp = parse_model(SglangSamplingParams, item, where)
+            refusal = sp.refusal(where)
+            if refusal is not None:
+                raise refusal
+            self.limits.check_count("max_n", f"'{where}.n'", sp.num_samples)
+            sampling.append(sp)
+        self.limits.check_count("max_batch", "the number of requests (prompts x n)",
+                                sum(sp.num_samples for sp in sampling))
+        return req, prompts, batch, sampling
 
     def _params(self, req: SglangGenerateRequest, sampling: list[SglangSamplingParams], num: int,
                 batch: bool) -> tuple[list[LogprobOptions], list[Any]]:
