@@ -44,6 +44,27 @@ def _normalize_stop(stop: object) -> list[str]:
     return list(stop)
 
 
+def _normalize_stop_regex(patterns: object) -> list[str]:
+    """stop_regex as a list of patterns, each compiled here (to its search DFA, cached) so a bad one
+    fails at submit."""
+    if patterns is None:
+        return []
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    elif not isinstance(patterns, (list, tuple)):
+        raise TypeError(f"SamplingParams.stop_regex must be a str or a list of str, got {type(patterns).__name__}")
+    for p in patterns:
+        if not isinstance(p, str) or not p:
+            raise TypeError("SamplingParams.stop_regex must contain only non-empty str")
+        from ..constrained.stop_regex import compile_stop_regex  # NOTE: lazy: only stop_regex requests pay
+
+        try:
+            compile_stop_regex(p)
+        except ValueError as err:
+            raise ValueError(f"SamplingParams.{err}") from None
+    return list(patterns)
+
+
 def _normalize_stop_token_ids(ids: object) -> list[int]:
     if ids is None:
         return []
@@ -73,6 +94,10 @@ class SamplingParams:
     - seed: a per-request generator makes sampling reproducible regardless of batching.
     - stop: str or list of str (normalized to a list); stop_token_ids: extra ids that end the
       request; ignore_eos: do not stop at the tokenizer's eos.
+    - stop_regex: str or list of regexes (SGLang's field): the request ends once a match of one
+      ends in the decoded output (what ``re.search`` finds; run as a DFA, see
+      constrained/stop_regex.py); the matched text stays in the output.
+    - no_stop_trim: keep a matched stop string (and a stop token's text) in the output text.
     - return_logprob / top_logprobs_num / logprob_start_len: what log-probabilities to return;
       logprob_start_len = -1 returns none for the prompt, k >= 0 returns them for prompt
       positions k.. (position 0 has no logprob).
@@ -99,6 +124,8 @@ class SamplingParams:
     seed: int | None = None
     stop: str | list[str] | None = field(default=None)
     stop_token_ids: list[int] | None = field(default=None)
+    stop_regex: str | list[str] | None = field(default=None)
+    no_stop_trim: bool = False
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     return_logprob: bool = False
@@ -145,7 +172,8 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.seed must be in [0, 2**63 - 1], got {self.seed}")
         self.stop = _normalize_stop(self.stop)
         self.stop_token_ids = _normalize_stop_token_ids(self.stop_token_ids)
-        for name in ("ignore_eos", "skip_special_tokens", "return_logprob"):
+        self.stop_regex = _normalize_stop_regex(self.stop_regex)
+        for name in ("no_stop_trim", "ignore_eos", "skip_special_tokens", "return_logprob"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"SamplingParams.{name} must be a bool, got {type(getattr(self, name)).__name__}")
         if _check_int("top_logprobs_num", self.top_logprobs_num) < 0:
