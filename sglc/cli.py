@@ -179,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     importlib.import_module("sglc.cli_run").add_run_parser(sub)  # sglc/cli_run.py
     importlib.import_module("sglc.cli_serve").add_serve_parser(sub)  # sglc/cli_serve.py
+    importlib.import_module("sglc.cli_fleet").add_fleet_parser(sub)  # sglc/cli_fleet.py
     return parser
 
 

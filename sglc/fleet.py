@@ -1,0 +1,259 @@
+"""A fleet: N `sglc serve` worker processes behind SGLang's own router (`sglang-router`).
+
+    fleet = Fleet(FleetConfig(num_workers=2, policy="cache_aware")).start()
+    fleet.url            # the router: one URL for every client (SGLang's /generate wire format)
+    fleet.stop()
+
+- Each worker is its own process (its own engine and KV cache), started as
+  ``python -m sglc.cli serve --port 0 --http-port 0`` with ``OMP_NUM_THREADS`` set to its share of
+  the CPU threads; its gRPC and HTTP addresses are read from its "listening on" lines.
+- The router is the real ``sglang_router.launch_router`` (Rust) with ``--worker-urls`` and
+  ``--policy``; we never balance requests ourselves.
+- ``start()`` returns once every worker answers ``/health`` and the router forwards a request to
+  each; on any failure it stops what it started and raises :class:`FleetError`.
+- ``stop()`` sends SIGTERM to the router and the workers, waits ``grace_s``, then SIGKILLs what is
+  left. Children also get SIGTERM from the kernel if this process dies (PR_SET_PDEATHSIG), so a
+  killed fleet leaves no orphans.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Optional
+
+from sglc.errors import SglcError
+
+POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
+#: The extra that installs the router (pyproject.toml: [project.optional-dependencies] fleet).
+ROUTER_HINT = "pip install 'sglc[fleet]' (sglang-router==0.3.2 and setproctitle)"
+_LISTENING = re.compile(r"^sglc serve: listening on (\S+):(\d+) \((grpc|http)\)$")
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+class FleetError(SglcError):
+    """The fleet could not start (router missing, a worker failed, a timeout)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FleetConfig:
+    num_workers: int = 2
+    policy: str = "cache_aware"
+    model: str = "default"
+    host: str = "127.0.0.1"
+    #: The router's port (0 = a free one).
+    port: int = 0
+    #: CPU threads of each worker (None: the machine's cores split evenly, at least 1).
+    threads_per_worker: Optional[int] = None
+    #: More `sglc serve` arguments for every worker (e.g. ["--kv-slots", "8192"]).
+    worker_args: tuple[str, ...] = ()
+    ready_timeout_s: float = 300.0
+    grace_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_workers, int) or not 1 <= self.num_workers <= 64:
+            raise ValueError(f"a fleet has 1..64 workers, got {self.num_workers!r}")
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown router policy {self.policy!r}; known: {', '.join(POLICIES)}")
+        if self.threads_per_worker is not None and self.threads_per_worker < 1:
+            raise ValueError(f"threads_per_worker must be >= 1, got {self.threads_per_worker}")
+        if not self.ready_timeout_s > 0 or self.grace_s < 0:
+            raise ValueError("ready_timeout_s must be > 0 and grace_s >= 0")
+
+    def threads(self) -> int:
+        if self.threads_per_worker is not None:
+            return self.threads_per_worker
+        return max(1, (os.cpu_count() or 1) // self.num_workers)
+
+
+def check_router_installed() -> None:
+    """FleetError naming the extra when sglang-router (or setproctitle, which it needs) is missing."""
+    missing = [name for name in ("sglang_router", "setproctitle") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise FleetError(f"the fleet needs SGLang's router, and {', '.join(missing)} is not installed: {ROUTER_HINT}")
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the parent dies (Linux), so no orphan is left."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: stop() still cleans up
+        pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    """(status, body) of a GET; status 0 when nothing answered."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+    except (urllib.error.URLError, OSError):
+        return 0, b""
+
+
+@dataclasses.dataclass
+class Worker:
+    """One `sglc serve` process and its addresses (filled in once it listens)."""
+
+    index: int
+    proc: subprocess.Popen
+    grpc: str = ""
+    http: str = ""
+    lines: "queue.SimpleQueue[Optional[str]]" = dataclasses.field(default_factory=queue.SimpleQueue)
+    stderr_tail: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.http}"
+
+
+class Fleet:
+    """N workers and the router; see the module docstring."""
+
+    def __init__(self, config: FleetConfig) -> None:
+        self.config = config
+        self.workers: list[Worker] = []
+        self.router: Optional[subprocess.Popen] = None
+        self.router_port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.config.host}:{self.router_port}"
+
+    # --- start ---
+    def start(self) -> Fleet:
+        check_router_installed()
+        try:
+            for i in range(self.config.num_workers):
+                self.workers.append(self._spawn_worker(i))
+            deadline = time.monotonic() + self.config.ready_timeout_s
+            for worker in self.workers:
+                self._wait_listening(worker, deadline)
+            for worker in self.workers:
+                self._wait_http(f"{worker.url}/health", deadline, f"worker {worker.index} ({worker.url})")
+            self._spawn_router()
+            self._wait_router(deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _spawn_worker(self, index: int) -> Worker:
+        threads = str(self.config.threads())
+        env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+               "OPENBLAS_NUM_THREADS": threads, "PYTHONUNBUFFERED": "1",
+               "PYTHONPATH": str(_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        args = [sys.executable, "-m", "sglc.cli", "serve", "--model", self.config.model, "--host", self.config.host,
+                "--port", "0", "--http-port", "0", *self.config.worker_args]
+        proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=_die_with_parent)
+        worker = Worker(index, proc)
+        threading.Thread(target=self._pump, args=(proc.stdout, worker.lines), daemon=True).start()
+        threading.Thread(target=self._tail, args=(proc.stderr, worker.stderr_tail, index), daemon=True).start()
+        return worker
+
+    @staticmethod
+    def _pump(stream, lines: queue.SimpleQueue) -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put(None)
+
+    @staticmethod
+    def _tail(stream, tail: list[str], index: int) -> None:
+        for line in stream:
+            tail.append(line)
+            del tail[:-40]
+            if "error" in line.lower() or "shutting down" in line or "stopped" in line:
+                sys.stderr.write(f"[worker {index}] {line}")
+
+    def _wait_listening(self, worker: Worker, deadline: float) -> None:
+        while not (worker.grpc and worker.http):
+            try:
+                line = worker.lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise FleetError(f"worker {worker.index} did not listen within {self.config.ready_timeout_s:g} s") from None
+            if line is None:
+                worker.proc.wait(10)
+                tail = "".join(worker.stderr_tail[-5:]).strip().splitlines()
+                raise FleetError(f"worker {worker.index} exited ({worker.proc.returncode}) before listening: "
+                                 f"{tail[-1] if tail else 'no output'}")
+            m = _LISTENING.match(line.rstrip("\n"))
+            if m:
+                setattr(worker, m.group(3), f"{m.group(1)}:{m.group(2)}")
+
+    def _wait_http(self, url: str, deadline: float, what: str, ok=lambda body: True) -> bytes:
+        while True:
+            status, body = http_get(url, timeout=5.0)
+            if status == 200 and ok(body):
+                return body
+            if time.monotonic() > deadline:
+                raise FleetError(f"{what} not ready within {self.config.ready_timeout_s:g} s ({url}: status {status})")
+            if self.router is not None and self.router.poll() is not None:
+                raise FleetError(f"the router exited ({self.router.returncode}) while starting; run "
+                                 f"'python -m sglang_router.launch_router --help' to check the install")
+            time.sleep(0.2)
+
+    def _spawn_router(self) -> None:
+        self.router_port = self.config.port or free_port(self.config.host)
+        urls = [w.url for w in self.workers]
+        args = [sys.executable, "-m", "sglang_router.launch_router", "--host", self.config.host,
+                "--port", str(self.router_port), "--policy", self.config.policy, "--worker-urls", *urls,
+                "--log-level", "warn"]
+        self.router = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr,
+                                       preexec_fn=_die_with_parent)
+
+    def _wait_router(self, deadline: float) -> None:
+        """Until the router's worker list holds every worker (it registers each after its health check)."""
+        wanted = {w.url for w in self.workers}
+
+        def all_registered(body: bytes) -> bool:
+            try:
+                listed = json.loads(body)
+            except ValueError:
+                return False
+            found = set(re.findall(r"http://[0-9A-Za-z.\-]+:\d+", json.dumps(listed)))
+            return wanted <= found
+
+        self._wait_http(f"{self.url}/workers", deadline, "the router's worker list", all_registered)
+
+    # --- stop ---
+    def stop(self) -> None:
+        """SIGTERM everything, wait up to grace_s, SIGKILL what is left (idempotent)."""
+        procs = ([self.router] if self.router is not None else []) + [w.proc for w in self.workers]
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.config.grace_s + 5.0
+        for proc in procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+    def __enter__(self) -> Fleet:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,45 @@
+"""`sglc fleet`: the real sglang-router in front of real `sglc serve` workers on loopback. It
+starts, registers every worker, forwards /generate, and stops every process it started on
+SIGTERM or when it is killed (no orphans)."""
+from __future__ import annotations
+
+import json
+import signal
+import urllib.request
+
+import pytest
+
+from fleet_helpers import FleetProcess, alive, wait_gone, worker_metrics
+
+pytestmark = pytest.mark.model
+
+
+def post(url: str, body: dict) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.loads(response.read())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_fleet_serves_through_the_router_and_leaves_no_process_behind(sig):
+    """Two workers behind the router answer /generate at the router's URL; SIGTERM stops the
+    router and both workers (exit 0), and SIGKILL of the fleet process still takes them down."""
+    fleet = FleetProcess(dp=2)
+    try:
+        fleet.start()
+        listed = json.loads(urllib.request.urlopen(f"{fleet.url}/workers", timeout=10).read())
+        assert {w["url"] for w in listed["workers"]} == {url for url, _, _ in fleet.workers}
+        answer = post(f"{fleet.url}/generate", {"text": "The capital of France is",
+                                                  "sampling_params": {"max_new_tokens": 3, "temperature": 0}})
+        assert answer["meta_info"]["completion_tokens"] == 3
+        served = sum(worker_metrics(url)["num_requests"] for url, _, _ in fleet.workers)
+        assert served == 1
+        pids = fleet.pids()
+        assert all(alive(p) for p in pids)
+        code = fleet.stop(sig)
+        assert code == (0 if sig == signal.SIGTERM else -signal.SIGKILL)
+        assert wait_gone(pids) == [], "processes left running after the fleet stopped"
+        if sig == signal.SIGTERM:
+            assert "sglc fleet: stopped" in "".join(fleet.stderr)
+    finally:
+        fleet.kill_everything()
