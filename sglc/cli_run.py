@@ -1,6 +1,7 @@
 """`sglc run`: execute a graph.pb once per input line, write one JSON result per line.
 
     sglc run GRAPH.pb --backend srt [--endpoint host:port] --input args.jsonl --output out.jsonl
+    sglc run GRAPH.pb --backend sglang --endpoint http://host:port ...   (router, sglc serve --http-port, SGLang)
                       [--concurrency N] [--max-parallel N] [--timeout S]
                       [--temperature T] [--max-new-tokens N] [--seed S]
 
@@ -43,7 +44,9 @@ def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "arguments) and write one JSON result per line, in input order. Without --endpoint "
                     "the embedded runtime (in-process engine, default model) is started.")
     run.add_argument("graph", metavar="GRAPH.pb")
-    run.add_argument("--backend", default="srt", choices=["srt", "openai"], help="backend kind (default: srt)")
+    run.add_argument("--backend", default="srt", choices=["srt", "openai", "sglang"],
+                     help="backend kind (default: srt; sglang: SGLang's HTTP /generate at --endpoint http://host:port, "
+                          "e.g. an `sglc fleet` router or an SGLang server)")
     run.add_argument("--endpoint", metavar="HOST:PORT", help="a `sglc serve` runtime; omit for the embedded one")
     run.add_argument("--input", "-i", metavar="ARGS.jsonl", required=True,
                      help="one JSON object of program arguments per line ('-' for stdin)")

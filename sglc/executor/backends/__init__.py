@@ -10,6 +10,9 @@
 - ``"openai"``: any OpenAI-compatible HTTP endpoint (``http://host:port`` or ``host:port``; an
   ``sglc serve --http-port`` or a hosted API): :class:`sglc.executor.backends.openai_backend.OpenAIBackend`;
   `opts`: ``model``, ``model_type`` ("auto" | "completion" | "chat"), ``api_key``, ``timeout``.
+- ``"sglang"``: SGLang's HTTP ``/generate`` at ``http://host:port`` (sglang-router / ``sglc fleet``,
+  one ``sglc serve --http-port``, or a real SGLang server):
+  :class:`sglc.executor.backends.sglang_http.SGLangBackend`; `opts`: ``api_key``, ``timeout``.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from typing import Any, Optional
 from sglc.executor.backend import Backend
 from sglc.executor.errors import BackendError
 
-BACKENDS = ("srt", "engine", "openai")
+BACKENDS = ("srt", "engine", "openai", "sglang")
 
 
 def normalize_endpoint(endpoint: str) -> str:
@@ -54,4 +57,11 @@ def make_backend(name: str, endpoint: Optional[str] = None, **opts: Any) -> Back
         from sglc.executor.backends.openai_backend import OpenAIBackend
 
         return OpenAIBackend(endpoint, **opts)
+    if name == "sglang":
+        if endpoint is None:
+            raise ValueError("the sglang backend needs --endpoint http://host:port (a router, sglc serve "
+                             "--http-port, or an SGLang server)")
+        from sglc.executor.backends.sglang_http import SGLangBackend
+
+        return SGLangBackend(endpoint, **opts)
     raise ValueError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")

@@ -1,0 +1,129 @@
+"""A compiled graph run with `sglc run --backend sglang` through the real sglang-router in front of
+two real `sglc serve` workers (loopback): the same greedy outputs as one worker alone, every
+request of one prefix group on one worker (cache_aware, read from the workers' /metrics), and a
+worker killed mid-run loses nothing but the inputs it held, each with a clear error (or retried)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fleet_helpers import ROOT, FleetProcess, worker_metrics
+from sglc.cli import main as sglc_main
+
+pytestmark = pytest.mark.model
+
+ENV = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+PROGRAM = '''
+import sglc as sgl
+
+@sgl.function
+def ask(s, context, question):
+    s += context + "\\nQuestion: " + question + "\\nAnswer:"
+    s += sgl.gen("answer", max_tokens=4, temperature=0, stop="\\n")
+    s += "\\nIs the answer right? "
+    s += sgl.select("verdict", choices=["yes", "no"])
+    s += "\\nA three-digit code: " + sgl.gen("code", max_tokens=6, temperature=0, regex=r"[0-9]{3}")
+'''
+CONTEXTS = {
+    "france": "Notes on France. " + " ".join(f"France fact {i}: Paris is the capital and the Seine runs "
+                                               f"through it." for i in range(12)),
+    "ocean": "Notes on oceans. " + " ".join(f"Ocean fact {i}: the Pacific is the largest and deepest ocean "
+                                             f"on Earth." for i in range(12)),
+}
+QUESTIONS = ["What is the capital?", "Name a river.", "Which is largest?"]
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("fleet_run")
+    (folder / "ask.py").write_text(PROGRAM)
+    assert sglc_main(["compile", str(folder / "ask.py"), "-o", str(folder / "ask.pb")]) == 0
+    return folder / "ask.pb"
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    with FleetProcess(dp=2) as f:
+        yield f
+
+
+def write_inputs(path: Path, group: str) -> Path:
+    path.write_text("".join(json.dumps({"context": CONTEXTS[group], "question": q}) + "\n" for q in QUESTIONS))
+    return path
+
+
+def sglc_run(graph: Path, endpoint: str, inputs: Path, output: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "sglc.cli", "run", str(graph), "--backend", "sglang",
+                             "--endpoint", endpoint, "--input", str(inputs), "--output", str(output),
+                             "--no-progress", *extra],
+                            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run_ok(*args) -> list[dict]:
+    proc = sglc_run(*args)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    return [json.loads(line) for line in args[3].read_text().splitlines()]
+
+
+def requests_per_worker(fleet) -> list[float]:
+    return [worker_metrics(url)["num_requests"] for url, _, _ in fleet.workers]
+
+
+def test_router_gives_single_worker_outputs_and_keeps_each_prefix_group_on_one_worker(fleet, graph, tmp_path):
+    """Greedy outputs through the router equal one worker's; every request of a group (sharing a long
+    context) lands on one worker, and the select and the regex gen obey their constraints."""
+    single_worker = fleet.workers[0][0]
+    for group in CONTEXTS:
+        inputs = write_inputs(tmp_path / f"{group}.jsonl", group)
+        alone = run_ok(graph, single_worker, inputs, tmp_path / f"{group}.alone.jsonl", "--concurrency", "1")
+        before = requests_per_worker(fleet)
+        routed = run_ok(graph, fleet.url, inputs, tmp_path / f"{group}.routed.jsonl", "--concurrency", "1")
+        delta = [b - a for a, b in zip(before, requests_per_worker(fleet))]
+        assert [r["variables"] for r in routed] == [r["variables"] for r in alone]
+        for r in routed:
+            assert r["variables"]["verdict"] in ("yes", "no")
+            assert re.fullmatch(r"[0-9]{3}", r["variables"]["code"]), r["variables"]["code"]
+        assert sorted(delta)[0] == 0 and sorted(delta)[1] > 0, f"group {group} spread over workers: {delta}"
+    calls = [c for r in routed for c in r.get("calls", [])]
+    assert calls and any(c.get("cached_tokens", 0) > 0 for c in calls), "no cached tokens in the results' metadata"
+
+
+def test_a_killed_worker_loses_only_its_inputs_with_a_clear_error(fleet, graph, tmp_path):
+    """Kill one worker mid-run: every input either has the single-worker answer (it ran on the live
+    worker, or was retried before any token came back) or a per-input error naming the failed call;
+    the run finishes, and later inputs still go to the live worker. (Runs last: it kills a worker.)"""
+    lines = [json.dumps({"context": CONTEXTS[g] + f" Variant {i}.", "question": q})
+             for i in range(3) for g in CONTEXTS for q in QUESTIONS[:2]]
+    inputs = tmp_path / "many.jsonl"
+    inputs.write_text("\n".join(lines) + "\n")
+    reference = run_ok(graph, fleet.workers[1][0], inputs, tmp_path / "reference.jsonl", "--concurrency", "4")
+    out = tmp_path / "killed.jsonl"
+    t0 = time.monotonic()
+    proc = sglc_run(graph, fleet.url, inputs, out, "--concurrency", "4")
+    time.sleep(3.0)
+    assert proc.poll() is None, "the run ended before the worker was killed"
+    os.kill(fleet.workers[0][2], signal.SIGKILL)
+    _, err = proc.communicate(timeout=300)
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(results) == len(lines), err
+    failed = [r for r in results if r.get("error")]
+    print(f"worker killed mid-run: {len(failed)} of {len(lines)} inputs failed; run took {time.monotonic() - t0:.1f} s")
+    for r, ref in zip(results, reference):
+        if not r.get("error"):
+            assert r["variables"] == ref["variables"]
+        else:
+            assert "sglang backend" in r["error"] and "failed" in r["error"], r["error"]
+    assert proc.returncode == (1 if failed else 0), err
+    assert len(failed) < len(lines), "every input failed: the live worker took nothing"
+    # the router stops sending to the dead worker: a new run succeeds entirely on the live one
+    again = run_ok(graph, fleet.url, write_inputs(tmp_path / "again.jsonl", "france"), tmp_path / "again.out.jsonl")
+    assert len(again) == len(QUESTIONS) and not any(r.get("error") for r in again)
