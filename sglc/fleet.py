@@ -112,6 +112,19 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         return 0, b""
 
 
+def worker_metrics(url: str, timeout: float = 10.0) -> dict[str, float]:
+    """An `sglc serve` worker's /metrics (Prometheus text, ``sglc_NAME VALUE`` lines) as {NAME: value}."""
+    status, body = http_get(f"{url}/metrics", timeout)
+    if status != 200:
+        raise FleetError(f"{url}/metrics answered status {status}")
+    out = {}
+    for line in body.decode("utf-8", "replace").splitlines():
+        if line.startswith("sglc_"):
+            name, _, value = line.partition(" ")
+            out[name[len("sglc_"):]] = float(value)
+    return out
+
+
 @dataclasses.dataclass
 class Worker:
     """One `sglc serve` process and its addresses (filled in once it listens)."""

@@ -9,8 +9,9 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
+
+from sglc.fleet import worker_metrics  # noqa: F401  (re-exported for the tests)
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUTER = re.compile(r"^sglc fleet: router on (http://\S+) .*pid (\d+)\)$")
@@ -88,18 +89,6 @@ class FleetProcess:
             self.stop()
         finally:
             self.kill_everything()
-
-
-def worker_metrics(url: str) -> dict[str, float]:
-    """A worker's /metrics (Prometheus text, `sglc_NAME VALUE` lines) as {NAME: value}."""
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("sglc_"):
-            name, value = line.split()
-            out[name[len("sglc_"):]] = float(value)
-    return out
 
 
 def wait_gone(pids: list[int], timeout: float = 30.0) -> list[int]:
