@@ -47,8 +47,9 @@ def add_fleet_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
-    from sglc.fleet import Fleet, FleetConfig
+    from sglc.fleet import Fleet, FleetConfig, check_router_installed
 
+    check_router_installed()  # before anything starts
     config = FleetConfig(num_workers=args.dp, policy=args.policy, model=args.model, host=args.host, port=args.port,
                          threads_per_worker=args.threads_per_worker, worker_args=tuple(args.worker_arg),
                          ready_timeout_s=args.ready_timeout)

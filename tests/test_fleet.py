@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import urllib.request
 
 import pytest
 
-from fleet_helpers import FleetProcess, alive, wait_gone, worker_metrics
+from fleet_helpers import ROOT, FleetProcess, alive, wait_gone, worker_metrics
 
 pytestmark = pytest.mark.model
 
@@ -43,3 +45,13 @@ def test_fleet_serves_through_the_router_and_leaves_no_process_behind(sig):
             assert "sglc fleet: stopped" in "".join(fleet.stderr)
     finally:
         fleet.kill_everything()
+
+
+def test_missing_router_is_a_one_line_error_naming_the_extra():
+    """Without sglang-router installed, `sglc fleet` starts nothing and says which extra to install."""
+    code = ("import sys; sys.modules['sglang_router'] = None\n"
+            "from sglc.cli import main; sys.exit(main(['fleet', '--dp', '1']))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "sglang_router is not installed: pip install 'sglc[fleet]'" in proc.stderr
+    assert "worker" not in proc.stderr and proc.stdout == ""
