@@ -107,16 +107,20 @@ def test_a_killed_worker_loses_only_its_inputs_with_a_clear_error(fleet, graph, 
     inputs.write_text("\n".join(lines) + "\n")
     reference = run_ok(graph, fleet.workers[1][0], inputs, tmp_path / "reference.jsonl", "--concurrency", "4")
     out = tmp_path / "killed.jsonl"
+    victim = fleet.workers[0][0]
+    before = worker_metrics(victim)["num_requests"]
     t0 = time.monotonic()
     proc = sglc_run(graph, fleet.url, inputs, out, "--concurrency", "4")
     time.sleep(3.0)
     assert proc.poll() is None, "the run ended before the worker was killed"
+    assert worker_metrics(victim)["num_requests"] > before, "the worker to kill had received no request yet"
     os.kill(fleet.workers[0][2], signal.SIGKILL)
     _, err = proc.communicate(timeout=300)
     results = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(results) == len(lines), err
     failed = [r for r in results if r.get("error")]
-    print(f"worker killed mid-run: {len(failed)} of {len(lines)} inputs failed; run took {time.monotonic() - t0:.1f} s")
+    print(f"worker killed mid-run: {len(failed)} of {len(lines)} inputs failed; run took {time.monotonic() - t0:.1f} s; "
+          f"first error: {failed[0]['error'] if failed else None}")
     for r, ref in zip(results, reference):
         if not r.get("error"):
             assert r["variables"] == ref["variables"]
