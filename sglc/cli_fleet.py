@@ -1,7 +1,7 @@
 """`sglc fleet`: N runtime workers behind SGLang's router, until SIGTERM / SIGINT.
 
     sglc fleet --dp N [--policy cache_aware|round_robin|random|power_of_two] [--port N] [--host H]
-               [--model PATH_OR_DEFAULT] [--threads-per-worker N] [--worker-arg ARG ...]
+               [--model PATH_OR_DEFAULT] [--threads-per-worker N] [--worker-arg ARG ...] [--router-arg ARG ...]
 
 Prints ``sglc fleet: router on http://HOST:PORT ...`` on stdout once every worker is healthy and
 registered with the router (port 0 picks a free port: read it from that line), then one
@@ -40,6 +40,9 @@ def add_fleet_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--worker-arg", action="append", default=[], metavar="ARG",
                    help="one more `sglc serve` argument for every worker (repeatable), e.g. "
                         "--worker-arg=--kv-slots --worker-arg=8192")
+    p.add_argument("--router-arg", action="append", default=[], metavar="ARG",
+                   help="one more sglang-router argument (repeatable), e.g. --router-arg=--health-check-interval-secs "
+                        "--router-arg=5 (python -m sglang_router.launch_router --help lists them)")
     p.add_argument("--ready-timeout", type=float, default=300.0, metavar="SECONDS",
                    help="give up when the fleet is not ready after this long (default 300)")
     p.set_defaults(handler=cmd_fleet)
@@ -51,7 +54,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
 
     check_router_installed()  # before anything starts
     config = FleetConfig(num_workers=args.dp, policy=args.policy, model=args.model, host=args.host, port=args.port,
-                         threads_per_worker=args.threads_per_worker, worker_args=tuple(args.worker_arg),
+                         threads_per_worker=args.threads_per_worker, worker_args=tuple(args.worker_arg), router_args=tuple(args.router_arg),
                          ready_timeout_s=args.ready_timeout)
     signals: list[int] = []
     previous = {s: signal.signal(s, lambda signum, frame: signals.append(signum))

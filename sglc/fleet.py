@@ -59,6 +59,8 @@ class FleetConfig:
     threads_per_worker: Optional[int] = None
     #: More `sglc serve` arguments for every worker (e.g. ["--kv-slots", "8192"]).
     worker_args: tuple[str, ...] = ()
+    #: More `sglang_router.launch_router` arguments (e.g. ["--health-check-interval-secs", "5"]).
+    router_args: tuple[str, ...] = ()
     ready_timeout_s: float = 300.0
     grace_s: float = 10.0
 
@@ -232,7 +234,7 @@ class Fleet:
         urls = [w.url for w in self.workers]
         args = [sys.executable, "-m", "sglang_router.launch_router", "--host", self.config.host,
                 "--port", str(self.router_port), "--policy", self.config.policy, "--worker-urls", *urls,
-                "--log-level", "warn"]
+                "--log-level", "warn", *self.config.router_args]
         self.router = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr,
                                        preexec_fn=_die_with_parent)
 

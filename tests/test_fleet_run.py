@@ -11,11 +11,13 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from fleet_helpers import ROOT, FleetProcess, worker_metrics
+from grpc_helpers import ServeProcess
 from sglc.cli import main as sglc_main
 
 pytestmark = pytest.mark.model
@@ -51,7 +53,8 @@ def graph(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def fleet():
-    with FleetProcess(dp=2) as f:
+    # NOTE: health checks every second, so the router notices a dead or restarted worker quickly
+    with FleetProcess("--router-arg=--health-check-interval-secs", "--router-arg=1", dp=2) as f:
         yield f
 
 
@@ -105,16 +108,18 @@ def test_a_killed_worker_loses_only_its_inputs_with_a_clear_error(fleet, graph, 
              for i in range(3) for g in CONTEXTS for q in QUESTIONS[:2]]
     inputs = tmp_path / "many.jsonl"
     inputs.write_text("\n".join(lines) + "\n")
-    reference = run_ok(graph, fleet.workers[1][0], inputs, tmp_path / "reference.jsonl", "--concurrency", "4")
+    reference = run_ok(graph, fleet.workers[0][0], inputs, tmp_path / "reference.jsonl", "--concurrency", "4")
     out = tmp_path / "killed.jsonl"
-    victim = fleet.workers[0][0]
-    before = worker_metrics(victim)["num_requests"]
+    before = requests_per_worker(fleet)
     t0 = time.monotonic()
     proc = sglc_run(graph, fleet.url, inputs, out, "--concurrency", "4")
-    time.sleep(3.0)
-    assert proc.poll() is None, "the run ended before the worker was killed"
-    assert worker_metrics(victim)["num_requests"] > before, "the worker to kill had received no request yet"
-    os.kill(fleet.workers[0][2], signal.SIGKILL)
+    busy: list[int] = []
+    while not busy and proc.poll() is None and time.monotonic() - t0 < 120:  # kill a worker that has work
+        time.sleep(0.5)
+        busy = [i for i, (a, b) in enumerate(zip(before, requests_per_worker(fleet))) if b > a]
+    assert busy and proc.poll() is None, "the run ended before any worker could be killed"
+    fleet.killed = busy[0]
+    os.kill(fleet.workers[busy[0]][2], signal.SIGKILL)
     _, err = proc.communicate(timeout=300)
     results = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(results) == len(lines), err
@@ -131,3 +136,30 @@ def test_a_killed_worker_loses_only_its_inputs_with_a_clear_error(fleet, graph, 
     # the router stops sending to the dead worker: a new run succeeds entirely on the live one
     again = run_ok(graph, fleet.url, write_inputs(tmp_path / "again.jsonl", "france"), tmp_path / "again.out.jsonl")
     assert len(again) == len(QUESTIONS) and not any(r.get("error") for r in again)
+
+
+@pytest.mark.xfail(strict=True, reason="open (issue 14): sglang-router 0.3.2 lists the restarted worker as healthy, "
+                   "but sent it none of 8 new distinct requests under cache_aware (circuit breaker or the dead "
+                   "worker's text tree?); not yet understood")
+def test_a_restarted_worker_rejoins(fleet, graph, tmp_path):
+    """After the kill above, a new `sglc serve` on the dead worker's HTTP port is healthy again in the
+    router's worker list and takes requests (router health checks every second). Runs last."""
+    url = fleet.workers[fleet.killed][0]
+    port = url.rsplit(":", 1)[1]
+    with ServeProcess("--http-port", port) as revived:
+        deadline = time.monotonic() + 60
+        while True:
+            listed = json.loads(urllib.request.urlopen(f"{fleet.url}/workers", timeout=10).read())["workers"]
+            if any(w["url"] == url and w.get("is_healthy") for w in listed):
+                break
+            assert time.monotonic() < deadline, f"the restarted worker is not healthy in the router: {listed}"
+            time.sleep(0.5)
+        for i in range(8):  # distinct texts: cache_aware sends an unmatched prefix to the smaller tree
+            body = {"text": f"{i} Fresh document number {i * 7919}: " + f"w{i} " * (30 + i),
+                    "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+            request = urllib.request.Request(f"{fleet.url}/generate", data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"})
+            urllib.request.urlopen(request, timeout=120).read()
+        listed = json.loads(urllib.request.urlopen(f"{fleet.url}/workers", timeout=10).read())["workers"]
+        assert worker_metrics(url)["num_requests"] > 0, f"the restarted worker took no request: {listed}"
+        revived.kill()

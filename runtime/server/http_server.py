@@ -235,6 +235,9 @@ class HttpServer:
         self.host = host
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_STREAM)
+        # NOTE: a worker restarted on its old port (to rejoin a router) must not wait for the dead
+        # one's connections in TIME_WAIT; a port another process listens on is still refused.
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self._sock.bind((host, port))
         except OSError as err:
