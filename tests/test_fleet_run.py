@@ -100,6 +100,24 @@ def test_router_gives_single_worker_outputs_and_keeps_each_prefix_group_on_one_w
     assert calls and any(c.get("cached_tokens", 0) > 0 for c in calls), "no cached tokens in the results' metadata"
 
 
+def test_streaming_through_the_router_equals_the_plain_answer(fleet):
+    """generate_stream through the router (SSE passed on by it) joins to the non-streamed greedy text."""
+    from sglc.executor.backend import GenParams, Prompt
+    from sglc.executor.backends.sglang_http import SGLangBackend
+
+    backend = SGLangBackend(fleet.url, timeout=120)
+    try:
+        params = GenParams(max_tokens=6, temperature=0)
+        prompt = Prompt("The capital of France is Paris. The capital of Italy is")
+        plain = backend.generate(prompt, params)
+        pieces: list[str] = []
+        streamed = backend.generate_stream(prompt, params, pieces.append)
+        assert "".join(pieces) == streamed.text == plain.text and plain.text.strip()
+        assert not backend.is_sglc, "behind the router the fsm extension must not be used"
+    finally:
+        backend.close()
+
+
 def test_a_killed_worker_loses_only_its_inputs_with_a_clear_error(fleet, graph, tmp_path):
     """Kill one worker mid-run: every input either has the single-worker answer (it ran on the live
     worker, or was retried before any token came back) or a per-input error naming the failed call;
