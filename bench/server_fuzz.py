@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import grpc
 
-from sglc.proto import runtime_pb2 as pb
+from sglc.wire.proto import runtime_pb2 as pb
 
 # ======================================= values =======================================
 WEIRD = [None, True, False, 0, -1, 1, 7, 2**31, 2**63, 2**64 + 1, -2**63, 10**30, 1.5, -0.0, 1e308, 1e-308,

@@ -52,7 +52,7 @@ def set_default_backend(backend: Any) -> None:
 
 def RuntimeEndpoint(endpoint: str, **opts: Any) -> Any:  # noqa: N802 - SGLang's spelling
     """A `sglc serve` runtime at "host:port" or "http://host:port" (the gRPC `srt` backend)."""
-    from sglc.executor.backends import make_backend
+    from sglc.backends import make_backend
 
     return make_backend("srt", endpoint, **opts)
 
@@ -63,14 +63,14 @@ def Runtime(model: str = "default", **opts: Any) -> Any:  # noqa: N802 - SGLang'
     `opts` are engine settings (dtype, schedule_policy, disable_radix_cache, timeout, ...).
     Call `.close()` (or let the process end) to stop it.
     """
-    from sglc.executor.backends import make_backend
+    from sglc.backends import make_backend
 
     return make_backend("srt", None, model=model, **opts)
 
 
 def OpenAI(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - SGLang's spelling
     """SGLang's OpenAI backend (not available yet)."""
-    from sglc.executor.backends import make_backend
+    from sglc.backends import make_backend
 
     return make_backend("openai")
 

@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError
 from graph_pb_helpers import parse, seal
 from sglc.ir.ops import Op
 from sglc.ir.types import ValueType
-from sglc.proto import graph_pb2 as pb
+from sglc.wire.proto import graph_pb2 as pb
 
 HUGE_INTS = [0, -1, 1, 2**31, 2**32 - 1, 2**63 - 1, -(2**63), 10**15]
 HUGE_FLOATS = [float("inf"), float("-inf"), float("nan"), 1e308, -1e308, -0.0, 5e-324, 0.5]

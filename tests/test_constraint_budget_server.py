@@ -18,8 +18,8 @@ import grpc
 import pytest
 
 from sglc import fsm
-from sglc.proto import runtime_pb2 as pb
-from sglc.proto import runtime_pb2_grpc as pb_grpc
+from sglc.wire.proto import runtime_pb2 as pb
+from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
 from sglc_runtime.constrained import ConstraintCompilerConfig
 from sglc_runtime.engine import Engine
 from sglc_runtime.engine.engine_config import EngineConfig

@@ -27,7 +27,7 @@ SEED = 1234
 
 @pytest.fixture(scope="module")
 def backend():
-    from sglc.executor.backends.engine import EngineBackend
+    from sglc_runtime.server.engine_backend import EngineBackend
 
     be = EngineBackend()
     yield be

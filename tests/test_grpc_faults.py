@@ -18,10 +18,10 @@ import pytest
 
 from grpc_helpers import ServeProcess, runtime_fixture, stub  # noqa: F401 (fixtures)
 from sglc.errors import BackendError
-from sglc.executor.backend import GenParams, Prompt
 from sglc.executor.backends.srt import SrtBackend
-from sglc.proto import runtime_pb2 as pb
-from sglc.proto import runtime_pb2_grpc as pb_grpc
+from sglc.wire.backend import GenParams, Prompt
+from sglc.wire.proto import runtime_pb2 as pb
+from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
 from sglc_runtime.server.launch import Runtime, ServeConfig
 
 pytestmark = pytest.mark.model

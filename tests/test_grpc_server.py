@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from grpc_helpers import runtime_fixture, stub  # noqa: F401 (fixtures)
-from sglc.proto import runtime_pb2 as pb
+from sglc.wire.proto import runtime_pb2 as pb
 from sglc_runtime.sampling.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.model

@@ -13,7 +13,7 @@ from sglc.errors import GraphFormatError
 from sglc.ir import Graph, Op
 from sglc.ir.serialize import FORMAT_VERSION, decode, encode, load, save
 from sglc.passes.lower_constraints import lower_constraints
-from sglc.proto import graph_pb2 as pb
+from sglc.wire.proto import graph_pb2 as pb
 
 #: graph.pb files of format version 1 (no checksum), written by sglc before version 2 existed.
 V1_FILES = sorted((Path(__file__).parent / "data").glob("*.v1.pb"))

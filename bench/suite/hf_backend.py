@@ -6,7 +6,7 @@ one call at a time behind a lock). The model is transformers' own implementation
 (``AutoModelForCausalLM``, a ``LlamaForCausalLM`` for SmolLM2) over the same converted
 safetensors folder and dtype our engine loads, so the two systems do the same model work.
 
-Semantics mirror :class:`sglc.executor.backends.engine.EngineBackend`:
+Semantics mirror :class:`sglc_runtime.server.engine_backend.EngineBackend`:
 
 - token ids come from our runtime Tokenizer on the same folder (identical prompts);
 - GenParams become the runtime's SamplingParams (same defaults and validation); the output is
@@ -29,7 +29,7 @@ from typing import Any, Optional
 import torch
 
 from bench.suite.hf_logits import CallDecoding, ConstraintAbort
-from sglc.executor.backend import (
+from sglc.wire.backend import (
     Backend,
     CallMeta,
     ChoiceLogprobs,
@@ -39,8 +39,8 @@ from sglc.executor.backend import (
     Prompt,
     ScoreResult,
 )
-from sglc.executor.backends.engine import sampling_kwargs  # NOTE: one GenParams -> SamplingParams mapping
 from sglc.executor.errors import BackendError
+from sglc_runtime.server.engine_backend import sampling_kwargs  # NOTE: one GenParams -> SamplingParams mapping
 
 
 class HFPerCallBackend(Backend):
@@ -83,7 +83,7 @@ class HFPerCallBackend(Backend):
     def model_info(self) -> ModelInfo:
         with self._info_lock:
             if self._info is None:
-                from sglc_runtime.server.chat_template import derive_chat_template
+                from sglc.wire.chat_template import derive_chat_template
 
                 tok = self.tokenizer
                 template = None
@@ -217,7 +217,7 @@ class HFPerCallBackend(Backend):
     @staticmethod
     def _text(prompt: Prompt) -> str:
         """The prompt text: image markers become ``<image: NAME>``, as EngineBackend does."""
-        from sglc_runtime.server.prompts import IMAGE_MARKER, PromptInput, resolve_prompt
+        from sglc.wire.prompt import IMAGE_MARKER, PromptInput, resolve_prompt
 
         if not prompt.images and IMAGE_MARKER not in prompt.text:
             return prompt.text

@@ -167,7 +167,7 @@ class SamplingParams:
         TypeError / ValueError naming the field when it is malformed or several are set."""
         if self.regex is None and self.json_schema is None and self.fsm is None:
             return None
-        from ..constrained.spec import ConstraintSpec  # NOTE: lazy: only constrained requests pay
+        from sglc.wire.constraint_spec import ConstraintSpec  # NOTE: lazy: only constrained requests pay
 
         try:
             return ConstraintSpec.of(regex=self.regex, json_schema=self.json_schema, fsm=self.fsm)

@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Callable
 from . import openai_protocol as proto
 from .calls import CallGroup
 from .limits import utf8_or_error
-from .prompts import PromptInput
+from sglc.wire.prompt import PromptInput
 from .service import RequestError, RuntimeService, abort_kind
 
 __all__ = ["Handlers", "HttpError", "Started"]

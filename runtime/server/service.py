@@ -20,17 +20,16 @@ import posixpath
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from sglc.executor.backend import ChatTemplate
+from sglc.wire.service_results import ChoiceScore, RuntimeModelInfo, ScoreOutcome
 
 from sglc_runtime.constrained.errors import ConstraintCompilerBusy
 
 from .calls import CallCancelled, GenerateCall, ScoreCall
-from .chat_template import derive_chat_template
+from sglc.wire.chat_template import derive_chat_template
 from .limits import LimitExceeded, ServerLimits
-from .prompts import IMAGE_MARKER, PromptInput, RequestError, image_placeholder, resolve_prompt
+from sglc.wire.prompt import IMAGE_MARKER, PromptInput, RequestError, image_placeholder, resolve_prompt
 
 log = logging.getLogger(__name__)
 
@@ -49,37 +48,6 @@ def one_line(err: BaseException) -> str:
 __all__ = ["IMAGE_MARKER", "PromptInput", "RequestError", "ServiceUnavailable", "ConstraintCompilerBusy",
            "RuntimeService", "GenerateCall", "ScoreCall", "CallCancelled", "LimitExceeded", "ServerLimits",
            "ChoiceScore", "ScoreOutcome", "RuntimeModelInfo", "abort_kind", "image_placeholder", "resolve_prompt"]
-
-
-# ----- results -----
-@dataclass
-class ChoiceScore:
-    token_ids: list[int]
-    token_logprobs: list[float]
-    greedy_logprobs: list[float] = field(default_factory=list)
-    unconditional_logprobs: list[float] | None = None
-
-
-@dataclass
-class ScoreOutcome:
-    choices: list[ChoiceScore]
-    prompt_tokens: int
-    cached_tokens: int
-    warnings: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class RuntimeModelInfo:
-    model_name: str
-    model_path: str
-    context_length: int
-    vocab_size: int
-    eos_token_ids: tuple[int, ...]
-    bos_token_id: int | None
-    dtype: str
-    supports_images: bool
-    chat_template: ChatTemplate | None
-    jinja_chat_template: str
 
 
 def _floats(values: Sequence[float | None] | None) -> list[float]:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Optional, Sequence, Union
 
-from sglc.executor.backend import Backend
 from sglc.executor.batch import run_graph_batch
 from sglc.executor.graph_executor import DEFAULT_MAX_PARALLEL, GraphExecutor
 from sglc.executor.pool import DaemonPool
 from sglc.executor.program import ExecutedState, ProgramError, bind_call, resolve_backend
 from sglc.executor.semantics import RUN_SAMPLING_KEYS, sampling_defaults
 from sglc.ir.graph import Graph
+from sglc.wire.backend import Backend
 
 Pass = Callable[[Graph], Any]
 

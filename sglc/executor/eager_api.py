@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence, Union
 
-from sglc.executor.backend import Backend
 from sglc.executor.batch import run_batch
 from sglc.executor.compiled import concurrency_of, split_run_kwargs
 from sglc.executor.eager import run_program
 from sglc.executor.graph_executor import DEFAULT_MAX_PARALLEL
 from sglc.executor.program import ExecutedState, bind_call, resolve_backend
 from sglc.executor.results import ProgramResult
+from sglc.wire.backend import Backend
 
 
 def _checked_arguments(fn: Any, arguments: dict[str, Any]) -> dict[str, Any]:

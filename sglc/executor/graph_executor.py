@@ -21,7 +21,6 @@ import heapq
 import threading
 from typing import Any, Optional
 
-from sglc.executor.backend import Backend
 from sglc.executor.errors import ExecutionError, wrap
 from sglc.executor.pool import DaemonPool
 from sglc.executor.results import CallRecord, ProgramResult
@@ -30,6 +29,7 @@ from sglc.executor.stream_state import StreamState
 from sglc.ir.graph import Graph
 from sglc.ir.node import Node
 from sglc.ir.ops import Op
+from sglc.wire.backend import Backend
 
 #: Ops that call the backend and so run on the pool.
 CALL_OPS = frozenset({Op.GEN, Op.SELECT, Op.CACHE_PREFIX})

@@ -11,12 +11,12 @@ import threading
 from typing import Any, Optional, Sequence
 
 from sglc.errors import SglcError
-from sglc.executor.backend import Backend
 from sglc.executor.results import ProgramResult
 from sglc.frontend.errors import NotExecutableError, user_source
 from sglc.frontend.primitives import Gen, Select
 from sglc.frontend.sink import StreamSink
 from sglc.frontend.state import ProgramState
+from sglc.wire.backend import Backend
 
 _default_backend: Optional[Backend] = None
 _default_lock = threading.Lock()

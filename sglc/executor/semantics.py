@@ -22,9 +22,10 @@ import time
 from typing import Any, ContextManager, Optional, Sequence
 
 from sglc.executor import select_methods
-from sglc.executor.backend import Backend, ChatTemplate, GenParams, ModelInfo
 from sglc.executor.results import CallRecord
 from sglc.executor.stream_state import StreamState
+from sglc.wire.backend import Backend, ChatTemplate, GenParams, ModelInfo
+from sglc.wire.json_schema_text import schema_text
 
 log = logging.getLogger("sglc.executor")
 
@@ -131,8 +132,7 @@ class Semantics:
         elif attrs.get("regex") is not None:
             params.regex = attrs["regex"]
         elif attrs.get("json_schema") is not None:
-            schema = attrs["json_schema"]
-            params.json_schema = schema if isinstance(schema, str) else json.dumps(schema, separators=(",", ":"))
+            params.json_schema = schema_text(attrs["json_schema"])
         elif attrs.get("dtype") is not None:
             from sglc import fsm as fsm_lib
 

@@ -5,12 +5,12 @@ that starts with the user's file:line.
 """
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Optional, Union
 
 from sglc.frontend.errors import user_source
 from sglc.ir.types import ValueType
+from sglc.wire.json_schema_text import schema_text
 
 #: dtype spellings accepted by gen(dtype=...) and the output type each gives.
 DTYPES = {"str": ValueType.STR, "int": ValueType.INT, "float": ValueType.FLOAT, "bool": ValueType.BOOL}
@@ -25,31 +25,12 @@ def dtype_name(dtype: Union[type, str]) -> str:
 
 
 def canonical_json_schema(schema: Any) -> str:
-    """A JSON schema given as a JSON string, a dict or a pydantic model class, as compact JSON.
-
-    NOTE: key order is preserved, not sorted: the order of `properties` decides the order in
-    which a constrained generation writes the fields.
-    """
-    if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
-        obj = schema.model_json_schema()
-    elif isinstance(schema, dict):
-        obj = schema
-    elif isinstance(schema, str):
-        try:
-            obj = json.loads(schema)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{user_source()}: gen json_schema is not valid JSON: {err}") from None
-    else:
-        raise TypeError(
-            f"{user_source()}: gen json_schema must be a JSON string, a dict or a pydantic model class, "
-            f"got {type(schema).__name__}"
-        )
-    if not isinstance(obj, dict):
-        raise ValueError(f"{user_source()}: gen json_schema must describe a JSON object schema, got {obj!r}")
+    """gen(json_schema=...) as compact JSON text (sglc.wire's one normalisation), errors at the
+    user's line."""
     try:
-        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return schema_text(schema)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{user_source()}: gen json_schema cannot be serialized: {err}") from None
+        raise type(err)(f"{user_source()}: gen {err}") from None
 
 
 def check_regex(regex: Any) -> str:

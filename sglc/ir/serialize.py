@@ -24,7 +24,7 @@ from sglc.ir.node import Guard, Node
 from sglc.ir.ops import Op
 from sglc.ir.types import ValueType, check_attr_value
 from sglc.ir.verify import verify
-from sglc.proto import graph_pb2 as pb
+from sglc.wire.proto import graph_pb2 as pb
 
 #: The format version this sglc writes; it reads this and every older version.
 FORMAT_VERSION = 2

@@ -42,7 +42,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Optional
 
-from sglc.executor.backend import (Backend, CallMeta, ChatTemplate, ChoiceLogprobs, GenParams, GenResult, ModelInfo,
+from sglc.wire.backend import (Backend, CallMeta, ChatTemplate, ChoiceLogprobs, GenParams, GenResult, ModelInfo,
                                    Prompt, ScoreResult)
 from sglc.executor.backends.api_speculative import SpeculativeCache
 from sglc.executor.errors import BackendError
@@ -201,7 +201,7 @@ class OpenAIBackend(Backend):
         at their markers, the same text the srt backend sends."""
         if not prompt.images:
             return prompt.text
-        from sglc_runtime.server.prompts import PromptInput, RequestError, resolve_prompt
+        from sglc.wire.prompt import PromptInput, RequestError, resolve_prompt
 
         try:
             text, _ = resolve_prompt(PromptInput(text=prompt.text, images=tuple(prompt.images),

@@ -1,14 +1,17 @@
 """EngineBackend: the embedded runtime — our engine in this process, driven by its own thread.
 
+It implements the executor's Backend interface (:mod:`sglc.wire.backend`, the contract), so the
+runtime imports only sglc.wire and the executor never imports the runtime; ``sglc.backends``
+(the composition root) builds it for ``make_backend("engine")``.
+
 ``sglc run --backend srt`` without ``--endpoint`` and ``sgl.Runtime()`` use it, so a program
 runs with nothing else started. The engine runs in background-thread mode (``Engine.start``):
 any executor thread submits a request and waits for it, with a deadline.
 
 - generate: one engine request; constraints (a compiled FSM from the lower_constraints pass,
-  a regex or a JSON schema) go to the engine's SamplingParams (or, on an engine without those
-  fields, become a compiled grammar from the engine's GrammarCache).
+  a regex or a JSON schema) go to the engine's SamplingParams, which compiles them once.
 - images: the model is text-only; each image becomes ``<image: NAME>`` at its marker, exactly
-  as the gRPC server's default image mode (sglc_runtime.server.prompts.resolve_prompt).
+  as the gRPC server's default image mode (sglc.wire.prompt.resolve_prompt).
 - score: ``Engine.score`` (the prompt is prefilled once, every choice is scored in one batched
   prefill that shares it). Unconditional logprobs score the same choice tokens after a single
   start token (the tokenizer's BOS, else its EOS), which stands for "no prompt".
@@ -21,7 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from sglc.executor.backend import (
+from sglc.errors import BackendError
+from sglc.wire.backend import (
     Backend,
     CallMeta,
     ChoiceLogprobs,
@@ -31,11 +35,11 @@ from sglc.executor.backend import (
     Prompt,
     ScoreResult,
 )
-from sglc.executor.errors import BackendError
-# NOTE: imported first so the call pools' exit hook is registered before any engine starts its own:
-# atexit runs hooks last-in first-out, so at exit engines stop (aborting what is still running and
-# waking the workers that wait on it) before the pools join those workers.
-from sglc.executor.pool import stop_all_pools  # noqa: F401
+from sglc.wire.chat_template import derive_chat_template
+from sglc.wire.prompt import IMAGE_MARKER, PromptInput, resolve_prompt
+
+from ..engine import Engine
+from ..sampling.sampling_params import SamplingParams
 
 #: Seconds one engine call may take before it is aborted and reported (CPU decoding is slow).
 DEFAULT_CALL_TIMEOUT = 600.0
@@ -64,8 +68,6 @@ class EngineBackend(Backend):
 
     def __init__(self, engine: Any = None, *, timeout: Optional[float] = DEFAULT_CALL_TIMEOUT, start: bool = True,
                  **config: Any) -> None:
-        from sglc_runtime.engine import Engine
-
         self._owns_engine = engine is None
         self.engine = engine if engine is not None else Engine(**config)
         self._started = threading.Event()
@@ -84,8 +86,6 @@ class EngineBackend(Backend):
     def model_info(self) -> ModelInfo:
         with self._lock:
             if self._info is None:
-                from sglc_runtime.server.chat_template import derive_chat_template
-
                 tok = self.engine.tokenizer
                 template = None
                 if getattr(tok, "chat_template", None):  # NOTE: the same derivation the server reports
@@ -133,8 +133,6 @@ class EngineBackend(Backend):
         text = self._text(prompt)
         if not text:
             return CallMeta()
-        from sglc_runtime.sampling.sampling_params import SamplingParams
-
         t0 = time.perf_counter()
         out = self._run(text, SamplingParams(max_new_tokens=0))
         return CallMeta(out.prompt_tokens, out.cached_tokens, 0, out.finish_reason, time.perf_counter() - t0)
@@ -164,8 +162,6 @@ class EngineBackend(Backend):
     def _text(self, prompt: Prompt) -> str:
         """The prompt text the model sees: each image marker becomes ``<image: NAME>`` (the model
         is text-only), exactly as the gRPC server's default image mode does."""
-        from sglc_runtime.server.prompts import IMAGE_MARKER, PromptInput, resolve_prompt
-
         if not prompt.images and IMAGE_MARKER not in prompt.text:
             return prompt.text
         text, _ = resolve_prompt(PromptInput(text=prompt.text, images=tuple(prompt.images), image_mode="placeholder"))
@@ -176,26 +172,10 @@ class EngineBackend(Backend):
         if not self._started.wait(self.timeout):
             raise BackendError(f"the embedded runtime was not started within {self.timeout:g} s")
 
-    def _sampling_params(self, params: GenParams) -> Any:
-        from sglc_runtime.sampling.sampling_params import SamplingParams
-
+    def _sampling_params(self, params: GenParams) -> SamplingParams:
         kwargs = sampling_kwargs(params)
-        fields = getattr(SamplingParams, "__dataclass_fields__", {})
-        if "regex" in fields and "fsm" in fields:  # the engine compiles constraints itself
-            kwargs.update({k: getattr(params, k) for k in ("regex", "json_schema", "fsm") if getattr(params, k) is not None})
-        else:
-            constraint = self._constraint(params)
-            if constraint is not None:
-                kwargs["constraint"] = constraint
-        return SamplingParams(**kwargs)
-
-    def _constraint(self, params: GenParams) -> Any:
-        if params.fsm is None and params.regex is None and params.json_schema is None:
-            return None
-        from sglc_runtime.constrained import ConstraintSpec
-
-        spec = ConstraintSpec.of(fsm=params.fsm, regex=params.regex, json_schema=params.json_schema)
-        return self.engine.grammars.get(spec)  # NOTE: the engine's cache, with its compile budget
+        kwargs.update({k: getattr(params, k) for k in ("regex", "json_schema", "fsm") if getattr(params, k) is not None})
+        return SamplingParams(**kwargs)  # NOTE: the engine compiles the constraint once (its GrammarCache)
 
     def _start_token(self) -> int:
         tok = self.engine.tokenizer

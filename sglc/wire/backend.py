@@ -9,15 +9,7 @@ import abc
 import dataclasses
 from typing import Any, Optional
 
-
-@dataclasses.dataclass(frozen=True)
-class ChatTemplate:
-    """Text around each role's content, e.g. ChatML: ("<|im_start|>user\\n", "<|im_end|>\\n")."""
-
-    role_prefix: dict[str, str]
-    role_suffix: dict[str, str]
-    #: Text the template adds to ask the model for an assistant turn (ROLE_BEGIN assistant).
-    generation_prefix: str = ""
+from sglc.wire.chat_template import ChatTemplate
 
 
 @dataclasses.dataclass(frozen=True)
