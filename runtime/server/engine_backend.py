@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from sglc.errors import BackendError
+from sglc.wire import sampling_table
 from sglc.wire.backend import (
     Backend,
     CallMeta,
@@ -44,17 +45,9 @@ from ..sampling.sampling_params import SamplingParams
 #: Seconds one engine call may take before it is aborted and reported (CPU decoding is slow).
 DEFAULT_CALL_TIMEOUT = 600.0
 
-_SAMPLING_FIELDS = {
-    "max_tokens": "max_new_tokens", "stop": "stop", "stop_token_ids": "stop_token_ids",
-    "temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
-    "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
-    "ignore_eos": "ignore_eos", "seed": "seed",
-}
-
-
 def sampling_kwargs(params: GenParams) -> dict[str, Any]:
     """The runtime SamplingParams fields a GenParams sets (constraints aside), by runtime name."""
-    return {field: getattr(params, key) for key, field in _SAMPLING_FIELDS.items() if getattr(params, key) is not None}
+    return sampling_table.to_runtime({key: getattr(params, key) for key in sampling_table.BY_FIELD})
 
 
 class EngineBackend(Backend):

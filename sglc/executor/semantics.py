@@ -24,25 +24,20 @@ from typing import Any, ContextManager, Optional, Sequence
 from sglc.executor import select_methods
 from sglc.executor.results import CallRecord
 from sglc.executor.stream_state import StreamState
+from sglc.wire import sampling_table
 from sglc.wire.backend import Backend, ChatTemplate, GenParams, ModelInfo
 from sglc.wire.json_schema_text import schema_text
 
 log = logging.getLogger("sglc.executor")
 
-#: SGLang's defaults for a gen's sampling (SglFunction.run's keyword defaults).
-DEFAULT_SAMPLING: dict[str, Any] = {"max_tokens": 128, "temperature": 1.0}
+#: SGLang's defaults for a gen's sampling (SglFunction.run's keyword defaults), by GenParams field.
+DEFAULT_SAMPLING: dict[str, Any] = dict(sampling_table.RUN_DEFAULTS)
 
 #: Run-level keyword (SGLang's `run(..., max_new_tokens=...)` names) -> GenParams field.
-RUN_SAMPLING_KEYS = {
-    "max_new_tokens": "max_tokens", "stop": "stop", "stop_token_ids": "stop_token_ids",
-    "temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
-    "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
-    "ignore_eos": "ignore_eos", "seed": "seed",
-}
+RUN_SAMPLING_KEYS = {key: row.field for key, row in sampling_table.BY_RUN.items()}
 
 #: GEN attributes that are sampling parameters (same names as GenParams fields).
-_GEN_SAMPLING_ATTRS = ("max_tokens", "stop", "stop_token_ids", "temperature", "top_p", "top_k", "min_p",
-                       "frequency_penalty", "presence_penalty", "ignore_eos", "seed")
+_GEN_SAMPLING_ATTRS = tuple(sampling_table.BY_FIELD)
 
 
 def sampling_defaults(run_kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,9 @@ from typing import Any, Sequence
 
 from sglc.wire import backend as bk
 from sglc.wire import pb_values as pbv
+from sglc.wire import sampling_table
 from sglc.wire.chat_template import ChatTemplate
+from sglc.wire.json_schema_text import schema_text
 from sglc.wire.proto import runtime_pb2 as pb
 
 
@@ -24,27 +26,22 @@ def prompt_to_pb(prompt: bk.Prompt | str, image_mode: str = "reject") -> pb.Prom
 
 
 def gen_params_to_pb(params: bk.GenParams) -> pb.SamplingParams:
-    """GenParams (None = the runtime's default) as SamplingParams."""
+    """GenParams (None = the runtime's default) as SamplingParams (the table's proto spellings)."""
     s = pb.SamplingParams()
-    if params.max_tokens is not None:
-        s.max_new_tokens = params.max_tokens
-    for name in ("temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
-                 "ignore_eos", "seed"):
-        value = getattr(params, name)
-        if value is not None:
-            setattr(s, name, value)
-    if params.stop is not None:
-        s.stop.extend([params.stop] if isinstance(params.stop, str) else params.stop)
-    if params.stop_token_ids is not None:
-        s.stop_token_ids.extend(params.stop_token_ids)
-    given = [n for n in ("regex", "json_schema", "fsm") if getattr(params, n) is not None]
-    if len(given) > 1:
-        raise ValueError(f"a gen takes at most one constraint, got {', '.join(given)}")
+    values = sampling_table.to_runtime({key: getattr(params, key) for key in sampling_table.BY_FIELD})
+    for name, value in values.items():
+        row = sampling_table.BY_NAME[name]
+        if row.kind == "str_list":
+            getattr(s, row.proto).extend([value] if isinstance(value, str) else value)
+        elif row.kind == "token_ids":
+            getattr(s, row.proto).extend(value)
+        else:
+            setattr(s, row.proto, value)
+    sampling_table.at_most_one_constraint({n: getattr(params, n) for n in ("regex", "json_schema", "fsm")})
     if params.regex is not None:
         s.regex = params.regex
     elif params.json_schema is not None:
-        schema = params.json_schema
-        s.json_schema = schema if isinstance(schema, str) else json.dumps(schema)
+        s.json_schema = schema_text(params.json_schema)
     elif params.fsm is not None:
         s.fsm_json = json.dumps(params.fsm, separators=(",", ":"))
     return s

@@ -17,10 +17,6 @@ ERROR_CODE = {"internal": pb.GenerateError.INTERNAL, "aborted": pb.GenerateError
               "unavailable": pb.GenerateError.UNAVAILABLE}
 HEALTH = {"serving": pb.HealthResponse.SERVING, "not_serving": pb.HealthResponse.NOT_SERVING,
           "draining": pb.HealthResponse.DRAINING}
-# SamplingParams fields carried as proto3 `optional` scalars (unset = the engine's default).
-OPTIONAL_SAMPLING = ("max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p",
-                     "frequency_penalty", "presence_penalty", "repetition_penalty", "seed", "ignore_eos",
-                     "skip_special_tokens")
 
 
 def floats(values: Sequence[float | None] | None) -> list[float]:

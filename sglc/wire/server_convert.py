@@ -10,6 +10,7 @@ import json
 from typing import Any, Sequence
 
 from sglc.wire import pb_values as pbv
+from sglc.wire import sampling_table
 from sglc.wire.prompt import PromptInput
 from sglc.wire.proto import runtime_pb2 as pb
 from sglc.wire.service_results import RuntimeModelInfo, ScoreOutcome
@@ -32,11 +33,13 @@ def sampling_fields_from_pb(req: pb.GenerateRequest) -> dict[str, Any]:
     malformed fsm_json raises ValueError.
     """
     s = req.sampling
-    fields: dict[str, Any] = {name: getattr(s, name) for name in pbv.OPTIONAL_SAMPLING if s.HasField(name)}
-    if s.stop:
-        fields["stop"] = list(s.stop)
-    if s.stop_token_ids:
-        fields["stop_token_ids"] = list(s.stop_token_ids)
+    fields: dict[str, Any] = {}
+    for row in sampling_table.PROTO:
+        if row.kind in ("str_list", "token_ids"):  # repeated: empty = unset
+            if getattr(s, row.proto):
+                fields[row.name] = list(getattr(s, row.proto))
+        elif s.HasField(row.proto):  # proto3 optional: unset = the runtime's default
+            fields[row.name] = getattr(s, row.proto)
     which = s.WhichOneof("constraint")
     if which == "regex":
         fields["regex"] = s.regex
