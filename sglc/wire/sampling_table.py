@@ -129,7 +129,8 @@ TABLE: tuple[SamplingParam, ...] = (
     P("max_new_tokens", "int", 128, 0, MAX_NEW_TOKENS, dsl="max_tokens", dsl_low=1, run="max_new_tokens",
       openai=("max_tokens", "max_completion_tokens"), proto="max_new_tokens",
       doc="upper bound on generated tokens (0 = prefill only, e.g. a cache-prefix hint; a gen asks for >= 1)"),
-    P("min_new_tokens", "int", 0, 0, MAX_NEW_TOKENS, openai=("min_tokens",), proto="min_new_tokens",
+    P("min_new_tokens", "int", 0, 0, MAX_NEW_TOKENS, dsl="min_tokens", run="min_new_tokens", openai=("min_tokens",),
+      proto="min_new_tokens",
       doc="eos / stop tokens / stop strings are suppressed until this many tokens exist"),
     P("stop", "str_list", None, dsl="stop", run="stop", openai=("stop",), proto="stop",
       doc="strings that end the output (a str is a one-item list)"),
@@ -172,6 +173,12 @@ RUNTIME: tuple[SamplingParam, ...] = tuple(p for p in TABLE if p.runtime)
 PROTO: tuple[SamplingParam, ...] = tuple(p for p in TABLE if p.proto)
 #: Defaults the executor sends with every gen (SGLang's SglFunction.run keyword defaults).
 RUN_DEFAULTS: Mapping[str, Any] = {BY_NAME[n].field: BY_NAME[n].default for n in ("max_new_tokens", "temperature")}
+
+
+#: Request fields of the OpenAI API itself; the other OpenAI spellings are extensions that only
+#: sglc and SGLang servers read (sent in ``extra_body``).
+OPENAI_STANDARD = frozenset({"max_tokens", "temperature", "top_p", "frequency_penalty", "presence_penalty", "seed",
+                             "stop"})
 
 
 def to_runtime(fields: Mapping[str, Any]) -> dict[str, Any]:
