@@ -13,7 +13,6 @@ other backends ignore ``num_api_spec_tokens``.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import random
@@ -123,7 +122,7 @@ class Semantics:
         params = GenParams(**values)
         fsm = attrs.get("fsm")
         if fsm is not None:
-            params.fsm = json.loads(fsm) if isinstance(fsm, (bytes, bytearray)) else fsm
+            params.fsm = fsm
         elif attrs.get("regex") is not None:
             params.regex = attrs["regex"]
         elif attrs.get("json_schema") is not None:

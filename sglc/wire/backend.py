@@ -70,8 +70,6 @@ class ChoiceLogprobs:
     """Log-probabilities of one choice's tokens after the prompt (and without it, if asked)."""
 
     token_logprobs: list[float]
-    #: Logprob of the greedy token at each position, for greedy_token_selection.
-    greedy_logprobs: list[float] = dataclasses.field(default_factory=list)
     #: Logprobs of the choice's tokens with an empty prompt, for unconditional normalization.
     unconditional_logprobs: Optional[list[float]] = None
 

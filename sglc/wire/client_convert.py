@@ -84,7 +84,7 @@ def gen_result_from_pb(msg: pb.GenerateComplete, latency_s: float) -> bk.GenResu
 
 
 def score_result_from_pb(msg: pb.ScoreResponse, latency_s: float, unconditional: bool) -> bk.ScoreResult:
-    choices = [bk.ChoiceLogprobs(token_logprobs=list(c.token_logprobs), greedy_logprobs=list(c.greedy_logprobs),
+    choices = [bk.ChoiceLogprobs(token_logprobs=list(c.token_logprobs),
                                  unconditional_logprobs=list(c.unconditional_logprobs) if unconditional else None)
                for c in msg.choices]
     return bk.ScoreResult(choices=choices, meta=call_meta(msg.prompt_tokens, msg.cached_tokens,

@@ -102,7 +102,6 @@ def error_to_pb(rid: str, kind: str, message: str) -> pb.GenerateResponse:
 def score_to_pb(outcome: ScoreOutcome) -> pb.ScoreResponse:
     return pb.ScoreResponse(
         choices=[pb.ChoiceScore(token_ids=c.token_ids, token_logprobs=pbv.floats(c.token_logprobs),
-                                greedy_logprobs=pbv.floats(c.greedy_logprobs),
                                 unconditional_logprobs=pbv.floats(c.unconditional_logprobs))
                  for c in outcome.choices],
         prompt_tokens=outcome.prompt_tokens, cached_tokens=outcome.cached_tokens, warnings=outcome.warnings)

@@ -14,7 +14,6 @@ from sglc.wire.chat_template import ChatTemplate
 class ChoiceScore:
     token_ids: list[int]
     token_logprobs: list[float]
-    greedy_logprobs: list[float] = field(default_factory=list)
     unconditional_logprobs: list[float] | None = None
 
 

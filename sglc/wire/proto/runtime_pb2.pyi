@@ -203,16 +203,14 @@ class ScoreRequest(_message.Message):
     def __init__(self, prompt: _Optional[_Union[Prompt, _Mapping]] = ..., choices: _Optional[_Iterable[str]] = ..., unconditional: _Optional[bool] = ...) -> None: ...
 
 class ChoiceScore(_message.Message):
-    __slots__ = ("token_ids", "token_logprobs", "greedy_logprobs", "unconditional_logprobs")
+    __slots__ = ("token_ids", "token_logprobs", "unconditional_logprobs")
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
-    GREEDY_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     UNCONDITIONAL_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     token_logprobs: _containers.RepeatedScalarFieldContainer[float]
-    greedy_logprobs: _containers.RepeatedScalarFieldContainer[float]
     unconditional_logprobs: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., token_logprobs: _Optional[_Iterable[float]] = ..., greedy_logprobs: _Optional[_Iterable[float]] = ..., unconditional_logprobs: _Optional[_Iterable[float]] = ...) -> None: ...
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., token_logprobs: _Optional[_Iterable[float]] = ..., unconditional_logprobs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class ScoreResponse(_message.Message):
     __slots__ = ("choices", "prompt_tokens", "cached_tokens", "warnings")
