@@ -17,6 +17,8 @@ from sglc.wire.proto import graph_pb2 as pb
 
 #: graph.pb files of format version 1 (no checksum), written by sglc before version 2 existed.
 V1_FILES = sorted((Path(__file__).parent / "data").glob("*.v1.pb"))
+#: Version 2 files (checksum; lowered FSMs stored as maps), written before format version 3.
+V2_FILES = sorted((Path(__file__).parent / "data").glob("*.v2.pb"))
 
 
 def fails(data: bytes, *fragments: str) -> str:
@@ -207,12 +209,28 @@ def test_a_checksum_that_is_not_at_the_end_is_refused():
 
 @pytest.mark.parametrize("path", V1_FILES, ids=lambda p: p.name)
 def test_version_1_files_without_a_checksum_still_load(path):
-    """A committed version 1 file (no checksum) loads, verifies, and re-encodes as version 2."""
+    """A committed version 1 file (no checksum) loads, verifies, and re-encodes in the current format."""
     data = path.read_bytes()
     assert parse(data).format_version == 1 and not parse(data).checksum
     graph = load(path)
     assert any(n.attrs.get("fsm") for n in graph.nodes), "the fixtures carry lowered FSMs"
     assert decode(encode(graph)) == graph
+
+
+@pytest.mark.parametrize("path", V2_FILES, ids=lambda p: p.name)
+def test_version_2_files_with_fsms_as_maps_still_load(path):
+    """A committed version 2 file (a checksum, each lowered FSM a map) loads, verifies, and
+    re-encodes in the current format to an equal graph."""
+    data = path.read_bytes()
+    assert parse(data).format_version == 2 and len(parse(data).checksum) == 32
+    graph = load(path)
+    assert any(n.attrs.get("fsm") for n in graph.nodes), "the fixtures carry lowered FSMs"
+    assert decode(encode(graph)) == graph
+
+
+def test_the_version_2_fixtures_exist():
+    """tests/data holds the version 2 files the compatibility test reads."""
+    assert len(V2_FILES) >= 2
 
 
 def test_the_version_1_fixtures_exist():
