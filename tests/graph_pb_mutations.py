@@ -205,6 +205,15 @@ def reorder_nodes(msg: pb.Graph, rng: random.Random) -> None:
 def break_fsm(msg: pb.Graph, rng: random.Random) -> None:
     node = _node(msg, rng, having="fsm")
     fsm = [e for e in node.attrs.entries if e.key == "fsm"]
+    if fsm and fsm[0].value.HasField("fsm_value"):  # NOTE: format 3: the typed FSM message
+        typed = fsm[0].value.fsm_value
+        field = rng.choice(["num_states", "num_classes", "initial", "finals", "transitions", "interval_starts"])
+        if field in ("num_states", "num_classes", "initial"):
+            setattr(typed, field, rng.choice([0, 1, 2**31, 2**32 - 1]))
+        else:
+            values = getattr(typed, field)
+            values.append(rng.choice([0, 2**32 - 1, 10**6]))
+        return None
     if not fsm or not fsm[0].value.HasField("map_value"):
         return set_attr(msg, rng)
     fields = fsm[0].value.map_value.entries

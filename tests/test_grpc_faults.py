@@ -77,7 +77,8 @@ BAD_REQUESTS = [
     ("empty prompt", dict(text="", sampling={}), "empty"),
     ("no prompt at all", dict(sampling={}), "text or token_ids"),
     ("invalid regex", dict(text="hi", sampling=dict(regex="(ab")), "regex"),
-    ("malformed fsm", dict(text="hi", sampling=dict(fsm_json="{not json")), "fsm"),
+    ("malformed fsm", dict(text="hi", sampling=dict(fsm=dict(version=1, pattern="x", num_states=0))), "fsm"),
+    ("fsm of a newer layout", dict(text="hi", sampling=dict(fsm=dict(version=99))), "fsm"),
     ("image on a text-only model", dict(text="look", images=["a.png"], sampling={}), "text-only"),
 ]
 

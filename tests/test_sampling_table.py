@@ -47,7 +47,7 @@ def test_each_edge_has_exactly_the_table_rows_it_spells():
     assert set(SAMPLING_ATTRS) == set(BY_DSL)
     assert RUN_SAMPLING_KEYS == {key: row.field for key, row in BY_RUN.items()}
     assert [f.name for f in dataclasses.fields(GenParams)] == [*BY_FIELD, "regex", "json_schema", "fsm"]
-    proto_fields = {f.name for f in pb.SamplingParams.DESCRIPTOR.fields} - {"regex", "json_schema", "fsm_json"}
+    proto_fields = {f.name for f in pb.SamplingParams.DESCRIPTOR.fields} - {"regex", "json_schema", "fsm"}
     assert proto_fields == {row.proto for row in PROTO}
     runtime_fields = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
     assert {row.name: row.default for row in RUNTIME}.items() <= runtime_fields.items()

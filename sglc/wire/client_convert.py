@@ -6,13 +6,13 @@ The server's side is :mod:`sglc.wire.server_convert`. Torch-free and runtime-fre
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Sequence
 
 from sglc.wire import backend as bk
 from sglc.wire import pb_values as pbv
 from sglc.wire import sampling_table
 from sglc.wire.chat_template import ChatTemplate
+from sglc.wire.fsm_message import fsm_to_pb
 from sglc.wire.json_schema_text import schema_text
 from sglc.wire.proto import runtime_pb2 as pb
 
@@ -43,7 +43,7 @@ def gen_params_to_pb(params: bk.GenParams) -> pb.SamplingParams:
     elif params.json_schema is not None:
         s.json_schema = schema_text(params.json_schema)
     elif params.fsm is not None:
-        s.fsm_json = json.dumps(params.fsm, separators=(",", ":"))
+        s.fsm.CopyFrom(fsm_to_pb(params.fsm))
     return s
 
 

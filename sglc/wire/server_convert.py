@@ -6,11 +6,12 @@ The executor's side is :mod:`sglc.wire.client_convert`; both read the same table
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Sequence
 
+from sglc.fsm.errors import FSMFormatError
 from sglc.wire import pb_values as pbv
 from sglc.wire import sampling_table
+from sglc.wire.fsm_message import fsm_from_pb
 from sglc.wire.prompt import PromptInput
 from sglc.wire.proto import runtime_pb2 as pb
 from sglc.wire.service_results import RuntimeModelInfo, ScoreOutcome
@@ -29,8 +30,8 @@ def prompt_from_pb(p: pb.Prompt) -> PromptInput:
 def sampling_fields_from_pb(req: pb.GenerateRequest) -> dict[str, Any]:
     """Keyword arguments for SamplingParams: only the fields the request sets.
 
-    The constraint becomes ``regex`` / ``json_schema`` (JSON text) / ``fsm`` (a dict); a
-    malformed fsm_json raises ValueError.
+    The constraint becomes ``regex`` / ``json_schema`` (JSON text) / ``fsm`` (the dict form of
+    the FSM message); an FSM over the compile budget or malformed raises ValueError.
     """
     s = req.sampling
     fields: dict[str, Any] = {}
@@ -45,13 +46,11 @@ def sampling_fields_from_pb(req: pb.GenerateRequest) -> dict[str, Any]:
         fields["regex"] = s.regex
     elif which == "json_schema":
         fields["json_schema"] = s.json_schema
-    elif which == "fsm_json":
-        try:
-            fields["fsm"] = json.loads(s.fsm_json)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"fsm_json is not valid JSON: {err}") from None
-        except RecursionError:  # NOTE: a clean refusal, never a traceback
-            raise ValueError("fsm_json nests too deeply to parse (a serialized FSM is two levels deep)") from None
+    elif which == "fsm":
+        try:  # NOTE: sizes checked against the compile budget before anything is copied
+            fields["fsm"] = fsm_from_pb(s.fsm)
+        except FSMFormatError as err:
+            raise FSMFormatError(f"fsm: {err}") from None
     lp = req.logprobs
     if lp.return_logprob:
         fields["return_logprob"] = True
