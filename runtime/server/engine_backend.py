@@ -12,16 +12,16 @@ any executor thread submits a request and waits for it, with a deadline.
   a regex or a JSON schema) go to the engine's SamplingParams, which compiles them once.
 - images: the model is text-only; each image becomes ``<image: NAME>`` at its marker, exactly
   as the gRPC server's default image mode (sglc.wire.prompt.resolve_prompt).
-- score: ``Engine.score`` (the prompt is prefilled once, every choice is scored in one batched
-  prefill that shares it). Unconditional logprobs score the same choice tokens after a single
-  start token (the tokenizer's BOS, else its EOS), which stands for "no prompt".
+- score and model info: the gRPC server's own code (:class:`RuntimeService` over the same
+  engine), so scoring (one batched prefill sharing the prompt), unconditional logprobs (the
+  choice tokens after the start token: the model's BOS, else its first EOS), the start token and
+  the chat template's split exist once. Its request limits (ServerLimits' defaults) apply.
 - cache_prefix: a prefill-only request (max_new_tokens=0); the radix cache keeps the prefix.
 """
 from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 from typing import Any, Optional
 
 from sglc.errors import BackendError
@@ -36,11 +36,12 @@ from sglc.wire.backend import (
     Prompt,
     ScoreResult,
 )
-from sglc.wire.chat_template import derive_chat_template
 from sglc.wire.prompt import IMAGE_MARKER, PromptInput, resolve_prompt
 
 from ..engine import Engine
 from ..sampling.sampling_params import SamplingParams
+from .calls import CallCancelled
+from .service import RuntimeService, ServiceUnavailable
 
 #: Seconds one engine call may take before it is aborted and reported (CPU decoding is slow).
 DEFAULT_CALL_TIMEOUT = 600.0
@@ -67,6 +68,8 @@ class EngineBackend(Backend):
         if start:
             self.start()
         self.timeout = timeout
+        #: The transport-neutral service the gRPC and HTTP servers adapt; here, in process.
+        self.service = RuntimeService(self.engine)
         self._info: Optional[ModelInfo] = None
         self._lock = threading.Lock()
 
@@ -79,14 +82,9 @@ class EngineBackend(Backend):
     def model_info(self) -> ModelInfo:
         with self._lock:
             if self._info is None:
-                tok = self.engine.tokenizer
-                template = None
-                if getattr(tok, "chat_template", None):  # NOTE: the same derivation the server reports
-                    template = derive_chat_template(
-                        lambda messages, add_generation_prompt=False: tok.apply_chat_template(
-                            messages, add_generation_prompt=add_generation_prompt))
-                name = Path(str(getattr(tok, "path", self.engine.config.model))).name
-                self._info = ModelInfo(model=name, context_length=self.engine.max_context, chat_template=template)
+                info = self.service.model_info()  # NOTE: what the server reports, derived once
+                self._info = ModelInfo(model=info.model_name, context_length=info.context_length,
+                                       chat_template=info.chat_template, supports_images=info.supports_images)
             return self._info
 
     def metrics(self) -> dict[str, Any]:
@@ -102,23 +100,17 @@ class EngineBackend(Backend):
         return GenResult(out.text, meta)
 
     def score(self, prompt: Prompt, choices: list[str], unconditional: bool = False) -> ScoreResult:
-        text = self._text(prompt)
-        if not text:
+        if not prompt.text and not prompt.images:
             raise ValueError("select needs a non-empty prompt to score choices after")
         self._wait_started()
         t0 = time.perf_counter()
-        scored = self.engine.score(text, list(choices))
-        results = [ChoiceLogprobs(token_logprobs=[float(x) for x in s.logprobs]) for s in scored]
-        if unconditional:
-            start = self._start_token()
-            alone = self.engine.score([start], [list(s.token_ids) for s in scored])
-            for r, a in zip(results, alone):
-                r.unconditional_logprobs = [float(x) for x in a.logprobs]
-        first = scored[0] if scored else None
-        prompt_tokens = getattr(first, "prompt_tokens", None)
-        if prompt_tokens is None:
-            prompt_tokens = len(self.engine.tokenizer.encode(text))
-        meta = CallMeta(prompt_tokens=prompt_tokens, cached_tokens=getattr(first, "cached_tokens", 0) or 0,
+        try:
+            outcome = self.service.score(self._prompt_input(prompt), list(choices), unconditional=unconditional)
+        except (ServiceUnavailable, CallCancelled) as err:
+            raise BackendError(f"the embedded runtime could not score: {err}") from None
+        results = [ChoiceLogprobs(token_logprobs=c.token_logprobs, unconditional_logprobs=c.unconditional_logprobs)
+                   for c in outcome.choices]
+        meta = CallMeta(prompt_tokens=outcome.prompt_tokens, cached_tokens=outcome.cached_tokens,
                         latency_s=time.perf_counter() - t0)
         return ScoreResult(results, meta)
 
@@ -152,12 +144,17 @@ class EngineBackend(Backend):
             raise BackendError(f"the runtime aborted the request: {reason.get('message') or 'no reason given'}")
         return out
 
+    @staticmethod
+    def _prompt_input(prompt: Prompt) -> PromptInput:
+        """The prompt as the service takes it: images become placeholders (the model is text-only)."""
+        return PromptInput(text=prompt.text, images=tuple(prompt.images), image_mode="placeholder")
+
     def _text(self, prompt: Prompt) -> str:
         """The prompt text the model sees: each image marker becomes ``<image: NAME>`` (the model
         is text-only), exactly as the gRPC server's default image mode does."""
         if not prompt.images and IMAGE_MARKER not in prompt.text:
             return prompt.text
-        text, _ = resolve_prompt(PromptInput(text=prompt.text, images=tuple(prompt.images), image_mode="placeholder"))
+        text, _ = resolve_prompt(self._prompt_input(prompt))
         return text  # type: ignore[return-value]
 
     def _wait_started(self) -> None:
@@ -169,10 +166,3 @@ class EngineBackend(Backend):
         kwargs = sampling_kwargs(params)
         kwargs.update({k: getattr(params, k) for k in ("regex", "json_schema", "fsm") if getattr(params, k) is not None})
         return SamplingParams(**kwargs)  # NOTE: the engine compiles the constraint once (its GrammarCache)
-
-    def _start_token(self) -> int:
-        tok = self.engine.tokenizer
-        for candidate in (getattr(tok, "bos_token_id", None), getattr(tok, "eos_token_id", None)):
-            if candidate is not None:
-                return int(candidate)
-        return 0
