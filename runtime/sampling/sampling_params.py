@@ -97,8 +97,7 @@ class _SamplingRules:
 
 
 _DOC = "How one request samples and when it stops.\n\n" + "\n".join(
-    f"- {row.name} (default {row.default!r}"
-    + (f", {row.expected()}" if row.kind in ("int", "float") else "") + ")" + (f": {row.doc}" if row.doc else "")
+    f"- {row.name} (default {row.default!r}, {row.described()})" + (f": {row.doc}" if row.doc else "")
     for row in sampling_table.RUNTIME) + "\n\n" + (_ConstraintFields.__doc__ or "").split("\n\n", 1)[1]
 
 #: One request's sampling: the table's rows (sglc.wire.sampling_table.RUNTIME) as slotted fields

@@ -148,7 +148,7 @@ def gen(
 
 
 gen.__doc__ += "\n    Sampling parameters:\n" + "\n".join(  # type: ignore[operator]
-    f"      {p.dsl}: {p.expected(p.dsl_low) if p.kind in ('int', 'float') else p.kind}" + (f"; {p.doc}" if p.doc else "")
+    f"      {p.dsl}: {p.described(p.dsl_low)}" + (f"; {p.doc}" if p.doc else "")
     for p in sampling_table.BY_DSL.values())
 
 

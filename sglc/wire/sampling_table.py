@@ -73,6 +73,13 @@ class SamplingParam:
         kind = "an int" if self.kind == "int" else "a number"
         return " or ".join([*(_num(v) for v in self.special), f"{kind} in {self.range_text(low)}"])
 
+    def described(self, low: Optional[float] = None) -> str:
+        """What a value must be, in words, for docs and errors: ``an int in [0, 1048576]``."""
+        if self.kind in ("int", "float"):
+            return self.expected(low)
+        return {"bool": "a bool", "str_list": "a str or a list of non-empty str",
+                "token_ids": f"a list of token ids in [0, {MAX_TOKEN_ID}]"}[self.kind]
+
     def check(self, value: Any, where: Optional[str] = None, low: Optional[float] = None) -> Any:
         """`value` normalized (a float for a float, a list for stop); `where` names it in errors."""
         where = self.name if where is None else where
