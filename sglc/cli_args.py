@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import json
+import math
+from typing import Any
 
 
 def positive_int(text: str) -> int:
@@ -45,3 +48,28 @@ def compile_budget(text: str):  # -> sglc.fsm.CompileBudget
         return CompileBudget.parse(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def binding(text: str) -> tuple[str, Any]:
+    """``NAME=JSON`` (``n=3``, ``topic="tea"``, ``choices=["a","b"]``) -> (name, value)."""
+    name, sep, value = text.partition("=")
+    name = name.strip()
+    if not sep or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected NAME=JSON (e.g. n=3 or topic='\"tea\"'), got {text!r}")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError as err:
+        raise argparse.ArgumentTypeError(
+            f"the value of {name} must be JSON (a string needs quotes: {name}='\"...\"'), "
+            f"got {value!r}: {err.msg}") from None
+
+
+def temperature(text: str) -> float:
+    """A sampling temperature: a finite float >= 0 (0 = greedy)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0 (0 = greedy), got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0 (0 = greedy), got {text}")
+    return value

@@ -2,6 +2,7 @@
 
     sglc run GRAPH.pb --backend srt [--endpoint host:port] --input args.jsonl --output out.jsonl
                       [--concurrency N] [--max-parallel N] [--timeout S]
+                      [--temperature T] [--max-new-tokens N] [--seed S]
 
 Without ``--endpoint`` the embedded runtime (an in-process engine on the default model, or
 ``--model``) runs the graph, so nothing else needs to be started.
@@ -21,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import IO, Any, Iterator, Optional
 
-from sglc.cli_args import positive_int
+from sglc.cli_args import non_negative_int, positive_int, temperature
 from sglc.errors import SglcError, one_line_error
 
 EXIT_OK, EXIT_FAILED_INPUTS = 0, 1
@@ -60,6 +61,14 @@ def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     run.add_argument("--api-key", default=None, metavar="KEY",
                      help="the server's API key (srt: default $SGLC_API_KEY; openai: default $OPENAI_API_KEY)")
+    # NOTE: run-level sampling, like SGLang's run(temperature=..., max_new_tokens=...): a gen's own
+    # parameters still win; --temperature 0 makes every unpinned gen greedy.
+    run.add_argument("--temperature", type=temperature, default=None, metavar="T",
+                     help="default temperature of every gen that sets none (0 = greedy; default 1.0, SGLang's)")
+    run.add_argument("--max-new-tokens", type=positive_int, default=None, metavar="N",
+                     help="default max tokens of every gen that sets none (default 128, SGLang's)")
+    run.add_argument("--seed", type=non_negative_int, default=None, metavar="S",
+                     help="sampling seed of every gen that sets none (repeatable sampled runs)")
     run.set_defaults(handler=cmd_run)
     return run
 
@@ -112,6 +121,14 @@ def _make_backend(args: argparse.Namespace) -> Any:
     return make_backend(args.backend, args.endpoint, **key)
 
 
+def run_sampling(args: argparse.Namespace) -> dict[str, Any]:
+    """The run-level sampling defaults the flags set (SGLang's run() keyword names)."""
+    from sglc.executor.semantics import sampling_defaults
+
+    return sampling_defaults({"temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
+                              "seed": args.seed})
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from sglc.executor.batch import run_graph_batch
     from sglc.executor.errors import describe
@@ -147,8 +164,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if backend is not None:
             try:
                 run_graph_batch(graph, backend, inputs, concurrency=args.concurrency, max_parallel=args.max_parallel,
-                                timeout=args.timeout, writer=writer, progress=not args.no_progress,
-                                on_result=report)
+                                sampling=run_sampling(args), timeout=args.timeout, writer=writer,
+                                progress=not args.no_progress, on_result=report)
             finally:
                 backend.close()
     where = "stdout" if args.output == "-" else args.output

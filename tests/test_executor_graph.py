@@ -231,15 +231,17 @@ def test_roles_render_the_chat_template_and_build_messages():
                                {"role": "assistant", "content": a}]
 
 
-def test_typed_gen_converts_its_value():
-    """gen(dtype=int) gives an int variable; the text holds the digits."""
+def test_typed_gen_stores_the_generated_string():
+    """gen(dtype=int) stores the digits as a str (SGLang), so `"So " + s["n"]` appends them."""
     @sgl.function
     def prog(s):
         s += "Number: " + sgl.gen("n", dtype=int, max_tokens=3)
+        s += " So " + s["n"] + "."
 
     result = run_graph(prog, ScriptedBackend())
-    assert isinstance(result.variables["n"], int)
-    assert result.text == f"Number: {result.variables['n']}"
+    n = result.variables["n"]
+    assert isinstance(n, str) and n.isdigit()
+    assert result.text == f"Number: {n} So {n}."
 
 
 def test_gen_sampling_defaults_follow_sglang_and_gen_attrs_win():

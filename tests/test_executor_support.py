@@ -195,10 +195,45 @@ def regex_gen(s, name):
     s += "\nCity: " + sgl.gen("city", max_tokens=8, regex=r"[A-Z][a-z]+")
 
 
+@sgl.function
+def typed_then_quoted(s, task):
+    """SGLang's typed-gen shape: the int gen's value is text, appended again later."""
+    s += "Task: " + task + "\nHours (a number): " + sgl.gen("hours", dtype=int, max_tokens=3)
+    s += "\nSo " + s["hours"] + " hours means:" + sgl.gen("meaning", max_tokens=5, stop="\n")
+
+
+@sgl.function
+def hellaswag_choices_argument(s, context, endings):
+    """The paper's HellaSwag shape: the endings are an input, so the select's choices are too."""
+    s += "Pick the most plausible ending.\nContext: " + context + "\nEnding:"
+    s += sgl.select("ending", choices=endings)
+    s += "\nWhy:" + sgl.gen("why", max_tokens=5, stop="\n")
+
+
+@sgl.function
+def expand_tip(s, topic, tip):
+    s += "Topic: " + topic + "\nTip: " + tip + "\nExplain the tip in one sentence:"
+    s += sgl.gen("detail", max_tokens=10, stop="\n")
+
+
+@sgl.function
+def tips_with_details(s, topic):
+    """A program calling a program (SGLang's `d = expand_tip(...)`; `s += d["detail"]`)."""
+    s += "Give two tips about " + topic + ".\n1." + sgl.gen("tip_1", max_tokens=8, stop="\n")
+    s += "\n2." + sgl.gen("tip_2", max_tokens=8, stop="\n")
+    first = expand_tip(topic=topic, tip=s["tip_1"])
+    second = expand_tip(topic=topic, tip=s["tip_2"])
+    s += "\nDetails:\n- " + first["detail"] + "\n- " + second["detail"]
+
+
 EQUIVALENCE_CASES = [
     (chat_select, {"question": "What is the capital of Italy?"}),
     (fork_gather, {"topic": "city gardens"}),
     (tree_concat, {"question": "What is 12 + 30?"}),
     (branch_on_select, {"claim": "Water boils at 100 degrees Celsius at sea level."}),
     (scoped_and_typed, {"item": "apples"}),
+    (typed_then_quoted, {"task": "Paint a small fence."}),
+    (hellaswag_choices_argument, {"context": "She poured the tea into the cup and",
+                                  "endings": [" drank it slowly.", " drove to the moon.", " folded the river."]}),
+    (tips_with_details, {"topic": "brewing tea"}),
 ]

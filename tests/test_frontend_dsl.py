@@ -47,18 +47,26 @@ def test_gen_logprob_params_are_stored():
     assert attrs["top_logprobs_num"] == 3 and attrs["return_text_in_logprobs"] is True
 
 
-@pytest.mark.parametrize("dtype, name, vtype", [
-    (int, "int", ValueType.INT), (float, "float", ValueType.FLOAT), (bool, "bool", ValueType.BOOL),
-    (str, "str", ValueType.STR), ("int", "int", ValueType.INT),
-])
-def test_gen_dtype_is_stored_by_name_and_types_the_output(dtype, name, vtype):
-    """gen(dtype=T) stores dtype's name and gives the GEN node the matching value type."""
+@pytest.mark.parametrize("dtype, name", [(int, "int"), (float, "float"), (bool, "bool"), (str, "str"), ("int", "int")])
+def test_gen_dtype_is_stored_by_name_and_the_output_stays_a_string(dtype, name):
+    """gen(dtype=T) stores dtype's name; the value is the generated string (SGLang), so STR."""
     @sgl.function
     def prog(s):
         s += sgl.gen("v", dtype=dtype)
 
     node = only(traced(prog), Op.GEN)
-    assert node.attrs["dtype"] == name and node.type is vtype
+    assert node.attrs["dtype"] == name and node.type is ValueType.STR
+
+
+def test_a_typed_gens_value_concatenates_with_text_while_tracing():
+    """SGLang's `s += "So " + s["hours"]` after gen(dtype=int) traces (the value is text)."""
+    @sgl.function
+    def prog(s):
+        s += "Hours: " + sgl.gen("hours", dtype=int, max_tokens=3) + "\n"
+        s += "So " + s["hours"] + " hours."
+
+    graph = traced(prog)
+    assert only(graph, Op.APPEND).inputs == (only(graph, Op.GEN),)
 
 
 def test_gen_int_and_gen_string_are_typed_gens():
@@ -68,7 +76,7 @@ def test_gen_int_and_gen_string_are_typed_gens():
         s += sgl.gen_int("n", max_tokens=4) + sgl.gen_string("t", temperature=0.5)
 
     n, t = nodes_of(traced(prog), Op.GEN)
-    assert (n.attrs["dtype"], n.type, n.attrs["max_tokens"]) == ("int", ValueType.INT, 4)
+    assert (n.attrs["dtype"], n.type, n.attrs["max_tokens"]) == ("int", ValueType.STR, 4)
     assert (t.attrs["dtype"], t.type, t.attrs["temperature"]) == ("str", ValueType.STR, 0.5)
 
 

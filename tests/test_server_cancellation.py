@@ -56,6 +56,8 @@ ABANDONED = [
     ("chat-n2-json", "/v1/chat/completions", {"messages": CHAT, "n": 2, **LONG}, 2),
     ("generate-batch-stream", "/generate", {"text": ["A", "B", "C"], "stream": True, "sampling_params": LONG_SGLANG}, 3),
     ("generate-batch-json", "/generate", {"text": ["A", "B", "C"], "sampling_params": LONG_SGLANG}, 3),
+    ("generate-n3-stream", "/generate", {"text": "A", "stream": True, "sampling_params": {**LONG_SGLANG, "n": 3}}, 3),
+    ("generate-batch-n2-json", "/generate", {"text": ["A", "B"], "sampling_params": {**LONG_SGLANG, "n": 2}}, 4),
 ]
 
 

@@ -138,7 +138,7 @@ class Engine:
         req.sampling_state = SamplingState.for_request(params, len(ids))
         req.output = RequestOutput(req.rid, self.tokenizer, params, self.eos_token_ids, ids,
                                    stream=stream, callback=callback)
-        if not params.stop:  # NOTE: forced text cannot end a request before it is queued
+        if not params.stop and not params.stop_regex:  # NOTE: forced text cannot end a request before it is queued
             self._constraints.jump(req, queued=True)
         req.num_forced_at_submit = len(req.output_ids)
         with self._lock:

@@ -7,6 +7,7 @@ temporary sibling folder and renamed into place, so a crash never leaves a half-
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -203,9 +204,21 @@ def gguf_tokenizer_config(reader) -> dict[str, Any]:
     }
 
 
+def _fingerprint(gguf_path: Path, edge: int = 4 << 20) -> str:
+    """sha256 of the file's size, first and last ``edge`` bytes: names the weights, not where they live."""
+    size = gguf_path.stat().st_size
+    digest = hashlib.sha256(str(size).encode())
+    with open(gguf_path, "rb") as f:
+        digest.update(f.read(edge))
+        f.seek(max(size - edge, 0))
+        digest.update(f.read(edge))
+    return digest.hexdigest()
+
+
 def _marker(gguf_path: Path) -> dict[str, Any]:
-    st = gguf_path.stat()
-    return {"source": str(gguf_path.resolve()), "size": st.st_size, "version": CONVERTER_VERSION}
+    # NOTE: not the path: the same wheel installed in two virtualenvs must share one conversion
+    # (with the path in the marker, each venv re-converted and swapped the folder under the other's readers).
+    return {"fingerprint": _fingerprint(gguf_path), "size": gguf_path.stat().st_size, "version": CONVERTER_VERSION}
 
 
 def is_converted(gguf_path: str | Path, out_dir: str | Path) -> bool:

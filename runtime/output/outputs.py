@@ -26,6 +26,8 @@ class GenerateOutput:
     output_logprobs: list[float] | None = None
     output_top_logprobs: list[list[tuple[int, float]]] | None = None
     input_logprobs: list[float | None] | None = None
+    #: The prompt token ids input_logprobs belong to (prompt_ids[logprob_start_len:]), else None.
+    input_token_ids: list[int] | None = None
 
     @property
     def meta(self) -> dict:

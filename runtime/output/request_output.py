@@ -24,13 +24,14 @@ log = logging.getLogger(__name__)
 class RequestOutput:
     """Per-request output state (``Req.output``)."""
 
-    __slots__ = ("rid", "num_prompt_tokens", "stream", "logprobs", "top_logprobs", "queue", "callback",
+    __slots__ = ("rid", "prompt_ids", "num_prompt_tokens", "stream", "logprobs", "top_logprobs", "queue", "callback",
                  "abort_message", "failed", "pending", "new_stream")
 
     def __init__(self, rid: str, tokenizer: Decoder, params: SamplingParams, eos_token_ids: Sequence[int],
                  prompt_ids: Sequence[int], *, stream: bool = False,
                  callback: Callable[[StreamChunk], None] | None = None) -> None:
         self.rid = rid
+        self.prompt_ids = prompt_ids
         self.num_prompt_tokens = len(prompt_ids)
         self.new_stream = lambda: TextStream(tokenizer, params, eos_token_ids, prompt_ids=prompt_ids)
         self.stream = self.new_stream()
@@ -129,6 +130,8 @@ class RequestOutput:
             prompt_tokens=self.num_prompt_tokens, completion_tokens=len(s.output_ids),
             cached_tokens=cached_tokens, output_logprobs=self.logprobs,
             output_top_logprobs=self.top_logprobs, input_logprobs=prompt_logprobs,
+            input_token_ids=None if prompt_logprobs is None
+            else list(self.prompt_ids[len(self.prompt_ids) - len(prompt_logprobs):]),
         )
         self._deliver(StreamChunk(self.rid, tail, new_ids, lp, top, finished=True, output=out))
         return out

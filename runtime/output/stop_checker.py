@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from ..constrained.stop_regex import StopRegexMatcher
 from ..sampling.sampling_params import SamplingParams
 
 
@@ -51,7 +52,7 @@ class StopChecker:
     stop ids then); a stop match wins over the length limit when both happen on one token.
     """
 
-    __slots__ = ("params", "stop_ids", "max_stop_len")
+    __slots__ = ("params", "stop_ids", "max_stop_len", "regexes")
 
     def __init__(self, params: SamplingParams, eos_token_ids: Iterable[int] = ()) -> None:
         self.params = params
@@ -60,6 +61,7 @@ class StopChecker:
             ids.update(eos_token_ids)
         self.stop_ids = frozenset(ids)
         self.max_stop_len = max((len(s) for s in params.stop), default=0)
+        self.regexes = StopRegexMatcher(params.stop_regex)
 
     def check_token(self, token_id: int, num_output_tokens: int) -> FinishReason | None:
         """Finish reason decided by the token alone (stop id / eos); `num_output_tokens` counts it."""
@@ -90,6 +92,13 @@ class StopChecker:
                 best = (i, s)
         return best
 
+    def find_stop_regex(self, new_text: str, num_output_tokens: int) -> str | None:
+        """The first stop_regex pattern a match of which ends in `new_text` (the output's newest
+        characters, each read once); before min_new_tokens tokens exist nothing matches."""
+        if not self.regexes or not new_text:
+            return None
+        return self.regexes.feed(new_text, check=num_output_tokens > self.params.min_new_tokens)
+
     def holdback(self, text: str) -> int:
         """How many trailing chars of `text` could begin a stop string (not safe to stream yet)."""
         for n in range(min(self.max_stop_len - 1, len(text)), 0, -1):
@@ -97,3 +106,4 @@ class StopChecker:
             if any(s.startswith(tail) for s in self.params.stop):
                 return n
         return 0
+

@@ -18,7 +18,8 @@ class TextStream:
 
     `append(token_id)` returns the text now safe to stream and sets `finish_reason` when the
     request is done; a matched stop token or eos is kept in `output_ids` but not in the text,
-    a matched stop string is cut from the text (with everything after it).
+    a matched stop string is cut from the text (with everything after it); with no_stop_trim both
+    stay in the text. A stop_regex match ends the request and keeps its text (as SGLang does).
     """
 
     __slots__ = ("detok", "checker", "output_ids", "text", "num_sent", "finish_reason")
@@ -43,17 +44,21 @@ class TextStream:
             raise RuntimeError("TextStream.append after the request finished")
         self.output_ids.append(token_id)
         n = len(self.output_ids)
+        keep = self.checker.params.no_stop_trim
         reason = self.checker.check_token(token_id, n)
-        if reason is not None:  # the stop token's own text is not output
-            self.text += self.detok.flush()
+        if reason is not None:  # the stop token's own text is not output (unless no_stop_trim)
+            self.text += (self.detok.append(token_id) if keep else "") + self.detok.flush()
         else:
             length = self.checker.check_length(n)
             new = self.detok.append(token_id) + (self.detok.flush() if length else "")
             self.text += new
             hit = self.checker.find_stop_str(self.text, len(new), n)
+            pattern = None if hit is not None else self.checker.find_stop_regex(new, n)
             if hit is not None:
-                self.text = self.text[: hit[0]]
+                self.text = self.text[: hit[0] + (len(hit[1]) if keep else 0)]
                 reason = FinishReason.stop(hit[1])
+            elif pattern is not None:  # NOTE: SGLang keeps the text a stop_regex matched
+                reason = FinishReason.stop(pattern)
             else:
                 reason = length
         if reason is not None:

@@ -52,6 +52,7 @@ class _SamplingRules:
                     raise TypeError(f"SamplingParams.{row.name} must be set, got None")
                 continue
             setattr(self, row.name, row.check(value, f"SamplingParams.{row.name}"))
+        self._compile_stop_regex()
         if self.min_new_tokens > self.max_new_tokens:
             raise ValueError(
                 f"SamplingParams.min_new_tokens ({self.min_new_tokens}) must be <= "
@@ -60,6 +61,18 @@ class _SamplingRules:
         if self.temperature < _GREEDY_BELOW:  # NOTE: logits / 1e-308 overflow to inf and NaN (SGLang does the same)
             self.temperature = 0.0
         self._check_constraint()
+
+    def _compile_stop_regex(self) -> None:
+        """Each stop_regex compiled here (to its search DFA, cached) so a bad one fails at submit."""
+        if not self.stop_regex:
+            return
+        from ..constrained.stop_regex import compile_stop_regex  # NOTE: lazy: only stop_regex requests pay
+
+        for pattern in self.stop_regex:
+            try:
+                compile_stop_regex(pattern)
+            except ValueError as err:
+                raise ValueError(f"SamplingParams.{err}") from None
 
     def _check_constraint(self) -> None:
         if not isinstance(self.jump_forward, bool):

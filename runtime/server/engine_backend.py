@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from sglc.errors import BackendError
 from sglc.wire import sampling_table
@@ -99,6 +99,25 @@ class EngineBackend(Backend):
                         time.perf_counter() - t0)
         return GenResult(out.text, meta)
 
+    def generate_stream(self, prompt: Prompt, params: GenParams, on_text: Callable[[str], None]) -> GenResult:
+        """`generate`, each decoded piece handed to `on_text` as the engine produces it."""
+        sampling = self._sampling_params(params)
+        t0 = time.perf_counter()
+        rid = self.engine.submit(self._text(prompt), sampling, stream=True)
+        self._wait_started()
+        out = None
+        for chunk in self.engine.chunks(rid):  # NOTE: leaving early (an exception) aborts the request
+            if chunk.text:
+                on_text(chunk.text)
+            if chunk.finished:
+                out = chunk.output
+        if out is None or (out.finish_reason or {}).get("type") == "abort":
+            reason = (out.finish_reason or {}).get("message") if out is not None else "no final output"
+            raise BackendError(f"the runtime aborted the request: {reason or 'no reason given'}")
+        meta = CallMeta(out.prompt_tokens, out.cached_tokens, out.completion_tokens, out.finish_reason,
+                        time.perf_counter() - t0)
+        return GenResult(out.text, meta)
+
     def score(self, prompt: Prompt, choices: list[str], unconditional: bool = False) -> ScoreResult:
         if not prompt.text and not prompt.images:
             raise ValueError("select needs a non-empty prompt to score choices after")
@@ -122,9 +141,26 @@ class EngineBackend(Backend):
         out = self._run(text, SamplingParams(max_new_tokens=0))
         return CallMeta(out.prompt_tokens, out.cached_tokens, 0, out.finish_reason, time.perf_counter() - t0)
 
+    def flush_cache(self) -> bool:
+        return bool(self.engine.flush_cache())
+
     def close(self) -> None:
         if self._owns_engine:
             self.engine.shutdown()
+
+    # ----- SGLang's Runtime API (sgl.Runtime() returns this backend) -----
+    def shutdown(self) -> None:
+        """SGLang's `Runtime.shutdown()`: stop the engine this backend started."""
+        self.close()
+
+    @property
+    def endpoint(self) -> "EngineBackend":
+        """SGLang's `Runtime.endpoint` (the backend to call); the embedded runtime is its own."""
+        return self
+
+    def get_tokenizer(self) -> Any:
+        """The model's tokenizer (`encode`, `decode`, `apply_chat_template`), as SGLang's Runtime gives."""
+        return self.engine.tokenizer
 
     # ----- helpers -----
     def _run(self, text: str, sampling: Any) -> Any:

@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from . import openai_protocol as proto
 from .auth import OPEN_HTTP_PATHS, bearer_matches
-from .http_handlers import HttpError
+from .http_call import HttpError
 from .limits import ServerLimits, utf8_or_error
 from sglc.wire.prompt import RequestError
 

@@ -13,60 +13,17 @@ from __future__ import annotations
 import time
 import uuid
 from functools import partial
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator
 
 from . import openai_protocol as proto
 from .calls import CallGroup
+from .http_call import HttpError, Started, finished as _finished
 from .limits import utf8_or_error
 from sglc.wire.prompt import PromptInput
 from .service import RequestError, RuntimeService, abort_kind
+from .sglang_generate import SglangGenerate
 
 __all__ = ["Handlers", "HttpError", "Started"]
-
-
-class HttpError(Exception):
-    """An HTTP error answer in OpenAI's shape."""
-
-    def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
-                 code: str | None = None, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.type, self.code, self.param = status, type_, code, param
-
-
-class Started:
-    """One HTTP call's engine requests (``group``: every one it started) and its two answers:
-    ``answer()`` the JSON once ``group.wait_done()`` returned, or ``events()`` the SSE stream."""
-
-    def __init__(self, group: CallGroup, answer: Callable[[], Any], events: Callable[[], AsyncIterator[str]]) -> None:
-        self.group = group
-        self.answer = answer
-        self.events = events
-
-
-def _finished(call: Any) -> Any:
-    """A finished GenerateCall's GenerateOutput (after wait_done). Internal aborts raise."""
-    out = call.final_chunk().output
-    if out is None:
-        raise HttpError(500, "the request ended without an output", "server_error")
-    _check_abort(out.finish_reason)
-    return out
-
-
-def _check_abort(reason: dict) -> None:
-    if reason.get("type") == "abort":
-        message = str(reason.get("message", "aborted"))
-        kind = abort_kind(message)
-        if kind == "unavailable":
-            raise HttpError(503, message, "server_error", "unavailable")
-        if kind == "internal":
-            raise HttpError(500, message, "server_error", "internal")
-
-
-def _int_field(body: dict, name: str, default: int) -> int:
-    value = body.get(name, default)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise RequestError(f"'{name}' must be an integer, got {value!r}")
-    return value
 
 
 def _visible(out: Any) -> tuple[list[int], list[float], Any]:
@@ -86,6 +43,7 @@ class Handlers:
         self.svc = service
         self.limits = service.limits
         self.started = time.time()
+        self.sglang = SglangGenerate(service, self.decode_one)
 
     # --- helpers ---
     @property
@@ -240,70 +198,12 @@ class Handlers:
 
     # --- SGLang native ---
     def generate(self, body: dict) -> Started:
-        """Submit a /generate: one prompt, or a batch (``text: [str]`` / ``input_ids: [[int]]``) with
-        ``sampling_params`` shared (an object) or one per prompt (a list of the same length).
-        Everything is validated before anything is submitted; a prompt the engine refuses
-        cancels the ones already submitted."""
-        prompts, batch = proto.generate_prompts(body)
-        self.limits.check_count("max_batch", "the number of prompts in the batch", prompts)
-        for i, prompt in enumerate(prompts):  # NOTE: sizes before any constraint compiles
-            self._batch_item(batch, i, partial(self.svc.resolve, prompt))
-        per_prompt = proto.generate_sampling(body.get("sampling_params"), len(prompts), batch)
-        with_lp = bool(body.get("return_logprob"))
-        params = []
-        for i, fields in enumerate(per_prompt):
-            if with_lp:
-                fields.update(return_logprob=True, logprob_start_len=_int_field(body, "logprob_start_len", -1),
-                              top_logprobs_num=_int_field(body, "top_logprobs_num", 0))
-            params.append(self._batch_item(batch, i, lambda f=fields: self.svc.sampling_params(**f)))
-        group = CallGroup()
-        calls = group.submit_all([partial(self._batch_item, batch, i, partial(self.svc.generate, prompt, sp))
-                                  for i, (prompt, sp) in enumerate(zip(prompts, params))],
-                                 "another prompt of the batch was rejected")
-        opts = {"logprob": with_lp, "batch": batch}
-        return Started(group, partial(self.finish_generate, calls, opts), partial(self.generate_stream, calls, opts))
+        """Submit a /generate in SGLang's wire format (sglang_generate.py)."""
+        return self.sglang.start(body)
 
-    @staticmethod
-    def _batch_item(batch: bool, i: int, fn: Any) -> Any:
-        """fn(); in a batch, a RequestError names the prompt it is about."""
-        try:
-            return fn()
-        except RequestError as err:
-            if not batch:
-                raise
-            raise RequestError(f"batch prompt {i}: {err}") from None
-
-    def _meta(self, out: Any, call: Any, with_lp: bool) -> dict:
-        meta = {"id": call.rid, "prompt_tokens": out.prompt_tokens, "completion_tokens": out.completion_tokens,
-                "cached_tokens": out.cached_tokens, "finish_reason": out.finish_reason}
-        if call.warnings:
-            meta["warnings"] = list(call.warnings)
-        if with_lp:
-            meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(out.output_logprobs or [], out.token_ids)]
-            meta["input_token_logprobs"] = list(out.input_logprobs or [])
-            if out.output_top_logprobs is not None:
-                meta["output_top_logprobs"] = [[[v, i, None] for i, v in row] for row in out.output_top_logprobs]
-        return meta
-
-    async def generate_stream(self, calls: list, opts: dict) -> AsyncIterator[str]:
-        """SSE of cumulative text per prompt; in a batch every event carries the prompt's ``index``
-        (the prompts run together; their events are sent prompt after prompt)."""
-        for index, call in enumerate(calls):
-            tag = {"index": index} if opts["batch"] else {}
-            text = ""
-            async for chunk in call.achunks():
-                text += chunk.text
-                if chunk.finished:
-                    out = chunk.output
-                    if out.finish_reason.get("type") == "abort":
-                        yield proto.sse({**proto.error_body(str(out.finish_reason.get("message")), "server_error"),
-                                         **tag})
-                    else:
-                        yield proto.sse({"text": text, "output_ids": out.token_ids,
-                                         "meta_info": self._meta(out, call, opts["logprob"]), **tag})
-                elif chunk.text:
-                    yield proto.sse({"text": text, "meta_info": {"id": call.rid, "finish_reason": None}, **tag})
-        yield proto.sse("[DONE]")
+    def decode_one(self, token_id: int) -> str:
+        """One token's text (SGLang's logprob triples decode each token alone)."""
+        return self.decode([token_id])
 
     def model_info(self) -> dict:
         info = self.svc.model_info()
@@ -315,11 +215,27 @@ class Handlers:
                     "role_suffix": dict(info.chat_template.role_suffix),
                     "generation_prefix": info.chat_template.generation_prefix}}
 
+    def sglang_model_info(self) -> dict:
+        """/get_model_info: ours plus the fields SGLang's /model_info has (its client reads
+        ``model_path`` to pick a chat template; the router reads the rest)."""
+        info = self.model_info()
+        return {**info, "served_model_name": info["model_name"], "preferred_sampling_params": None,
+                "weight_version": "default", "has_image_understanding": False, "has_audio_understanding": False,
+                "model_type": getattr(getattr(self.svc.engine.model, "config", None), "model_type", None),
+                "architectures": None}
+
+    def load(self) -> list[dict]:
+        """/get_load: SGLang's per-data-parallel-rank load (one rank here)."""
+        m = self.svc.metrics()
+        return [{"dp_rank": 0, "num_reqs": int(m.get("num_active", 0)), "num_waiting_reqs": int(m.get("num_waiting", 0)),
+                 "num_tokens": int(m.get("num_used_slots", m.get("num_kv_used", 0)) or 0)}]
+
     def server_info(self) -> dict:
         cfg = self.svc.engine.config
         fields = {k: getattr(cfg, k) for k in getattr(type(cfg), "__slots__", ()) if not k.startswith("_")}
         return {**{k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v)) for k, v in fields.items()},
                 "version": "sglc", "max_total_num_tokens": self.svc.metrics().get("num_kv_slots"),
+                "dp_size": 1, "tp_size": 1, "model_path": self.svc.model_info().model_path,
                 "metrics": self.svc.metrics()}
 
     def prometheus(self) -> str:
@@ -367,12 +283,3 @@ class Handlers:
                             "logprobs": lp, "finish_reason": proto.finish_reason(out.finish_reason)})
         return proto.envelope("chat.completion", f"chatcmpl-{uuid.uuid4().hex}", model, choices,
                               proto.usage(pt, ct, cached))
-
-    def finish_generate(self, calls: list, opts: dict) -> Any:
-        """The JSON answer of a non-streamed /generate: one object, or a list for a batch."""
-        answers = []
-        for call in calls:
-            out = _finished(call)
-            answers.append({"text": out.text, "output_ids": out.token_ids,
-                            "meta_info": self._meta(out, call, opts["logprob"])})
-        return answers if opts["batch"] else answers[0]

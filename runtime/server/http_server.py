@@ -1,8 +1,10 @@
 """The HTTP front of the runtime: OpenAI-compatible and SGLang-native endpoints over RuntimeService.
 
 Endpoints: ``/v1/completions``, ``/v1/chat/completions`` (SSE streaming: ``data: {...}`` chunks,
-then ``data: [DONE]``), ``/v1/models``; SGLang's ``/generate``, ``/health``, ``/health_generate``,
-``/get_model_info``, ``/get_server_info``, ``POST /flush_cache``; ``/metrics`` (Prometheus text).
+then ``data: [DONE]``), ``/v1/models``; SGLang's ``/generate`` (its wire format:
+sglang_generate.py), ``/health``, ``/health_generate``, ``/get_model_info`` and ``/model_info``,
+``/get_server_info`` and ``/server_info``, ``/get_load``, ``POST /flush_cache``,
+``POST /abort_request``; ``/metrics`` (Prometheus text).
 
 Errors (OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``): invalid JSON or a
 bad field -> 400; no or a wrong API key -> 401; a foreign Origin -> 403; unknown model or path ->
@@ -19,7 +21,8 @@ saturates everything else. A client that disconnects (streamed or not) cancels e
 request its call started.
 
 ``/generate`` takes a batch too (``text: [str]`` / ``input_ids: [[int]]``, ``sampling_params`` an
-object or one per prompt) and answers a list; streamed, each SSE event carries its ``index``.
+object or one per prompt) and ``n`` samples per prompt, and answers a list; streamed, the events of
+the requests interleave and each carries its ``index`` (docs/http_server.md has the wire format).
 
 Extensions: ``regex`` (a constraint) on both OpenAI endpoints; ``echo`` with ``logprobs`` and
 ``max_tokens=0`` on ``/v1/completions`` returns the prompt's token logprobs (used by the
@@ -42,8 +45,9 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from . import openai_protocol as proto
+from .http_call import HttpError, Started
 from .http_guard import RequestGuard, read_json_object
-from .http_handlers import Handlers, HttpError, Started
+from .http_handlers import Handlers
 from .limits import LimitExceeded
 from .service import ConstraintCompilerBusy, RequestError, RuntimeService, ServiceUnavailable, one_line
 
@@ -111,8 +115,8 @@ def build_app(service: RuntimeService, *, api_key: str | None = None) -> Any:
         if isinstance(err, LimitExceeded):
             return JSONResponse(proto.error_body(one_line(err), code="limit_exceeded", param=err.limit),
                                 status_code=400)
-        if isinstance(err, RequestError):
-            return JSONResponse(proto.error_body(one_line(err)), status_code=400)
+        if isinstance(err, RequestError):  # NOTE: a FieldError names its field in `param`
+            return JSONResponse(proto.error_body(one_line(err), param=getattr(err, "param", None)), status_code=400)
         if isinstance(err, ServiceUnavailable):
             return JSONResponse(proto.error_body(one_line(err), "server_error", code=503), status_code=503)
         if isinstance(err, ConstraintCompilerBusy):
@@ -163,8 +167,29 @@ def build_app(service: RuntimeService, *, api_key: str | None = None) -> Any:
     app.post("/v1/chat/completions")(endpoint(h.chat))
     app.post("/generate")(endpoint(h.generate))
     app.get("/v1/models")(quick(h.models))
-    app.get("/get_model_info")(quick(h.model_info))
+    app.get("/get_model_info")(quick(h.sglang_model_info))
+    app.get("/model_info")(quick(h.sglang_model_info))
     app.get("/get_server_info")(quick(h.server_info))
+    app.get("/server_info")(quick(h.server_info))  # NOTE: SGLang's client and router ask this one first
+    app.get("/get_load")(quick(h.load))
+
+    @app.post("/abort_request")
+    async def abort_request(request: Request) -> Any:
+        """SGLang's abort: ``{"rid": ID}`` (with n > 1 also its samples) or ``{"abort_all": true}``."""
+        try:
+            body = await read_json_object(request, service.limits)
+            rid, abort_all = body.get("rid", ""), body.get("abort_all", False)
+            if not isinstance(rid, str) or not isinstance(abort_all, bool) or set(body) - {"rid", "abort_all"}:
+                raise HttpError(400, "/abort_request takes {'rid': string} or {'abort_all': true}")
+            if abort_all:
+                num = service.cancel_all("aborted by /abort_request")
+            elif rid:
+                num = service.abort(rid)
+            else:
+                raise HttpError(400, "/abort_request needs a non-empty 'rid' or 'abort_all': true")
+        except Exception as err:
+            return fail(err)
+        return JSONResponse({"aborted": num})
 
     @app.post("/flush_cache")
     async def flush() -> Any:

@@ -38,7 +38,7 @@ class ServerLimits:
     max_prompt_bytes: int = 1 * _MIB
     #: Engine requests one client call may start: prompts x n (prompt lists, /generate batches).
     max_batch: int = 256
-    #: ``n`` (choices per prompt) of the OpenAI endpoints.
+    #: ``n`` (choices per prompt) of the OpenAI endpoints and of /generate's sampling_params.
     max_n: int = 64
     #: Chat messages in one request.
     max_messages: int = 1024
@@ -48,9 +48,9 @@ class ServerLimits:
     max_choices: int = 128
     #: UTF-8 bytes of one choice.
     max_choice_bytes: int = 16 * _KIB
-    #: Stop strings of one request.
+    #: Stop strings of one request (and, separately, its stop_regex patterns).
     max_stop_strings: int = 32
-    #: UTF-8 bytes of one stop string.
+    #: UTF-8 bytes of one stop string (or stop_regex pattern).
     max_stop_bytes: int = 1 * _KIB
     #: Stop token ids of one request.
     max_stop_token_ids: int = 256
@@ -112,6 +112,14 @@ class ServerLimits:
             for i, s in enumerate(stop):
                 if isinstance(s, str):
                     self.check_text("max_stop_bytes", f"stop string {i}", s)
+        regexes = fields_.get("stop_regex")  # NOTE: counted and sized like stop strings, before compiling
+        if isinstance(regexes, str):
+            self.check_text("max_stop_bytes", "a stop_regex", regexes)
+        elif isinstance(regexes, (list, tuple)):
+            self.check_count("max_stop_strings", "the number of stop_regex patterns", regexes)
+            for i, r in enumerate(regexes):
+                if isinstance(r, str):
+                    self.check_text("max_stop_bytes", f"stop_regex {i}", r)
         ids = fields_.get("stop_token_ids")
         if isinstance(ids, (list, tuple)):
             self.check_count("max_stop_token_ids", "the number of stop token ids", ids)

@@ -99,6 +99,13 @@ class RuntimeService:
             calls = list(self._active.values())
         return sum(call.cancel(reason) for call in calls)
 
+    def abort(self, rid: str) -> int:
+        """Abort the call with request id `rid` and the samples ``rid_0``, ``rid_1``, ... one
+        /generate with n > 1 started under it; returns how many were still running."""
+        with self._lock:
+            calls = [c for r, c in self._active.items() if r == rid or (r.startswith(rid + "_") and r[len(rid) + 1:].isdigit())]
+        return sum(call.cancel("aborted by /abort_request") for call in calls)
+
     def _check_open(self) -> None:
         if self._draining:
             raise ServiceUnavailable("the server is shutting down")

@@ -8,13 +8,18 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Optional, Sequence, Union
+import warnings
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 from sglc.executor.batch import run_graph_batch
 from sglc.executor.graph_executor import DEFAULT_MAX_PARALLEL, GraphExecutor
+from sglc.executor.live_text import LiveText
 from sglc.executor.pool import DaemonPool
 from sglc.executor.program import ExecutedState, ProgramError, bind_call, resolve_backend
+from sglc.executor.results import ProgramResult
+from sglc.executor.results_in_order import results_in_order
 from sglc.executor.semantics import RUN_SAMPLING_KEYS, sampling_defaults
+from sglc.executor.streaming_state import StreamingState
 from sglc.ir.graph import Graph
 from sglc.wire.backend import Backend
 
@@ -43,10 +48,16 @@ class CompiledProgram:
 
     @classmethod
     def from_function(cls, fn: Any, passes: Optional[Sequence[Pass]] = None, **bound: Any) -> "CompiledProgram":
-        """Trace `fn` (with `bound` arguments fixed) and run `passes` (default: the default pipeline)."""
+        """Trace `fn` (with `bound` arguments fixed) and run `passes` (default: the default pipeline).
+
+        An argument needed at compile time (a fork count) that is not bound takes its Python
+        default, with a warning naming it (as `sglc compile` does)."""
         from sglc.passes import PassManager, default_pipeline
 
-        graph = fn.trace(**bound)
+        graph, defaults = fn.trace_fixing_defaults(**bound)
+        for key, value in defaults.items():
+            warnings.warn(f"{fn.name}.compile(): {key} is needed at compile time: fixed to its default {value!r} "
+                          f"(choose another with {fn.name}.compile({key}=...))", stacklevel=3)
         manager = default_pipeline() if passes is None else PassManager(list(passes))
         return cls(manager.run(graph).graph)
 
@@ -59,17 +70,28 @@ class CompiledProgram:
         return list(self.graph.meta.get("arg_names") or [])  # type: ignore[arg-type]
 
     def run(self, *args: Any, backend: Optional[Backend] = None, max_parallel: int = DEFAULT_MAX_PARALLEL,
-            timeout: Optional[float] = None, **kwargs: Any) -> ExecutedState:
-        """Run once; raises ProgramError (with the partial result) if the program fails."""
+            timeout: Optional[float] = None, stream: bool = False, **kwargs: Any) -> ExecutedState:
+        """Run once; raises ProgramError (with the partial result) if the program fails.
+        `stream=True`: returns a StreamingState at once (text_iter); its failure is in `.error()`."""
         chosen = resolve_backend(backend, f"{self.name}.run()")
         kwargs, sampling = split_run_kwargs(kwargs)
         arguments = bind_call(self.arg_names, args, kwargs, f"{self.name}.run()")
-        executor = GraphExecutor(self.graph, chosen, max_parallel=max_parallel, sampling=sampling,
-                                 pool=DaemonPool(max_parallel), timeout=timeout)
-        try:
-            result = executor.run(arguments)
-        finally:
-            executor.pool.shutdown()
+
+        def execute(live: Optional[LiveText] = None, on_root: Any = None) -> ProgramResult:
+            executor = GraphExecutor(self.graph, chosen, max_parallel=max_parallel, sampling=sampling,
+                                     pool=DaemonPool(max_parallel), timeout=timeout)
+            try:
+                return executor.run(arguments, live=live, on_root=on_root)
+            finally:
+                executor.pool.shutdown()
+
+        if stream:
+            def start(live: LiveText, on_root: Any) -> tuple[ProgramResult, Any, Optional[BaseException]]:
+                result = execute(live, on_root)
+                return result, None, None if result.error is None else ProgramError(result)
+
+            return StreamingState(start, self.name)
+        result = execute()
         if result.error is not None:
             raise ProgramError(result)
         return ExecutedState(result)
@@ -77,17 +99,24 @@ class CompiledProgram:
     def run_batch(self, batch_kwargs: Sequence[dict[str, Any]], *, backend: Optional[Backend] = None,
                   num_threads: Union[int, str] = "auto", progress_bar: bool = False,
                   max_parallel: int = DEFAULT_MAX_PARALLEL, timeout: Optional[float] = None,
-                  **sampling_kwargs: Any) -> list[ExecutedState]:
-        """Run every input; failed inputs give states whose .error() says why (none raise)."""
+                  generator_style: bool = False, **sampling_kwargs: Any
+                  ) -> Union[list[ExecutedState], Iterator[ExecutedState]]:
+        """Run every input; failed inputs give states whose .error() says why (none raise).
+        `generator_style=True`: a generator of the states in input order, each yielded once ready."""
         chosen = resolve_backend(backend, f"{self.name}.run_batch()")
         extra, sampling = split_run_kwargs(dict(sampling_kwargs))
         if extra:
             raise TypeError(f"{self.name}.run_batch() got unknown keyword(s) {', '.join(sorted(extra))}")
         inputs = [dict(kw) for kw in batch_kwargs]
-        results = run_graph_batch(self.graph, chosen, inputs, concurrency=concurrency_of(num_threads),
-                                  max_parallel=max_parallel, sampling=sampling, timeout=timeout,
-                                  progress=progress_bar)
-        return [ExecutedState(r) for r in results]
+
+        def start(on_result: Any = None) -> list[ProgramResult]:
+            return run_graph_batch(self.graph, chosen, inputs, concurrency=concurrency_of(num_threads),
+                                   max_parallel=max_parallel, sampling=sampling, timeout=timeout,
+                                   progress=progress_bar, on_result=on_result)
+
+        if generator_style:
+            return (ExecutedState(r) for r in results_in_order(start, len(inputs)))
+        return [ExecutedState(r) for r in start()]
 
     def save(self, path: Union[str, os.PathLike]) -> None:
         """Write graph.pb (the format `sglc run` and `sgl.load` read)."""

@@ -12,12 +12,14 @@ reported the same way here, at submission, before anything runs.
 """
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 import traceback
 from typing import Any, Callable, Optional
 
 from sglc.executor.errors import ExecutionError, describe
+from sglc.executor.live_text import LiveText
 from sglc.executor.pool import DaemonPool
 from sglc.executor.results import CallRecord, ProgramResult
 from sglc.executor.semantics import Semantics
@@ -32,12 +34,26 @@ from sglc.wire.backend import Backend
 _SGLC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
+#: The eager run whose program is executing in this thread: a program it calls without a state
+#: (`d = other(x=...)`) runs on the same backend with the same run-level sampling.
+_CURRENT_RUN: contextvars.ContextVar[Optional["EagerRun"]] = contextvars.ContextVar("sglc_eager_run", default=None)
+
+
+def current_run() -> Optional["EagerRun"]:
+    return _CURRENT_RUN.get()
+
+
 class EagerRun:
     """What all streams of one eager program run share: backend semantics, pool, records."""
 
     def __init__(self, backend: Backend, sampling: Optional[dict[str, Any]] = None, max_parallel: int = 16,
-                 seed: Optional[int] = None, num_api_spec_tokens: Optional[int] = None) -> None:
+                 seed: Optional[int] = None, num_api_spec_tokens: Optional[int] = None,
+                 live: Optional[LiveText] = None) -> None:
         self.semantics = Semantics(backend, sampling, seed, num_api_spec_tokens)
+        self.backend = backend
+        self.sampling = dict(sampling or {})  # the run-level keywords, inherited by programs it calls
+        #: Set for `run(stream=True)`: gens stream their text here, every change wakes readers.
+        self.live = live
         self.speculation = self.semantics.speculation()  # API speculative execution state of this run
         self.pool = DaemonPool(max_parallel, name="sglc-eager")
         self.calls: list[CallRecord] = []
@@ -100,6 +116,9 @@ class EagerSink(StreamSink):
                 raise
             except Exception as err:
                 raise ExecutionError(label, op, source, describe(err)) from err
+            finally:
+                if self.run.live is not None:
+                    self.run.live.touch()
 
         self.queue.submit(task)
 
@@ -120,7 +139,13 @@ class EagerSink(StreamSink):
         attrs = {"name": name, **expr.attrs}
 
         def do(st: StreamState) -> None:
-            _, record = self.run.semantics.gen(st, attrs, name, speculation=self.run.speculation)
+            live = self.run.live
+            if live is None:
+                _, record = self.run.semantics.gen(st, attrs, name, speculation=self.run.speculation)
+            else:
+                _, record = self.run.semantics.gen(st, attrs, name, guard=live.committing(st.stream_id),
+                                                   speculation=self.run.speculation,
+                                                   on_text=live.on_text(st.stream_id, name))
             self.run.record(record)
 
         self._submit("gen", name, do)
@@ -230,14 +255,21 @@ class EagerSink(StreamSink):
 def run_program(func: Callable[..., Any], args: tuple, kwargs: dict[str, Any], backend: Backend, *,
                 index: int = 0, arguments: Optional[dict[str, Any]] = None, sampling: Optional[dict[str, Any]] = None,
                 max_parallel: int = 16, seed: Optional[int] = None, num_api_spec_tokens: Optional[int] = None,
+                live: Optional[LiveText] = None,
+                on_root: Optional[Callable[[Callable[[], Optional[StreamState]]], None]] = None,
                 ) -> tuple[ProgramResult, Any, Optional[BaseException]]:
     """Run `func(s, *args, **kwargs)` eagerly; returns (result, return value, the exception if any).
-    `num_api_spec_tokens`: the program's API speculation setting (see api_speculative.py)."""
-    run = EagerRun(backend, sampling, max_parallel, seed, num_api_spec_tokens)
+    `num_api_spec_tokens`: the program's API speculation setting (see api_speculative.py).
+    `live` (streaming): gens stream into it, and it is finished when the run ends; `on_root`
+    receives a reader of the root stream's state before the program starts (what text_iter reads)."""
+    run = EagerRun(backend, sampling, max_parallel, seed, num_api_spec_tokens, live)
     root = run.root()
+    if on_root is not None:
+        on_root(lambda: root.state)
     state = ProgramState(root)
     ret: Any = None
     failure: Optional[BaseException] = None
+    token = _CURRENT_RUN.set(run)
     try:
         ret = func(state, *args, **kwargs)
         run.sync_all()
@@ -248,7 +280,10 @@ def run_program(func: Callable[..., Any], args: tuple, kwargs: dict[str, Any], b
         except Exception:
             pass
     finally:
+        _CURRENT_RUN.reset(token)
         run.close()
+        if live is not None:
+            live.finish()
     st = root.state or StreamState()
     result = ProgramResult(
         index=index, arguments=dict(arguments if arguments is not None else kwargs),

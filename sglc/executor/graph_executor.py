@@ -17,11 +17,13 @@ execution); this module only decides *when* each node runs. Methods are dispatch
 """
 from __future__ import annotations
 
+import contextlib
 import heapq
 import threading
-from typing import Any, Optional
+from typing import Any, Callable, ContextManager, Iterator, Optional
 
 from sglc.executor.errors import ExecutionError, wrap
+from sglc.executor.live_text import LiveText
 from sglc.executor.pool import DaemonPool
 from sglc.executor.results import CallRecord, ProgramResult
 from sglc.executor.semantics import Semantics
@@ -85,14 +87,23 @@ class GraphExecutor:
     def graph(self) -> Graph:
         return self.plan.graph
 
-    def run(self, arguments: dict[str, Any], index: int = 0) -> ProgramResult:
+    def run(self, arguments: dict[str, Any], index: int = 0, live: Optional[LiveText] = None,
+            on_root: Optional[Callable[[Callable[[], Optional[StreamState]]], None]] = None) -> ProgramResult:
         """Execute the graph for one input; never raises for execution problems (see .error).
 
-        NOTE: batch-scoped CACHE_PREFIX nodes are no-ops here: the batch runner sends that hint
-        once before its items start (see batch.py); a single run has nothing to share it with.
+        `live` (streaming, `run(stream=True)`): gens stream their text into it; `on_root` gets a
+        reader of stream 0's state before anything runs. NOTE: batch-scoped CACHE_PREFIX nodes
+        are no-ops here: the batch runner sends that hint once before its items start (see
+        batch.py); a single run has nothing to share it with.
         """
-        run = _Run(self, dict(arguments), index)
-        return run.execute()
+        run = _Run(self, dict(arguments), index, live)
+        if on_root is not None:
+            on_root(lambda: run.streams[0])
+        try:
+            return run.execute()
+        finally:
+            if live is not None:
+                live.finish()
 
     def constant_prefix(self) -> Optional[StreamState]:
         """Stream 0's text before its batch hint (identical for every input), or None."""
@@ -123,8 +134,10 @@ class GraphExecutor:
 class _Run:
     """The state of one execution: node values, streams, readiness, in-flight calls."""
 
-    def __init__(self, executor: GraphExecutor, arguments: dict[str, Any], index: int) -> None:
+    def __init__(self, executor: GraphExecutor, arguments: dict[str, Any], index: int,
+                 live: Optional[LiveText] = None) -> None:
         self.ex = executor
+        self.live = live
         self.plan = executor.plan
         self.sem = executor.semantics
         self.speculation = self.sem.speculation()  # API speculative execution state of this run
@@ -202,6 +215,8 @@ class _Run:
                     return
             for j in self._complete(i):
                 heapq.heappush(heap, j)
+        if self.live is not None:
+            self.live.touch()  # NOTE: lock order: the run's lock, then the live text's
         self._dispatch()
 
     def _complete(self, i: int) -> list[int]:
@@ -228,11 +243,16 @@ class _Run:
         record: Optional[CallRecord] = None
         failure: Optional[ExecutionError] = None
         try:
-            if node.op is Op.GEN:
+            if node.op is Op.GEN and self.live is not None:
+                committing = _both(self.lock, self.live.committing(st.stream_id))
+                value, record = self.sem.gen(st, node.attrs, node.name, guard=committing, speculation=self.speculation,
+                                             on_text=self.live.on_text(st.stream_id, node.attrs["name"]))
+            elif node.op is Op.GEN:
                 value, record = self.sem.gen(st, node.attrs, node.name, guard=self.lock,
                                              speculation=self.speculation)
             elif node.op is Op.SELECT:
-                value, record = self.sem.select(st, node.attrs, node.name, guard=self.lock)
+                attrs = node.attrs if "choices" in node.attrs else {**node.attrs, "choices": self._input(node)}
+                value, record = self.sem.select(st, attrs, node.name, guard=self.lock)
             else:
                 record = self.sem.cache_prefix(st, node.name)
         except Exception as err:
@@ -322,6 +342,8 @@ class _Run:
         return self.sem.var_scope_end(self._st(node), node.attrs["name"])  # type: ignore[arg-type]
 
     def _op_fork(self, node: Node) -> StreamState:
+        if node.attrs.get("program") is not None:  # a called program: its stream starts empty
+            return StreamState(stream_id=node.stream)
         # NOTE: the snapshot is taken now; later appends to the parent do not reach the children.
         return self._st(node).fork_copy(node.stream)
 
@@ -344,3 +366,10 @@ class _Run:
 
     def _op_cache_prefix(self, node: Node) -> None:
         return None  # a batch hint already sent by the batch (see _is_noop_hint)
+
+
+@contextlib.contextmanager
+def _both(first: ContextManager[Any], second: ContextManager[Any]) -> Iterator[None]:
+    """Hold `first`, then `second` (a streaming gen commits under the run's lock and the live text's)."""
+    with first, second:
+        yield

@@ -7,7 +7,6 @@
 """
 from __future__ import annotations
 
-import threading
 from typing import Any, Optional, Sequence
 
 from sglc.errors import SglcError
@@ -16,10 +15,9 @@ from sglc.frontend.errors import NotExecutableError, user_source
 from sglc.frontend.primitives import Gen, Select
 from sglc.frontend.sink import StreamSink
 from sglc.frontend.state import ProgramState
+from sglc.lang.global_config import global_config
 from sglc.wire.backend import Backend
 
-_default_backend: Optional[Backend] = None
-_default_lock = threading.Lock()
 
 
 class NoBackendError(NotExecutableError):
@@ -35,18 +33,19 @@ class ProgramError(SglcError):
 
 
 def set_default_backend(backend: Optional[Backend]) -> None:
-    """The backend `run`/`run_batch` use when none is passed (None clears it)."""
-    global _default_backend
+    """The backend `run`/`run_batch` use when none is passed (None clears it).
+
+    NOTE: stored in `sgl.global_config.default_backend`, where SGLang keeps it, so programs that
+    assign that field directly work too.
+    """
     if backend is not None and not isinstance(backend, Backend):
         raise TypeError(f"set_default_backend needs an sglc backend (e.g. sgl.Runtime() or "
                         f"sgl.RuntimeEndpoint(...)), got {type(backend).__name__}")
-    with _default_lock:
-        _default_backend = backend
+    global_config.default_backend = backend
 
 
 def get_default_backend() -> Optional[Backend]:
-    with _default_lock:
-        return _default_backend
+    return global_config.default_backend
 
 
 def resolve_backend(backend: Optional[Backend], what: str) -> Backend:
@@ -59,7 +58,9 @@ def resolve_backend(backend: Optional[Backend], what: str) -> Backend:
             "sgl.RuntimeEndpoint('127.0.0.1:30000') for a `sglc serve` server"
         )
     if not isinstance(chosen, Backend):
-        raise TypeError(f"{what}: backend must be an sglc backend, got {type(chosen).__name__}")
+        where = "" if backend is not None else " (sgl.global_config.default_backend)"
+        raise TypeError(f"{what}: backend{where} must be an sglc backend such as sgl.Runtime() or "
+                        f"sgl.RuntimeEndpoint(...), got {type(chosen).__name__}")
     return chosen
 
 

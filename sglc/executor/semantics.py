@@ -18,7 +18,7 @@ import os
 import random
 import threading
 import time
-from typing import Any, ContextManager, Optional, Sequence
+from typing import Any, Callable, ContextManager, Optional, Sequence
 
 from sglc.executor import select_methods
 from sglc.executor.results import CallRecord
@@ -134,22 +134,29 @@ class Semantics:
         return params
 
     def gen(self, st: StreamState, attrs: dict[str, Any], node: str,
-            guard: ContextManager[Any] = contextlib.nullcontext(), speculation: Any = None) -> tuple[Any, CallRecord]:
-        """Generate after the stream's text, append the text, define the variable (typed by dtype).
+            guard: ContextManager[Any] = contextlib.nullcontext(), speculation: Any = None,
+            on_text: Optional[Callable[[str], None]] = None) -> tuple[Any, CallRecord]:
+        """Generate after the stream's text, append the text, define the variable as that text
+        (a dtype only constrains the generation; SGLang stores the string too).
 
         `guard` is held while `st` changes (the graph executor passes its run lock, so a result
         snapshot never sees a half-applied call). `speculation`: the run's state from
-        :meth:`speculation` (None: a plain call).
+        :meth:`speculation` (None: a plain call). `on_text`: streaming (`run(stream=True)`) —
+        the text goes there piece by piece as the backend produces it.
         """
         name = attrs["name"]
         params = self.gen_params(attrs)
         t0 = time.perf_counter()
-        if speculation is not None:
+        if speculation is not None:  # NOTE: a speculated gen is cut from a longer call: not streamed
             result = self.backend.generate(st.prompt(), params, speculation=speculation)  # type: ignore[call-arg]
+            if on_text is not None:
+                on_text(result.text)
+        elif on_text is not None:
+            result = self.backend.generate_stream(st.prompt(), params, on_text)
         else:
             result = self.backend.generate(st.prompt(), params)
         latency = time.perf_counter() - t0
-        value = convert(result.text, attrs.get("dtype"))
+        value = result.text
         record = CallRecord.of(node, st.stream_id, "gen", result.meta, latency)
         with guard:
             st.append(result.text)
@@ -160,7 +167,11 @@ class Semantics:
                guard: ContextManager[Any] = contextlib.nullcontext()) -> tuple[str, CallRecord]:
         """Score every choice after the stream's text, pick one by the method, append it."""
         name = attrs["name"]
-        choices: list[str] = list(attrs["choices"])
+        choices = attrs["choices"]
+        if (not isinstance(choices, (list, tuple)) or not choices or not all(isinstance(c, str) for c in choices)
+                or len(set(choices)) != len(choices)):  # NOTE: choices from an argument arrive unchecked
+            raise ValueError(f"select choices must be a non-empty list of distinct strings, got {choices!r}"[:300])
+        choices = list(choices)
         method = attrs.get("choices_method") or "token_length_normalized"
         unconditional = select_methods.needs_unconditional(method)
         t0 = time.perf_counter()
@@ -233,23 +244,3 @@ def gather_names(parent: StreamState, children: Sequence[StreamState]) -> list[s
     for child in children:
         names += [n for n in child.defined if n not in parent.variables and n not in names]
     return names
-
-
-def convert(text: str, dtype: Optional[str]) -> Any:
-    """A typed gen's value: int / float / bool parsed from the generated text."""
-    if dtype in (None, "str"):
-        return text
-    stripped = text.strip()
-    try:
-        if dtype == "int":
-            return int(stripped)
-        if dtype == "float":
-            return float(stripped)
-        if dtype == "bool":
-            lowered = stripped.lower()
-            if lowered in ("true", "false"):
-                return lowered == "true"
-            raise ValueError(stripped)
-    except ValueError:
-        raise ValueError(f"gen with dtype {dtype} produced {text!r}, which is not a {dtype}") from None
-    raise ValueError(f"unknown gen dtype {dtype!r}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Optional
 
 from sglc.errors import SglcError
 
@@ -15,7 +16,15 @@ _SKIPPED_FILES = ("contextlib.py",)
 
 
 class TraceError(SglcError):
-    """A program used a construct the tracer cannot turn into a graph (one-line message)."""
+    """A program used a construct the tracer cannot turn into a graph (one-line message).
+
+    `argument`: the program parameter whose value the construct needed at compile time (a fork
+    count, a condition), when that was the cause; binding it (`sglc compile --bind`) fixes it.
+    """
+
+    def __init__(self, message: str, argument: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.argument = argument
 
 
 class NotExecutableError(SglcError):
@@ -41,9 +50,9 @@ def user_source() -> str:
     return f"{os.path.basename(path)}:{line}"
 
 
-def trace_error(message: str) -> TraceError:
+def trace_error(message: str, argument: Optional[str] = None) -> TraceError:
     """A TraceError whose one-line message is prefixed with the user's file:line."""
-    return TraceError(f"{user_source()}: {message}")
+    return TraceError(f"{user_source()}: {message}", argument)
 
 
 def not_executable(what: str) -> NotExecutableError:

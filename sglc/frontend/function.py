@@ -10,7 +10,8 @@ import inspect
 from typing import Any, Callable, Optional, Union, overload
 
 from sglc.frontend.branching import MAX_TRACES, explore, merge
-from sglc.frontend.errors import trace_error
+from sglc.frontend.errors import TraceError
+from sglc.frontend.program_call import trace_call
 from sglc.frontend.state import ProgramState
 from sglc.frontend.trace_context import current_trace
 from sglc.frontend.tracer import run_trace
@@ -36,6 +37,7 @@ class SglFunction:
         self.bind_arguments: dict[str, Any] = dict(bind_arguments or {})
         self.arg_names = [p.name for p in params[1:] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
         self.arg_defaults = [p.default for p in params[1:] if p.default is not p.empty]
+        self.defaults_by_name: dict[str, Any] = {p.name: p.default for p in params[1:] if p.default is not p.empty}
         self.__name__ = func.__name__
         self.__qualname__ = func.__qualname__
         self.__doc__ = func.__doc__
@@ -66,18 +68,35 @@ class SglFunction:
         traces = explore(lambda prefix: run_trace(self.func, self.name, bindings, prefix, meta), max_traces)
         return merge(traces)
 
+    def trace_fixing_defaults(self, **bound: Any) -> tuple[Graph, dict[str, Any]]:
+        """Trace; where a parameter's value is needed at compile time (a fork count) and the
+        caller did not bind it, bind its Python default and trace again.
+
+        Returns (graph, the defaults so bound). A parameter without a default still fails with
+        the tracer's error (bind it: `sglc compile --bind name=JSON`).
+        """
+        fixed: dict[str, Any] = {}
+        while True:
+            try:
+                return self.trace(**bound, **fixed), fixed
+            except TraceError as err:
+                name = err.argument
+                if name is None or name in bound or name in self.bind_arguments or name in fixed \
+                        or name not in self.defaults_by_name:
+                    raise
+                fixed[name] = self.defaults_by_name[name]
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """With a state first (`other(s, x=...)`): inline the program into that state.
-        Otherwise run it as a separate program (SGLang's form)."""
+        Otherwise run it as a separate program (SGLang's form): eagerly, on the calling program's
+        backend; while tracing, as its own stream of the caller's graph (program_call.py)."""
         if args and isinstance(args[0], ProgramState):
             return self.func(*args, **kwargs)
         if not args and isinstance(kwargs.get("s"), ProgramState):
             return self.func(**kwargs)
-        if current_trace() is not None:
-            raise trace_error(
-                f"calling {self.name}(...) without a program state while tracing would start a separate "
-                f"program, which one graph cannot hold; pass the state to inline it: {self.name}(s, ...)"
-            )
+        ctx = current_trace()
+        if ctx is not None:  # NOTE: the callee becomes its own stream of the caller's graph
+            return trace_call(ctx, self.name, self.func, self.bind_arguments, args, kwargs)
         return self.run(*args, **kwargs)
 
     # ----- execution (sglc/executor) -----

@@ -9,12 +9,12 @@ import re
 from typing import Any, Union
 
 from sglc.frontend.errors import user_source
-from sglc.ir.types import ValueType
 from sglc.wire import sampling_table
 from sglc.wire.json_schema_text import schema_text
 
-#: dtype spellings accepted by gen(dtype=...) and the output type each gives.
-DTYPES = {"str": ValueType.STR, "int": ValueType.INT, "float": ValueType.FLOAT, "bool": ValueType.BOOL}
+#: dtype spellings accepted by gen(dtype=...). The dtype only constrains what is generated: the
+#: variable holds the generated string, as in SGLang (so `"So " + s["n"]` works).
+DTYPES = ("str", "int", "float", "bool")
 
 
 def dtype_name(dtype: Union[type, str]) -> str:

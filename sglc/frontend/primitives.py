@@ -12,7 +12,6 @@ from sglc.frontend.choices import ChoicesSamplingMethod, choices_method_name, to
 from sglc.frontend.errors import trace_error, user_source
 from sglc.frontend.expr import Concat, Expr
 from sglc.frontend.params import (
-    DTYPES,
     SAMPLING_CHECKS,
     canonical_json_schema,
     check_regex,
@@ -39,11 +38,13 @@ class Gen(Expr):
 
 
 class Select(Expr):
-    """Choose one of `choices` by likelihood into variable `name`."""
+    """Choose one of `choices` by likelihood into variable `name`. While tracing, `choices` may be
+    a symbolic value (a program argument): the choices are then a runtime input of the SELECT."""
 
     __slots__ = ("name", "choices", "temperature", "choices_method")
 
-    def __init__(self, name: Optional[str], choices: list[str], temperature: float, choices_method: str) -> None:
+    def __init__(self, name: Optional[str], choices: Union[list[str], SymbolicValue], temperature: float,
+                 choices_method: str) -> None:
         self.name = name
         self.choices = choices
         self.temperature = temperature
@@ -116,15 +117,16 @@ def gen(
 
     With `choices` it is a :func:`select` (temperature defaults to 0). At most one constraint of
     `regex`, `json_schema` (a JSON string, a dict, a bool or a pydantic model class), `dtype`
-    (int/float/bool/str) may be given; a typed gen outputs an INT/FLOAT/BOOL value. Sampling
-    parameters (`max_tokens`, `stop`, `temperature`, ...) are the DSL rows of
+    (int/float/bool/str) may be given; a typed gen's value is the generated string, as in SGLang.
+    Sampling parameters (`max_tokens`, `stop`, `temperature`, ...) are the DSL rows of
     sglc.wire.sampling_table (listed below); unknown ones are a TypeError.
     """
     sampling = {"max_tokens": max_tokens, "stop": stop, **sampling}
     _check_typed_kwargs("gen", sampling)
     params = dict(name=name, dtype=dtype, choices=choices, regex=regex, json_schema=json_schema, **sampling)
     for key, value in params.items():
-        _reject_symbolic("gen", key, value)
+        if key != "choices":  # NOTE: select() accepts choices given as a program argument
+            _reject_symbolic("gen", key, value)
     if choices is not None:
         temperature = sampling.get("temperature")
         return select(name, choices, 0.0 if temperature is None else temperature,
@@ -136,15 +138,13 @@ def gen(
         raise ValueError(f"{user_source()}: {err}") from None
     attrs: dict[str, Any] = {key: SAMPLING_CHECKS[key](key, value) for key, value in sampling.items()
                              if value is not None}
-    out_type = ValueType.STR
     if regex is not None:
         attrs["regex"] = check_regex(regex)
     if json_schema is not None:
         attrs["json_schema"] = canonical_json_schema(json_schema)
     if dtype is not None:
         attrs["dtype"] = dtype_name(dtype)
-        out_type = DTYPES[attrs["dtype"]]
-    return Gen(name, attrs, out_type)
+    return Gen(name, attrs, ValueType.STR)
 
 
 gen.__doc__ += "\n    Sampling parameters:\n" + "\n".join(  # type: ignore[operator]
@@ -170,10 +170,19 @@ def select(
     temperature: float = 0.0,
     choices_method: Union[ChoicesSamplingMethod, str] = token_length_normalized,
 ) -> Select:
-    """Choose one of `choices` (non-empty, distinct strings) by the model's likelihood."""
-    for key, value in (("name", name), ("choices", choices), ("temperature", temperature)):
+    """Choose one of `choices` (non-empty, distinct strings) by the model's likelihood.
+
+    `choices` may be a program argument while tracing (HellaSwag's per-question endings): the
+    graph then takes them at run time, and the result cannot be compared in a branch."""
+    for key, value in (("name", name), ("temperature", temperature)):
         _reject_symbolic("select", key, value)
     _check_name("select", name)
+    if isinstance(choices, SymbolicValue):
+        try:
+            method = choices_method_name(choices_method)
+        except ValueError as err:
+            raise ValueError(f"{user_source()}: {err}") from None
+        return Select(name, choices, SAMPLING_CHECKS["temperature"]("temperature", temperature), method)
     if choices is None or isinstance(choices, str) or not isinstance(choices, (list, tuple)):
         raise TypeError(f"{user_source()}: select needs choices=[...] (a list of strings), got {choices!r}")
     for choice in choices:

@@ -5,8 +5,9 @@ Both are mode-agnostic: they decode what the user writes and delegate every prim
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from typing import Any, Iterator, Optional
+from typing import Any, AsyncIterator, Iterator, Optional
 
 from sglc.frontend.errors import not_executable, trace_error, user_source
 from sglc.frontend.expr import Concat, check_appendable
@@ -15,6 +16,7 @@ from sglc.frontend.sink import StreamSink
 from sglc.frontend.symbolic import SymbolicValue
 
 JOIN_MODES = ("gather_variable", "concate_and_append")
+_END = object()  # the end of a text_iter, as seen by text_async_iter
 
 
 class ProgramState:
@@ -128,8 +130,27 @@ class ProgramState:
     def sync(self) -> None:
         self._sink.sync()
 
-    def text_iter(self, var_name: Optional[str] = None) -> Any:
-        raise not_executable("streaming text (s.text_iter)")
+    def text_iter(self, var_name: Optional[str] = None) -> Iterator[str]:
+        """The text (or variable `var_name`) in pieces as it is produced. A state from
+        `run(stream=True)` streams; any other state yields its current value once (SGLang)."""
+        value = self.text() if var_name is None else self.get_var(var_name)
+        if isinstance(value, SymbolicValue):
+            raise trace_error("s.text_iter() reads a running program's text; it cannot be used while tracing")
+        yield value if isinstance(value, str) else str(value)
+
+    async def text_async_iter(self, var_name: Optional[str] = None, return_meta_data: bool = False
+                              ) -> AsyncIterator[str]:
+        """`text_iter` for asyncio: each piece is awaited without blocking the event loop."""
+        if return_meta_data:
+            raise ValueError(f"{user_source()}: text_async_iter(return_meta_data=True) is not supported; "
+                             "read s.get_meta_info(var) once the variable is set")
+        pieces = self.text_iter(var_name)
+        loop = asyncio.get_running_loop()
+        while True:
+            piece = await loop.run_in_executor(None, next, pieces, _END)
+            if piece is _END:
+                return
+            yield piece
 
     # ----- streams -----
     def fork(self, size: int = 1, position_ids_offset: Optional[list[int]] = None) -> "ProgramStateGroup":
@@ -137,7 +158,8 @@ class ProgramState:
         if isinstance(size, SymbolicValue):
             raise trace_error(
                 f"cannot use {size.describe()} as the size of s.fork() while tracing: the number of "
-                "streams must be known at compile time; bind it or run the program with the eager interpreter"
+                "streams must be known at compile time; bind it or run the program with the eager interpreter",
+                size.argument_name,
             )
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"{user_source()}: s.fork(size) needs an int >= 1, got {size!r}")

@@ -60,6 +60,11 @@ class SymbolicValue(Expr):
         """E.g. 'the result of gen("x")' or 'argument "question"'."""
         return self._desc
 
+    @property
+    def argument_name(self) -> Optional[str]:
+        """The program parameter this value is, or None (a generated value)."""
+        return self._producer.attrs["name"] if self._producer.op is Op.ARGUMENT else None  # type: ignore[return-value]
+
     def __repr__(self) -> str:
         return f"<symbolic {self._desc}>"
 
@@ -77,6 +82,14 @@ class SymbolicValue(Expr):
                 f"cannot compare {self._desc} with {operator} while tracing: only a select result can be "
                 f"compared, with one of its choices; use select(...) to branch on model output, {_EAGER_HINT}"
             )
+        if "choices" not in producer.attrs:  # NOTE: choices from an input: one trace per choice is impossible
+            source = producer.inputs[0]
+            argument = source.attrs.get("name") if source.op is Op.ARGUMENT else None
+            raise trace_error(
+                f"cannot compare {self._desc} with {operator} while tracing: its choices come from "
+                f"{'argument ' + repr(argument) if argument else '%' + source.name} at run time, and a branch needs "
+                "them at compile time; write the choices as a list in the program, bind the argument "
+                f"(sglc compile --bind {argument or 'NAME'}=JSON), {_EAGER_HINT}", argument)
         choices = producer.attrs["choices"]
         if isinstance(other, SymbolicValue):
             raise trace_error(
@@ -92,7 +105,7 @@ class SymbolicValue(Expr):
 
     # ----- what fails, loudly -----
     def _fail(self, construct: str) -> "Exception":
-        return trace_error(f"cannot use {self._desc} {construct} while tracing: {self._hint()}")
+        return trace_error(f"cannot use {self._desc} {construct} while tracing: {self._hint()}", self.argument_name)
 
     def _hint(self) -> str:
         op = self._producer.op

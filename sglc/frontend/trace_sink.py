@@ -32,12 +32,17 @@ class TraceSink(StreamSink):
         self.fork_node = fork
         self.index = index
         self.joined = False
+        #: The program's name once this stream, a called program's (program_call.py), has ended.
+        self.finished_as: Optional[str] = None
 
     # ----- helpers -----
     def _create(self, op: Op, inputs: Sequence[Node] = (), attrs: Optional[dict[str, Any]] = None,
                 type: Optional[ValueType] = None) -> Node:
         if self.joined:
             raise trace_error(f"cannot use fork child {self.index} after its fork was joined")
+        if self.finished_as is not None:
+            raise trace_error(f"cannot append to the state program {self.finished_as} returned: it has finished "
+                              "running; read its variables (d[\"name\"]) and append them to your own state")
         return self.ctx.create(op, self.stream, inputs, attrs, type)
 
     def _define(self, name: str, value: SymbolicValue) -> None:
@@ -83,9 +88,15 @@ class TraceSink(StreamSink):
 
     def select(self, expr: Select) -> None:
         name = expr.name or self.ctx.anonymous_name("select")
-        attrs = {"name": name, "choices": expr.choices, "temperature": expr.temperature,
-                 "choices_method": expr.choices_method}
-        node = self._create(Op.SELECT, attrs=attrs)
+        attrs = {"name": name, "temperature": expr.temperature, "choices_method": expr.choices_method}
+        if isinstance(expr.choices, SymbolicValue):  # choices known only at run time: an input
+            choices = expr.choices
+            if choices.type not in (ValueType.LIST, ValueType.ANY):
+                raise trace_error(f"cannot use {choices.describe()} (a {choices.type.value}) as select choices: "
+                                  "they must be a list of strings")
+            node = self._create(Op.SELECT, [self.input_of(choices)], attrs=attrs)
+        else:
+            node = self._create(Op.SELECT, attrs={**attrs, "choices": expr.choices})
         label = f'select("{name}")' if expr.name else "an unnamed select"
         self._define(name, SymbolicValue(self.ctx, node, name, ValueType.STR, f"the result of {label}"))
 

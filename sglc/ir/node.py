@@ -28,8 +28,9 @@ class Node:
     - ``gen``: attrs ``name`` (the variable) and sampling parameters (``max_tokens``, ``stop``,
       ``temperature``, ...), optional constraint attrs (``regex``, ``json_schema``, ``dtype``,
       ``choices``, and after lowering ``fsm``). Generates after the stream's text, appends the
-      result, and outputs it (STR, or INT/FLOAT/BOOL for typed gens).
-    - ``select``: attrs ``name``, ``choices`` (list of str), ``temperature``, ``choices_method``.
+      result, and outputs it (STR; a typed gen's dtype only constrains the text).
+    - ``select``: attrs ``name``, ``choices`` (list of str), ``temperature``, ``choices_method``;
+      or, without ``choices``, one input holding them at run time (a LIST/ANY argument).
       Scores each choice after the stream's text, appends the chosen one, outputs it.
     - ``variable``: one input (the producer: a gen/select/var_scope_end, or a join for gathered
       lists), attrs ``name``. Outputs the producer's value; waits for it (cross-stream edge).
@@ -37,7 +38,8 @@ class Node:
     - ``var_scope_begin`` / ``var_scope_end``: attrs ``name``. Text appended between them is
       captured; ``var_scope_end`` outputs it as the variable ``name``.
     - ``fork``: attrs ``n``. Output: a FORK handle. Each child stream starts with a copy of this
-      stream's text.
+      stream's text. With attr ``program`` (n=1): a called program's stream, which starts empty
+      and needs no join (its variables are read with VARIABLE nodes).
     - ``get_fork_item``: one input (the fork), attrs ``index``. The first node of the child
       stream (its ``stream`` is the child's id); output: the STREAM handle.
     - ``join``: inputs: the fork, then the last node of each child stream; attrs ``mode``

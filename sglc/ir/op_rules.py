@@ -127,7 +127,8 @@ ATTR_RULES: dict[Op, dict[str, tuple[bool, Check]]] = {
     },
     Op.SELECT: {
         "name": _NAME,
-        "choices": (True, _list_of(_STRS, "str", nonempty=True, unique=True)),
+        # NOTE: absent when the choices are the select's input (a program argument), known at run time
+        "choices": (False, _list_of(_STRS, "str", nonempty=True, unique=True)),
         "temperature": SAMPLING_ATTRS["temperature"],
         "choices_method": (False, _type(str, nonempty=True)),
     },
@@ -135,7 +136,8 @@ ATTR_RULES: dict[Op, dict[str, tuple[bool, Check]]] = {
     Op.STREAM_TEXT: {},
     Op.VAR_SCOPE_BEGIN: {"name": _NAME},
     Op.VAR_SCOPE_END: {"name": _NAME},
-    Op.FORK: {"n": (True, _int_in(1, MAX_COUNT))},
+    # NOTE: "program": a called program's stream (n=1), which starts empty (frontend/program_call.py)
+    Op.FORK: {"n": (True, _int_in(1, MAX_COUNT)), "program": (False, _type(str, nonempty=True))},
     Op.GET_FORK_ITEM: {"index": (True, _int_in(0, MAX_COUNT))},
     Op.JOIN: {
         "mode": (True, _one_of(JOIN_MODES)),
@@ -171,8 +173,15 @@ def _short(text: Optional[str], limit: int = 60) -> str:
     return shown if len(shown) <= limit else shown[:limit - 3] + "..."
 
 
+def _program_fork(node: Node) -> None:
+    """A called program's fork starts exactly one stream."""
+    if node.attrs.get("program") is not None and node.attrs["n"] != 1:
+        raise RuleError(f"starts called program {node.attrs['program']!r}, so n must be 1, got {node.attrs['n']}")
+
+
 NODE_RULES: dict[Op, Callable[[Node], None]] = {
     Op.GEN: _gen_constraint,
+    Op.FORK: _program_fork,
 }
 
 # ----- graph meta (entries the compiler writes; other keys are allowed in the attribute domain) -----
@@ -273,11 +282,25 @@ def _branch(node: Node) -> None:
     select = node.inputs[0]
     if select.op is not Op.SELECT:
         raise RuleError(f"input %{select.name} is a {select.op.value}, not a select")
-    if node.attrs["cases"] != select.attrs["choices"]:
-        raise RuleError(f"cases {node.attrs['cases']!r} differ from %{select.name}'s choices {select.attrs['choices']!r}")
+    if node.attrs["cases"] != select.attrs.get("choices"):
+        raise RuleError(f"cases {node.attrs['cases']!r} differ from %{select.name}'s choices "
+                        f"{select.attrs.get('choices')!r} (a branch needs constant choices)")
+
+
+def _select(node: Node) -> None:
+    """Constant choices (attribute, no input), or one list input holding them at run time."""
+    if "choices" in node.attrs:
+        _arity(node, 0)
+        return
+    if len(node.inputs) != 1:
+        raise RuleError(f"has no 'choices' attribute, so it takes one input holding the choices, got {len(node.inputs)}")
+    inp = node.inputs[0]
+    if inp.type not in (ValueType.LIST, ValueType.ANY):
+        raise RuleError(f"choices input %{inp.name} ({inp.op.value}) has type {inp.type.value}, not a list")
 
 
 INPUT_RULES: dict[Op, Callable[[Node], None]] = {
+    Op.SELECT: _select,
     Op.APPEND: _text_input,
     Op.IMAGE: _media,
     Op.VIDEO: _media,

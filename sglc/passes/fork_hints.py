@@ -35,7 +35,7 @@ def _forks_needing_hints(graph: Graph) -> list[Node]:
     previous: dict[int, Node] = {}
     needing: list[Node] = []
     for node in graph.nodes:
-        if node.op is Op.FORK and not node.attrs.get("hoisted"):
+        if node.op is Op.FORK and not node.attrs.get("hoisted") and not node.attrs.get("program"):
             before = previous.get(node.stream)
             if before is None or before.op is not Op.CACHE_PREFIX or before.guard != node.guard:
                 needing.append(node)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from sglc.wire import sampling_table
 from sglc.wire.chat_template import ChatTemplate
@@ -97,8 +97,25 @@ class Backend(abc.ABC):
     def cache_prefix(self, prompt: Prompt) -> CallMeta:
         """Hint: prefill `prompt` now and keep it cached (forks and batches share it)."""
 
+    def generate_stream(self, prompt: Prompt, params: GenParams, on_text: Callable[[str], None]) -> GenResult:
+        """`generate`, handing the text to `on_text` piece by piece as it is produced (the
+        streaming of `run(stream=True)`). This default hands over the whole text at the end."""
+        result = self.generate(prompt, params)
+        on_text(result.text)
+        return result
+
     def metrics(self) -> dict[str, Any]:
         return {}
+
+    def flush_cache(self) -> bool:
+        """Empty the prefix cache; False when this backend cannot (or not now: requests in flight)."""
+        return False
+
+    def get_server_info(self) -> dict[str, Any]:
+        """SGLang backends' `get_server_info()` (what `sgl.get_server_info()` returns): model facts and metrics."""
+        info = self.model_info()
+        return {"model_path": info.model, "context_length": info.context_length,
+                "supports_images": info.supports_images, **self.metrics()}
 
     def close(self) -> None:
         return None

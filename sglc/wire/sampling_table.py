@@ -157,6 +157,11 @@ TABLE: tuple[SamplingParam, ...] = (
       proto="repetition_penalty", doc="HF/CTRL semantics, over output tokens; 1 is off"),
     P("seed", "int", None, 0, MAX_SEED, run="seed", openai=("seed",), proto="seed",
       doc="a per-request generator: reproducible regardless of batching"),
+    P("stop_regex", "str_list", None,
+      doc="SGLang's field: the output ends once a match of one of these regexes ends in it (run as a DFA; "
+          "the matched text stays in the output)"),
+    P("no_stop_trim", "bool", False,
+      doc="keep a matched stop string (and a stop token's text) in the output text"),
     P("ignore_eos", "bool", False, dsl="ignore_eos", run="ignore_eos", openai=("ignore_eos",), proto="ignore_eos"),
     P("skip_special_tokens", "bool", True, proto="skip_special_tokens"),
     P("return_logprob", "bool", False, dsl="return_logprob"),

@@ -159,6 +159,12 @@ class SrtBackend(Backend):
         complete = self._stream(request)
         return client_convert.gen_result_from_pb(complete, time.perf_counter() - t0)
 
+    def generate_stream(self, prompt: Prompt, params: GenParams, on_text: Callable[[str], None]) -> GenResult:
+        """`generate` over a streaming Generate call: each chunk's text goes to `on_text` on arrival."""
+        t0 = time.perf_counter()
+        complete = self._stream(self._request(prompt, params, stream=True), lambda c: c.text and on_text(c.text))
+        return client_convert.gen_result_from_pb(complete, time.perf_counter() - t0)
+
     def stream(self, prompt: Prompt, params: GenParams) -> Iterator[str]:
         """The generated text piece by piece (as the server decodes it)."""
         import queue

@@ -1,0 +1,242 @@
+"""SGLang's /generate request (its ``GenerateReqInput`` and ``sampling_params``) as pydantic models.
+
+SGLang's client (``sglang.RuntimeEndpoint``) and sglang-router send this wire format; every field
+SGLang defines is spelled here once, with its default. Three kinds of fields:
+
+- honoured: mapped onto our SamplingParams / the handler (``to_engine_fields``);
+- harmless no-ops: accepted with any value because they cannot change results here
+  (``stream_interval``, ``log_metrics``; ``spaces_between_special_tokens`` while special tokens
+  are skipped);
+- not supported: accepted only at SGLang's default (``null`` / ``false`` / empty), because the
+  client and the router send them that way on every call; any other value is a 400 naming the
+  field (never a silent ignore that would change the answer).
+
+A field SGLang does not define is a 400 too (``extra="forbid"``), as is a value of the wrong type
+(``strict``: no "1" for 1, no 0 for false). ``null`` means "SGLang's default" for every field, as
+in SGLang.
+"""
+from __future__ import annotations
+
+from typing import Any, Union
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from sglc.wire.prompt import RequestError
+
+__all__ = ["FieldError", "SglangGenerateRequest", "SglangSamplingParams", "parse_model"]
+
+_STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+class FieldError(RequestError):
+    """A 400 about one request field; ``param`` names it (the error body's ``param``)."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class SglangSamplingParams(BaseModel):
+    """One prompt's ``sampling_params`` object (SGLang's SamplingParams API fields)."""
+
+    model_config = _STRICT
+
+    max_new_tokens: int | None = 128
+    min_new_tokens: int | None = 0
+    n: int | None = 1
+    stop: Union[str, list[str], None] = None
+    stop_token_ids: list[int] | None = None
+    stop_regex: Union[str, list[str], None] = None
+    temperature: float | None = 1.0
+    top_p: float | None = 1.0
+    top_k: int | None = -1
+    min_p: float | None = 0.0
+    frequency_penalty: float | None = 0.0
+    presence_penalty: float | None = 0.0
+    repetition_penalty: float | None = 1.0
+    ignore_eos: bool | None = False
+    skip_special_tokens: bool | None = True
+    spaces_between_special_tokens: bool | None = True
+    no_stop_trim: bool | None = False
+    regex: str | None = None
+    json_schema: Union[str, dict, None] = None
+    sampling_seed: int | None = None
+    #: sglc's extension: a constraint already lowered by `sglc compile` (sglc.fsm's dict form), so a
+    #: graph's constrained gen is not recompiled from its regex. SGLang servers do not take it.
+    fsm: dict | None = None
+    # NOTE: a no-op here: it only sets how often SGLang flushes stream chunks.
+    stream_interval: int | None = None
+    # Not supported: only SGLang's default (null) is accepted.
+    ebnf: Any = None
+    structural_tag: Any = None
+    beam_width: Any = None
+    logit_bias: Any = None
+    custom_params: Any = None
+    watermark: Any = None
+
+    def refusal(self, where: str = "sampling_params") -> FieldError | None:
+        """Why this server cannot honour these parameters (naming the field), or None."""
+        for name in ("ebnf", "structural_tag", "beam_width", "logit_bias", "custom_params", "watermark"):
+            if getattr(self, name) not in (None, {}, []):
+                return FieldError(f"{where}.{name}", f"'{where}.{name}' is not supported by this server "
+                                                     "(only null is accepted)")
+        if self.spaces_between_special_tokens is False and self.skip_special_tokens is False:
+            return FieldError(f"{where}.spaces_between_special_tokens",
+                              f"'{where}.spaces_between_special_tokens': false is not supported together with "
+                              "skip_special_tokens=false (special tokens are decoded as the tokenizer joins them)")
+        if self.n is not None and self.n < 1:
+            return FieldError(f"{where}.n", f"'{where}.n' must be >= 1, got {self.n}")
+        if self.max_new_tokens is None:
+            return FieldError(f"{where}.max_new_tokens", f"'{where}.max_new_tokens': null (generate up to the "
+                                                         "context) is not supported; give a number")
+        return None
+
+    @property
+    def num_samples(self) -> int:
+        return 1 if self.n is None else self.n
+
+    def to_engine_fields(self) -> dict[str, Any]:
+        """Keyword fields of our SamplingParams (SGLang's meaning; null = the default)."""
+        fields: dict[str, Any] = {}
+        for name in ("max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p",
+                     "frequency_penalty", "presence_penalty", "repetition_penalty", "ignore_eos",
+                     "skip_special_tokens", "no_stop_trim", "regex", "stop_regex"):
+            value = getattr(self, name)
+            if value is not None:
+                fields[name] = value
+        if self.stop:  # NOTE: SGLang's client sends [] for "no stop strings"
+            fields["stop"] = self.stop
+        if self.stop_token_ids:
+            fields["stop_token_ids"] = list(self.stop_token_ids)
+        if self.json_schema is not None:
+            fields["json_schema"] = self.json_schema
+        if self.sampling_seed is not None:
+            fields["seed"] = self.sampling_seed
+        if self.fsm is not None:
+            fields["fsm"] = self.fsm
+        return fields
+
+
+#: Top-level GenerateReqInput fields this server does not implement: accepted at null / false /
+#: empty only (SGLang's client and sglang-router send some of them with those values).
+UNSUPPORTED_REQUEST_FIELDS = (
+    "session_id", "input_embeds", "video_data", "audio_data", "mm_hashes", "mm_content_hashes", "video_config",
+    "token_ids_logprob", "return_sampling_mask", "sampling_logprobs_mode", "return_flat_raw_top_logprobs",
+    "return_flat_raw_output_top_logprobs", "return_hidden_states", "return_routed_experts", "return_indexer_topk",
+    "modalities", "session_params", "lora_path", "lora_id", "custom_logit_processor", "positional_embed_overrides",
+    "bootstrap_host", "bootstrap_port", "bootstrap_room", "bootstrap_pair_key", "decode_tp_size",
+    "background", "require_reasoning", "watermark", "extra_key", "return_bytes", "return_entropy", "priority",
+)
+
+
+class SglangGenerateRequest(BaseModel):
+    """The body of POST /generate (SGLang's GenerateReqInput). ``text`` / ``input_ids`` /
+    ``sampling_params`` keep their JSON form here: their batch shapes are checked by
+    openai_protocol.generate_prompts / generate_sampling, whose messages name the item."""
+
+    model_config = _STRICT
+
+    text: Any = None
+    input_ids: Any = None
+    sampling_params: Any = None
+    rid: Union[str, list[str], None] = None
+    return_logprob: Union[bool, list[bool], None] = None
+    logprob_start_len: Union[int, list[int], None] = None
+    top_logprobs_num: Union[int, list[int], None] = None
+    return_text_in_logprobs: bool | None = False
+    stream: bool | None = False
+    image_data: Any = None
+    # No-ops here: metrics are always kept; routing hints matter to the router, not to a worker.
+    log_metrics: bool | None = True
+    #: sglang-router 0.3.2 forwards its own GenerateRequest: these come with every call (null when
+    #: unset). model: what it routed by; no_logs / custom_labels: its logging and metric labels.
+    model: str | None = None
+    no_logs: bool | None = None
+    custom_labels: dict | None = None
+    routed_dp_rank: int | None = None
+    data_parallel_rank: int | None = None
+    disagg_prefill_dp_rank: int | None = None
+    routing_key: str | None = None
+    conversation_id: str | None = None
+    use_audio_in_video: bool | None = False
+    routed_experts_start_len: int | None = 0
+    http_worker_ipc: Any = None
+    # Not supported (see UNSUPPORTED_REQUEST_FIELDS): only null / false / empty.
+    session_id: Any = None
+    input_embeds: Any = None
+    video_data: Any = None
+    audio_data: Any = None
+    mm_hashes: Any = None
+    mm_content_hashes: Any = None
+    video_config: Any = None
+    token_ids_logprob: Any = None
+    return_sampling_mask: Any = None
+    sampling_logprobs_mode: Any = None
+    return_flat_raw_top_logprobs: Any = None
+    return_flat_raw_output_top_logprobs: Any = None
+    return_hidden_states: Any = None
+    return_routed_experts: Any = None
+    return_indexer_topk: Any = None
+    modalities: Any = None
+    session_params: Any = None
+    lora_path: Any = None
+    lora_id: Any = None
+    custom_logit_processor: Any = None
+    positional_embed_overrides: Any = None
+    bootstrap_host: Any = None
+    bootstrap_port: Any = None
+    bootstrap_room: Any = None
+    bootstrap_pair_key: Any = None
+    decode_tp_size: Any = None
+    background: Any = None
+    require_reasoning: Any = None
+    watermark: Any = None
+    extra_key: Any = None
+    return_bytes: Any = None
+    return_entropy: Any = None
+    priority: Any = None
+
+    def refusal(self) -> FieldError | None:
+        """Why this server cannot honour the request (naming the field), or None."""
+        for name in UNSUPPORTED_REQUEST_FIELDS:
+            value = getattr(self, name)
+            if not _is_default(value):
+                return FieldError(name, f"'{name}' is not supported by this server (only null is accepted)")
+        if not _is_default(self.image_data):
+            return FieldError("image_data", "'image_data': this server's model is text-only, so images are refused "
+                                            "(SGLang programs with sgl.image() need a multimodal SGLang server)")
+        return None
+
+    def per_prompt(self, name: str, num_prompts: int, batch: bool) -> list[Any]:
+        """A field that SGLang takes either once or as one value per prompt, as a per-prompt list."""
+        value = getattr(self, name)
+        if isinstance(value, list):
+            if not batch or len(value) != num_prompts:
+                raise FieldError(name, f"'{name}' is a list of {len(value)} values for {num_prompts} prompt(s); give "
+                                   "one value, or one per prompt of a batch")
+            return list(value)
+        return [value] * num_prompts
+
+
+def _is_default(value: Any) -> bool:
+    return value is None or value is False or value == [] or value == {} or (
+        isinstance(value, list) and all(v is None for v in value))
+
+
+def parse_model(model: type[BaseModel], data: Any, where: str = "") -> Any:
+    """``model`` validated from `data`; RequestError naming the first bad field otherwise."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        field = f"{where}.{loc}" if where and loc else (where or loc)
+        if first["type"] == "extra_forbidden":
+            raise FieldError(field, f"'{field}' is not a field of SGLang's /generate request "
+                               "(see docs/http_server.md for the fields this server takes)") from None
+        raise FieldError(field, f"'{field}': {first['msg']}, got {_short(first.get('input'))}") from None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
