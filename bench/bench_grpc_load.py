@@ -21,10 +21,10 @@ from pathlib import Path
 
 import grpc
 
-from sglc.executor.backend import GenParams, Prompt
 from sglc.executor.backends.srt import SrtBackend
-from sglc.proto import runtime_pb2 as pb
-from sglc.proto import runtime_pb2_grpc as pb_grpc
+from sglc.wire.backend import GenParams, Prompt
+from sglc.wire.proto import runtime_pb2 as pb
+from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
 from sglc_runtime.sampling.sampling_params import SamplingParams
 from sglc_runtime.server.launch import Runtime, ServeConfig
 

@@ -33,7 +33,8 @@ from typing import Any, Callable
 
 import grpc
 
-from sglc.proto import runtime_pb2 as pb
+from sglc.wire.proto import fsm_pb2
+from sglc.wire.proto import runtime_pb2 as pb
 
 # ======================================= values =======================================
 WEIRD = [None, True, False, 0, -1, 1, 7, 2**31, 2**63, 2**64 + 1, -2**63, 10**30, 1.5, -0.0, 1e308, 1e-308,
@@ -275,7 +276,8 @@ def _sampling(rng: random.Random) -> pb.SamplingParams:
     elif roll < 0.13:
         s.json_schema = rng.choice(SCHEMAS)
     elif roll < 0.15:
-        s.fsm_json = rng.choice(["not json", "[" * 5000, "[" * 100_000 + "]" * 100_000])
+        s.fsm.CopyFrom(rng.choice([fsm_pb2.FSM(version=1, pattern="x", num_states=1000, num_classes=10**7),
+                                   fsm_pb2.FSM(version=99), fsm_pb2.FSM(version=1, num_states=2**32 - 1)]))
     return s
 
 

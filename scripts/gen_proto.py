@@ -1,14 +1,14 @@
 #!/usr/bin/env python
-"""Generate the protobuf/gRPC Python modules of every proto/*.proto into sglc/proto/.
+"""Generate the protobuf/gRPC Python modules of every proto/*.proto into sglc/wire/proto/.
 
 The ONE script that produces generated code. Its output is committed; tests/test_proto_generated.py
 runs it into a temporary folder and fails if the result differs from the committed files.
 
-    python scripts/gen_proto.py             # regenerate sglc/proto/*_pb2*.py(i)
+    python scripts/gen_proto.py             # regenerate sglc/wire/proto/*_pb2*.py(i)
     python scripts/gen_proto.py --out DIR   # write elsewhere (used by the drift test)
 
 Files with a `service` also get a *_pb2_grpc.py. Imports between generated modules are made
-package-relative (`from . import graph_pb2`), so sglc.proto works without touching sys.path.
+package-relative (`from . import graph_pb2`), so sglc.wire.proto works without touching sys.path.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
-OUT_DIR = ROOT / "sglc" / "proto"
+OUT_DIR = ROOT / "sglc" / "wire" / "proto"
 
 _SERVICE = re.compile(r"^\s*service\s+\w+", re.MULTILINE)
 _ABSOLUTE_IMPORT = re.compile(r"^import (\w+_pb2) as (\w+)$", re.MULTILINE)
@@ -60,7 +60,7 @@ def generate(out_dir: Path = OUT_DIR) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=OUT_DIR, help="output folder (default: sglc/proto)")
+    parser.add_argument("--out", type=Path, default=OUT_DIR, help="output folder (default: sglc/wire/proto)")
     args = parser.parse_args(argv)
     for path in generate(args.out):
         print(path)

@@ -53,7 +53,7 @@ def set_default_backend(backend: Any) -> None:
 
 def RuntimeEndpoint(endpoint: str, **opts: Any) -> Any:  # noqa: N802 - SGLang's spelling
     """A `sglc serve` runtime at "host:port" or "http://host:port" (the gRPC `srt` backend)."""
-    from sglc.executor.backends import make_backend
+    from sglc.backends import make_backend
 
     return make_backend("srt", endpoint, **opts)
 
@@ -65,7 +65,7 @@ def Runtime(model: str = "default", *, model_path: Any = None, **opts: Any) -> A
     schedule_policy, disable_radix_cache, timeout, ...). `.shutdown()` (or `.close()`, or the
     process ending) stops it; `.get_tokenizer()` and `.endpoint` work as on SGLang's Runtime.
     """
-    from sglc.executor.backends import make_backend
+    from sglc.backends import make_backend
 
     return make_backend("srt", None, model=model if model_path is None else model_path, **opts)
 
@@ -76,7 +76,7 @@ def OpenAI(model_name: str = "default", is_chat_model: Optional[bool] = None, ch
     """SGLang's OpenAI backend: any OpenAI-compatible endpoint (`base_url`, default $OPENAI_BASE_URL
     or OpenAI's) and model. `is_chat_model` True/False picks chat or completion calls (None:
     guessed from the model name). `timeout`, `max_retries`, `num_api_spec_tokens` pass through."""
-    from sglc.executor.backends import make_backend
+    from sglc.backends import make_backend
 
     if is_azure:
         raise ValueError("sgl.OpenAI(is_azure=True): Azure OpenAI is not supported; point base_url at an "

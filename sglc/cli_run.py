@@ -112,7 +112,7 @@ def _open_output(path: str) -> Iterator[IO[str]]:
 
 
 def _make_backend(args: argparse.Namespace) -> Any:
-    from sglc.executor.backends import make_backend
+    from sglc.backends import make_backend
 
     if args.backend == "srt" and args.endpoint is None:
         print(f"sglc run: no --endpoint: starting the embedded runtime (loading model {args.model!r}; "

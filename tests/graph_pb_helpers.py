@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
-from sglc.proto import graph_pb2 as pb
+from sglc.wire.proto import graph_pb2 as pb
 
 
 def seal(msg: pb.Graph) -> bytes:

@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError
 from graph_pb_helpers import parse, seal
 from sglc.ir.ops import Op
 from sglc.ir.types import ValueType
-from sglc.proto import graph_pb2 as pb
+from sglc.wire.proto import graph_pb2 as pb
 
 HUGE_INTS = [0, -1, 1, 2**31, 2**32 - 1, 2**63 - 1, -(2**63), 10**15]
 HUGE_FLOATS = [float("inf"), float("-inf"), float("nan"), 1e308, -1e308, -0.0, 5e-324, 0.5]
@@ -205,6 +205,15 @@ def reorder_nodes(msg: pb.Graph, rng: random.Random) -> None:
 def break_fsm(msg: pb.Graph, rng: random.Random) -> None:
     node = _node(msg, rng, having="fsm")
     fsm = [e for e in node.attrs.entries if e.key == "fsm"]
+    if fsm and fsm[0].value.HasField("fsm_value"):  # NOTE: format 3: the typed FSM message
+        typed = fsm[0].value.fsm_value
+        field = rng.choice(["num_states", "num_classes", "initial", "finals", "transitions", "interval_starts"])
+        if field in ("num_states", "num_classes", "initial"):
+            setattr(typed, field, rng.choice([0, 1, 2**31, 2**32 - 1]))
+        else:
+            values = getattr(typed, field)
+            values.append(rng.choice([0, 2**32 - 1, 10**6]))
+        return None
     if not fsm or not fsm[0].value.HasField("map_value"):
         return set_attr(msg, rng)
     fields = fsm[0].value.map_value.entries

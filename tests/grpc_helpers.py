@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from sglc.proto import runtime_pb2_grpc as pb_grpc
+from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -29,7 +29,7 @@ texts = st.text(max_size=10)
 
 SAMPLING = {
     "max_tokens": st.integers(1, 4096),
-    "stop": st.text(max_size=3) | st.lists(st.text(max_size=3), max_size=3),
+    "stop": st.text(min_size=1, max_size=3) | st.lists(st.text(min_size=1, max_size=3), max_size=3),  # "" never stops
     "stop_token_ids": st.lists(st.integers(0, 50000), max_size=3),
     "temperature": st.floats(0, 5) | st.integers(0, 2),
     "top_p": st.floats(0.01, 1.0),

@@ -11,7 +11,7 @@ from typing import Any
 
 import grpc
 
-from sglc.proto import runtime_pb2 as pb
+from sglc.wire.proto import runtime_pb2 as pb
 
 GREEDY_PROMPT = "The capital of France is"
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 import sglc as sgl
-from sglc.executor.backend import CallMeta, GenParams, GenResult
-from sglc.executor.backends import make_backend
+from sglc.backends import make_backend
 from sglc.executor.backends.api_speculative import SpeculativeCache
+from sglc.wire.backend import CallMeta, GenParams, GenResult
 
 SHOTS = ("Extract the person's name, age and city from each page.\n\n"
          "Page: Maria Lopez, 34, moved to Madrid last spring.\nName: Maria Lopez\nAge: 34\nCity: Madrid\n\n"

@@ -15,8 +15,8 @@ import torch
 
 import sglc as sgl
 from bench.suite.hf_backend import HFPerCallBackend
-from sglc.executor.backend import GenParams, Prompt
 from sglc.executor.batch import run_graph_batch
+from sglc.wire.backend import GenParams, Prompt
 
 CHAT = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 PROMPTS = [
@@ -33,7 +33,7 @@ def hf():
 
 @pytest.fixture(scope="module")
 def engine():
-    from sglc.executor.backends.engine import EngineBackend
+    from sglc_runtime.server.engine_backend import EngineBackend
 
     backend = EngineBackend(dtype="float32")
     yield backend

@@ -231,7 +231,7 @@ def root_variables(graph: Graph) -> set[str]:
 @pytest.mark.model
 def test_tiny_size_of_every_workload_runs_on_the_embedded_engine():
     """Every tiny program finishes without error on the real engine with all its variables set."""
-    from sglc.executor.backends.engine import EngineBackend
+    from sglc_runtime.server.engine_backend import EngineBackend
     from sglc.executor.batch import run_graph_batch
 
     backend = EngineBackend(dtype="float32")

@@ -9,12 +9,12 @@ import pytest
 from test_executor_support import EQUIVALENCE_CASES, ScriptedBackend, regex_gen
 
 import sglc as sgl
-from sglc.executor.backends.engine import EngineBackend
 from sglc.executor.compiled import CompiledProgram
 from sglc.executor.program import ProgramError
 from sglc.passes.fork_hints import fork_hints
 from sglc.passes.merge_constants import merge_constants
 from sglc.passes.prefix_hoisting import prefix_hoisting
+from sglc_runtime.server.engine_backend import EngineBackend
 
 
 @sgl.function

@@ -18,12 +18,13 @@ import grpc
 import pytest
 
 from sglc import fsm
-from sglc.proto import runtime_pb2 as pb
-from sglc.proto import runtime_pb2_grpc as pb_grpc
+from sglc.wire.proto import runtime_pb2 as pb
+from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
 from sglc_runtime.constrained import ConstraintCompilerConfig
 from sglc_runtime.engine import Engine
 from sglc_runtime.engine.engine_config import EngineConfig
 from sglc_runtime.server.launch import Runtime, ServeConfig
+from sglc.wire.fsm_message import fsm_to_pb
 
 pytestmark = pytest.mark.model
 
@@ -99,13 +100,13 @@ def test_issue_cases_are_refused_quickly_naming_the_limit(runtime, case):
     assert plain(base)[0] == 200
 
 
-def test_grpc_refuses_an_oversized_fsm_json_as_invalid_argument(runtime):
-    """gRPC fsm_json claiming 10**7 classes: INVALID_ARGUMENT naming max_dfa_cells, at once."""
+def test_grpc_refuses_an_oversized_fsm_as_invalid_argument(runtime):
+    """A gRPC FSM message claiming 10**7 classes: INVALID_ARGUMENT naming max_dfa_cells, at once."""
     channel = grpc.insecure_channel(runtime.frontends[0].address)
     try:
         stub = pb_grpc.RuntimeStub(channel)
         request = pb.GenerateRequest(prompt=pb.Prompt(text="Hi"),
-                                     sampling=pb.SamplingParams(max_new_tokens=1, fsm_json=json.dumps(HUGE_FSM)))
+                                     sampling=pb.SamplingParams(max_new_tokens=1, fsm=fsm_to_pb(HUGE_FSM)))
         with pytest.raises(grpc.RpcError) as info:
             list(stub.Generate(request, timeout=REFUSED_WITHIN_S))
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT

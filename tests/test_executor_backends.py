@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 
 import sglc as sgl
+from sglc.backends import make_backend, normalize_endpoint
 from sglc.errors import BackendError
-from sglc.executor.backend import GenParams, Prompt
-from sglc.executor.backends import make_backend, normalize_endpoint
 from sglc.executor.stream_state import IMAGE_MARKER
+from sglc.wire.backend import GenParams, Prompt
 
 
 @pytest.mark.parametrize("given,target", [("127.0.0.1:30000", "127.0.0.1:30000"),
@@ -75,7 +75,7 @@ def test_images_become_text_placeholders_for_the_text_only_model(backend, tmp_pa
 @pytest.mark.model
 def test_a_backend_that_never_starts_fails_calls_by_deadline_instead_of_hanging(backend):
     """start=False and nobody starts it: the call raises BackendError after its timeout."""
-    from sglc.executor.backends.engine import EngineBackend
+    from sglc_runtime.server.engine_backend import EngineBackend
     from sglc_runtime.engine import Engine
 
     idle = EngineBackend(Engine(share_model_with=backend.engine), start=False, timeout=0.2)

@@ -329,7 +329,7 @@ def test_hoisted_fork_passes_gathered_variables_through_to_stream_0():
 def test_images_are_recorded_in_messages_and_a_missing_file_is_an_error(tmp_path):
     """IMAGE puts the runtime's marker in the text and the path in the prompt's media and message
     content; a missing file fails clearly."""
-    from sglc_runtime.server.prompts import IMAGE_MARKER as RUNTIME_MARKER
+    from sglc.wire.prompt import IMAGE_MARKER as RUNTIME_MARKER
 
     assert IMAGE_MARKER == RUNTIME_MARKER
     @sgl.function

@@ -11,7 +11,7 @@ import hashlib
 import threading
 from typing import Callable, Optional
 
-from sglc.executor.backend import (
+from sglc.wire.backend import (
     Backend,
     CallMeta,
     ChatTemplate,

@@ -102,7 +102,7 @@ def test_router_gives_single_worker_outputs_and_keeps_each_prefix_group_on_one_w
 
 def test_streaming_through_the_router_equals_the_plain_answer(fleet):
     """generate_stream through the router (SSE passed on by it) joins to the non-streamed greedy text."""
-    from sglc.executor.backend import GenParams, Prompt
+    from sglc.wire.backend import GenParams, Prompt
     from sglc.executor.backends.sglang_http import SGLangBackend
 
     backend = SGLangBackend(fleet.url, timeout=120)

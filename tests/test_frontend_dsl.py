@@ -97,7 +97,7 @@ def test_json_schema_accepts_string_dict_and_pydantic_and_keeps_key_order():
 
 @pytest.mark.parametrize("kwargs, fragment", [
     ({"regex": "("}, "not a valid regular expression"),
-    ({"regex": "a", "dtype": int}, "at most one of"),
+    ({"regex": "a", "dtype": int}, "at most one constraint"),
     ({"max_tokens": 0}, "max_tokens"),
     ({"temperature": -1}, "temperature"),
     ({"top_p": 0}, "top_p"),

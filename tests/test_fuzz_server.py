@@ -12,7 +12,7 @@ import pytest
 
 from bench.server_fuzz import LogWatch, run_fuzz
 from server_helpers import greedy_completion, greedy_grpc, grpc_address, http_base, wait_idle
-from sglc.proto import runtime_pb2_grpc as pb_grpc
+from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
 from sglc_runtime.server.launch import Runtime, ServeConfig
 
 pytestmark = pytest.mark.model

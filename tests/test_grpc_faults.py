@@ -18,10 +18,10 @@ import pytest
 
 from grpc_helpers import ServeProcess, runtime_fixture, stub  # noqa: F401 (fixtures)
 from sglc.errors import BackendError
-from sglc.executor.backend import GenParams, Prompt
 from sglc.executor.backends.srt import SrtBackend
-from sglc.proto import runtime_pb2 as pb
-from sglc.proto import runtime_pb2_grpc as pb_grpc
+from sglc.wire.backend import GenParams, Prompt
+from sglc.wire.proto import runtime_pb2 as pb
+from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
 from sglc_runtime.server.launch import Runtime, ServeConfig
 
 pytestmark = pytest.mark.model
@@ -77,7 +77,8 @@ BAD_REQUESTS = [
     ("empty prompt", dict(text="", sampling={}), "empty"),
     ("no prompt at all", dict(sampling={}), "text or token_ids"),
     ("invalid regex", dict(text="hi", sampling=dict(regex="(ab")), "regex"),
-    ("malformed fsm", dict(text="hi", sampling=dict(fsm_json="{not json")), "fsm"),
+    ("malformed fsm", dict(text="hi", sampling=dict(fsm=dict(version=1, pattern="x", num_states=0))), "fsm"),
+    ("fsm of a newer layout", dict(text="hi", sampling=dict(fsm=dict(version=99))), "fsm"),
     ("image on a text-only model", dict(text="look", images=["a.png"], sampling={}), "text-only"),
 ]
 

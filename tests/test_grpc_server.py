@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from grpc_helpers import runtime_fixture, stub  # noqa: F401 (fixtures)
-from sglc.proto import runtime_pb2 as pb
+from sglc.wire.proto import runtime_pb2 as pb
 from sglc_runtime.sampling.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.model
@@ -174,15 +174,16 @@ def test_regex_constraint_output_matches(stub, runtime):
 
 
 def test_fsm_and_json_schema_constraints_are_accepted(stub):
-    """A compiled FSM (fsm_json, as `sglc compile` stores it) and a JSON schema both constrain the output."""
+    """A compiled FSM (the typed FSM message, as `sglc compile` lowers it) and a JSON schema both constrain the output."""
     import json
     import re
 
     from sglc import fsm
+    from sglc.wire.fsm_message import fsm_to_pb
 
     pattern = r"[0-9]{2}-[0-9]{2}"
     f = fsm.compile_regex(pattern)
-    done = complete_of(generate(stub, "Pick a date:", greedy(12, fsm_json=json.dumps(fsm.fsm_to_dict(f)))))
+    done = complete_of(generate(stub, "Pick a date:", greedy(12, fsm=fsm_to_pb(fsm.fsm_to_dict(f)))))
     assert re.fullmatch(pattern, done.text), done.text
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
     done = complete_of(generate(stub, "Answer in JSON:", greedy(20, json_schema=json.dumps(schema))))

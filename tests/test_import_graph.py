@@ -17,16 +17,22 @@ from import_graph import LAZY, MODULE, ROOT, TYPE_ONLY, Edge, cycles, import_edg
 ROOTS = {"sglc": ROOT / "sglc", "sglc_runtime": ROOT / "runtime"}
 
 #: Packages whose modules must not import each other in a circle.
-ACYCLIC_PACKAGES = ["sglc.fsm", "sglc.ir", "sglc.passes", "sglc.frontend", "sglc.executor"]
+ACYCLIC_PACKAGES = ["sglc.fsm", "sglc.wire", "sglc.ir", "sglc.passes", "sglc.frontend", "sglc.executor"]
+
+#: The compiler half: none of it imports the runtime, and the runtime imports none of it; the two
+#: meet in sglc.wire (proto stubs and conversion, backend types, prompts, ConstraintSpec).
+COMPILER_PACKAGES = ("sglc.frontend", "sglc.ir", "sglc.passes", "sglc.executor")
+RUNTIME_PACKAGE = "sglc_runtime"
 
 #: What each package of the compiler half may import besides itself; anything else of sglc (the
 #: `sglc` package's own __init__ included) or of sglc_runtime is refused. Read "A -> B" as "A
-#: imports B":   frontend -> ir -> fsm,   passes -> ir, fsm.
+#: imports B":   frontend -> ir -> wire -> fsm,   passes -> ir, fsm.
 LAYERS = {
     "sglc.fsm": set(),  # a leaf library, shared with the runtime
-    "sglc.ir": {"sglc.fsm", "sglc.errors", "sglc.proto"},
+    "sglc.wire": {"sglc.fsm"},  # the contract: imports neither half
+    "sglc.ir": {"sglc.fsm", "sglc.errors", "sglc.wire"},
     "sglc.passes": {"sglc.ir", "sglc.fsm", "sglc.errors"},
-    "sglc.frontend": {"sglc.ir", "sglc.errors"},
+    "sglc.frontend": {"sglc.ir", "sglc.errors", "sglc.wire"},
 }
 
 #: The only modules of sglc.ir that use sglc.fsm: a GEN's constraint -> its regex (what verify
@@ -76,6 +82,39 @@ def test_package_imports_only_the_packages_below_it(edges, package):
     ]
     may = ", ".join(sorted(LAYERS[package])) or "no other package"
     assert not wrong, f"{package} may import {may} (docs/ir.md); found:\n" + "\n".join(map(str, wrong))
+
+
+def crossings(edges: list[Edge]) -> list[Edge]:
+    """Imports between the compiler half and the runtime, in either direction."""
+    def compiler(module: str) -> bool:
+        return any(in_package(module, p) for p in COMPILER_PACKAGES)
+
+    return [e for e in edges if (compiler(e.importer) and in_package(e.imported, RUNTIME_PACKAGE))
+            or (in_package(e.importer, RUNTIME_PACKAGE) and compiler(e.imported))]
+
+
+def test_compiler_and_runtime_meet_only_in_wire(edges):
+    """No module of sglc.{frontend,ir,passes,executor} imports sglc_runtime, nor the reverse (lazy
+    and type-only imports included): both import sglc.wire instead."""
+    wrong = crossings(edges)
+    assert not wrong, "the compiler half and the runtime import each other (go through sglc.wire):\n" + (
+        "\n".join(map(str, wrong)))
+
+
+def test_a_crossing_import_is_caught(tmp_path):
+    """The crossing check sees a lazy import of the runtime in the executor and a type-only one back."""
+    executor = write_package(tmp_path, {"__init__.py": "", "executor/__init__.py": "",
+                                        "executor/run.py": "def f():\n    from sglc_runtime.engine import Engine\n"})
+    runtime = tmp_path / "rt"
+    (runtime / "engine").mkdir(parents=True)
+    (runtime / "__init__.py").write_text("")
+    (runtime / "engine" / "__init__.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from sglc.executor.run import f\n")
+    found = crossings(import_edges({"sglc": executor["pkg"], "sglc_runtime": runtime}))
+    assert {(e.importer, e.imported, e.kind) for e in found} == {
+        ("sglc.executor.run", "sglc_runtime.engine", LAZY),
+        ("sglc_runtime.engine", "sglc.executor.run", TYPE_ONLY),
+    }
 
 
 def test_allowed_cross_layer_edges_are_lazy_and_still_needed(edges):

@@ -15,11 +15,11 @@ import sys
 import pytest
 
 from grpc_helpers import ROOT, ServeProcess
+from sglc.backends import make_backend
 from sglc.cli import main as sglc_main
 from sglc.errors import BackendError
-from sglc.executor.backend import GenParams, Prompt
-from sglc.executor.backends import make_backend
 from sglc.executor.backends.srt import SrtBackend
+from sglc.wire.backend import GenParams, Prompt
 
 pytestmark = pytest.mark.model
 

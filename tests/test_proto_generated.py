@@ -24,28 +24,28 @@ def _gencode_version(path: Path) -> str:
 
 
 def test_generated_modules_match_the_protos(tmp_path):
-    """Regenerating into a temp dir reproduces every committed sglc/proto/*_pb2* file byte for byte."""
+    """Regenerating into a temp dir reproduces every committed sglc/wire/proto/*_pb2* file byte for byte."""
     pytest.importorskip("grpc_tools", reason="grpcio-tools (a dev dependency) generates the modules")
     gen = _load_gen_proto()
     written = gen.generate(tmp_path)
     assert written, "no .proto files found"
-    committed = sorted(p.name for p in (ROOT / "sglc" / "proto").glob("*_pb2*.py*"))
+    committed = sorted(p.name for p in (ROOT / "sglc" / "wire" / "proto").glob("*_pb2*.py*"))
     assert sorted(p.name for p in written) == committed, "generated file set differs; run scripts/gen_proto.py"
     for path in written:
-        ours_version, new_version = (_gencode_version(p) for p in (ROOT / "sglc" / "proto" / path.name, path))
+        ours_version, new_version = (_gencode_version(p) for p in (ROOT / "sglc" / "wire" / "proto" / path.name, path))
         assert ours_version == new_version, (
             f"the installed grpcio-tools makes protobuf {new_version} code, the committed {path.name} is "
             f"{ours_version}: install the grpcio-tools pinned in pyproject's dev extras, or regenerate and commit"
         )
-        ours = (ROOT / "sglc" / "proto" / path.name).read_text(encoding="utf-8")
+        ours = (ROOT / "sglc" / "wire" / "proto" / path.name).read_text(encoding="utf-8")
         assert path.read_text(encoding="utf-8") == ours, (
-            f"sglc/proto/{path.name} is stale: run `python scripts/gen_proto.py` and commit the result"
+            f"sglc/wire/proto/{path.name} is stale: run `python scripts/gen_proto.py` and commit the result"
         )
 
 
 def test_generated_modules_import_as_a_package():
-    """sglc.proto.graph_pb2 imports (its protobuf version check passes) and knows the Graph message."""
-    from sglc.proto import graph_pb2
+    """sglc.wire.proto.graph_pb2 imports (its protobuf version check passes) and knows the Graph message."""
+    from sglc.wire.proto import graph_pb2
 
     assert graph_pb2.Graph.DESCRIPTOR.full_name == "sglc.graph.Graph"
     field_numbers = {f.name: f.number for f in graph_pb2.Graph.DESCRIPTOR.fields}
@@ -56,6 +56,6 @@ def test_generated_modules_import_as_a_package():
 
 def test_generated_imports_are_package_relative():
     """No generated module imports a sibling *_pb2 module by a bare top-level name."""
-    for path in (ROOT / "sglc" / "proto").glob("*_pb2*.py"):
+    for path in (ROOT / "sglc" / "wire" / "proto").glob("*_pb2*.py"):
         for line in path.read_text(encoding="utf-8").splitlines():
             assert not (line.startswith("import ") and "_pb2" in line), f"{path.name}: {line}"

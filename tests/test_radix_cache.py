@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from sglc_runtime.cache.kv_pool import KVSlotPool
-from sglc_runtime.cache.radix_cache import RadixCache, common_prefix_len
+from sglc_runtime.cache.radix_cache import RadixCache
+from sglc_runtime.cache.token_prefix import common_prefix_len
 from sglc_runtime.cache.req_slot_table import ReqSlotTable
 from sglc_runtime.scheduling.request import Req
 

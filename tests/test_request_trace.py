@@ -135,8 +135,8 @@ def test_score_reports_the_prompts_cached_tokens(fresh):
     assert [(s.prompt_tokens, s.cached_tokens) for s in second] == [(n, n - 1)] * 2
     assert [s.total for s in first] == pytest.approx([s.total for s in second], abs=1e-4)
 
-    from sglc.executor.backend import Prompt
-    from sglc.executor.backends.engine import EngineBackend
+    from sglc.wire.backend import Prompt
+    from sglc_runtime.server.engine_backend import EngineBackend
 
     eng = Engine(share_model_with=fresh)
     backend = EngineBackend(eng)

@@ -13,10 +13,12 @@ from sglc.errors import GraphFormatError
 from sglc.ir import Graph, Op
 from sglc.ir.serialize import FORMAT_VERSION, decode, encode, load, save
 from sglc.passes.lower_constraints import lower_constraints
-from sglc.proto import graph_pb2 as pb
+from sglc.wire.proto import graph_pb2 as pb
 
 #: graph.pb files of format version 1 (no checksum), written by sglc before version 2 existed.
 V1_FILES = sorted((Path(__file__).parent / "data").glob("*.v1.pb"))
+#: Version 2 files (checksum; lowered FSMs stored as maps), written before format version 3.
+V2_FILES = sorted((Path(__file__).parent / "data").glob("*.v2.pb"))
 
 
 def fails(data: bytes, *fragments: str) -> str:
@@ -174,11 +176,11 @@ def test_encoding_is_deterministic():
     assert encode(every_op_graph()) == encode(every_op_graph())
 
 
-# ----- the checksum (format version 2) -----
+# ----- the checksum (format version 2 and later) -----
 def test_a_file_ends_with_the_sha256_of_everything_before_it():
-    """encode() writes format version 2 whose last 35 bytes are the checksum field over the rest."""
+    """encode() writes the current format (3) whose last 35 bytes are the checksum field over the rest."""
     data = encode(every_op_graph())
-    assert FORMAT_VERSION == 2 and parse(data).format_version == 2
+    assert FORMAT_VERSION == 3 and parse(data).format_version == 3
     assert data[-35:-32] == b"\x82\x01\x20" and data[-32:] == hashlib.sha256(data[:-35]).digest()
 
 
@@ -194,9 +196,9 @@ def test_a_flipped_bit_anywhere_is_a_checksum_mismatch():
         fails(bytes(flipped), "graph.pb is corrupt: checksum mismatch")
 
 
-def test_a_version_2_file_without_its_checksum_is_refused():
+def test_a_file_of_the_current_version_without_its_checksum_is_refused():
     """Dropping the checksum (the file's last 35 bytes) is refused, not read as an unchecked file."""
-    fails(encode(linear_graph())[:-35], "graph.pb is corrupt: a version 2 file ends with a checksum")
+    fails(encode(linear_graph())[:-35], f"graph.pb is corrupt: a version {FORMAT_VERSION} file ends with a checksum")
 
 
 def test_a_checksum_that_is_not_at_the_end_is_refused():
@@ -207,12 +209,28 @@ def test_a_checksum_that_is_not_at_the_end_is_refused():
 
 @pytest.mark.parametrize("path", V1_FILES, ids=lambda p: p.name)
 def test_version_1_files_without_a_checksum_still_load(path):
-    """A committed version 1 file (no checksum) loads, verifies, and re-encodes as version 2."""
+    """A committed version 1 file (no checksum) loads, verifies, and re-encodes in the current format."""
     data = path.read_bytes()
     assert parse(data).format_version == 1 and not parse(data).checksum
     graph = load(path)
     assert any(n.attrs.get("fsm") for n in graph.nodes), "the fixtures carry lowered FSMs"
     assert decode(encode(graph)) == graph
+
+
+@pytest.mark.parametrize("path", V2_FILES, ids=lambda p: p.name)
+def test_version_2_files_with_fsms_as_maps_still_load(path):
+    """A committed version 2 file (a checksum, each lowered FSM a map) loads, verifies, and
+    re-encodes in the current format to an equal graph."""
+    data = path.read_bytes()
+    assert parse(data).format_version == 2 and len(parse(data).checksum) == 32
+    graph = load(path)
+    assert any(n.attrs.get("fsm") for n in graph.nodes), "the fixtures carry lowered FSMs"
+    assert decode(encode(graph)) == graph
+
+
+def test_the_version_2_fixtures_exist():
+    """tests/data holds the version 2 files the compatibility test reads."""
+    assert len(V2_FILES) >= 2
 
 
 def test_the_version_1_fixtures_exist():
@@ -227,8 +245,7 @@ def test_a_lowered_fsm_that_does_not_rebuild_is_refused_on_decode():
     data = encode(lower_constraints(g).graph)
 
     def break_fsm(m):
-        fsm = next(e for e in m.nodes[0].attrs.entries if e.key == "fsm").value.map_value
-        next(e for e in fsm.entries if e.key == "initial").value.int_value = 10**6
+        next(e for e in m.nodes[0].attrs.entries if e.key == "fsm").value.fsm_value.initial = 10**6
 
     fails(reencode(data, break_fsm), "graph.pb: %x (gen) at p.py:3: invalid fsm")
 

@@ -18,10 +18,10 @@ import pytest
 from server_helpers import (GREEDY_PROMPT, call, greedy_completion, greedy_grpc, grpc_address, http_base, post_json,
                             rpc_error, wait_idle)
 from sglc.cli import main
-from sglc.executor.backend import GenParams, Prompt
 from sglc.executor.backends.srt import SrtBackend
-from sglc.proto import runtime_pb2 as pb
-from sglc.proto import runtime_pb2_grpc as pb_grpc
+from sglc.wire.backend import GenParams, Prompt
+from sglc.wire.proto import runtime_pb2 as pb
+from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
 from sglc_runtime.server.launch import Runtime, ServeConfig
 
 pytestmark = pytest.mark.model

@@ -16,8 +16,8 @@ import pytest
 
 from server_helpers import (GREEDY_PROMPT, call, greedy_completion, greedy_grpc, grpc_address, http_base,
                             post_json, raw_exchange, rpc_error, status_of, wait_idle)
-from sglc.proto import runtime_pb2 as pb
-from sglc.proto import runtime_pb2_grpc as pb_grpc
+from sglc.wire.proto import runtime_pb2 as pb
+from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
 from sglc_runtime.server.launch import Runtime, ServeConfig
 from sglc_runtime.server.limits import ServerLimits
 

@@ -15,8 +15,8 @@ import pytest
 
 from server_helpers import (greedy_completion, grpc_address, http_base, open_then_abandon, post_json,
                             wait_idle)
-from sglc.proto import runtime_pb2 as pb
-from sglc.proto import runtime_pb2_grpc as pb_grpc
+from sglc.wire.proto import runtime_pb2 as pb
+from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
 from sglc_runtime.engine import Engine
 from sglc_runtime.engine.engine_config import EngineConfig
 from sglc_runtime.server.launch import Runtime, ServeConfig

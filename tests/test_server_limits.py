@@ -7,11 +7,11 @@ import json
 
 import pytest
 
+from sglc.wire.prompt import RequestError
 from sglc_runtime.server.auth import bearer_matches, resolve_api_key
 from sglc_runtime.server.http_guard import RequestGuard, parse_json_object
 from sglc_runtime.server.http_handlers import HttpError
 from sglc_runtime.server.limits import LimitExceeded, ServerLimits
-from sglc_runtime.server.prompts import RequestError
 
 
 def test_every_limit_has_a_positive_integer_default():

@@ -10,8 +10,8 @@ import socket
 import pytest
 
 from sglc.errors import BackendError
-from sglc.executor.backend import GenParams, Prompt
-from sglc.executor.backends import make_backend
+from sglc.wire.backend import GenParams, Prompt
+from sglc.backends import make_backend
 from sglc.executor.backends.sglang_http import SGLangBackend
 from sglc.executor.backends.srt import SrtBackend
 

@@ -9,8 +9,8 @@ import pytest
 
 from grpc_helpers import runtime_fixture
 from sglc.errors import BackendError, SglcError
-from sglc.executor.backend import Backend, GenParams, Prompt
 from sglc.executor.backends.srt import IMAGE_MARKER, SrtBackend
+from sglc.wire.backend import Backend, GenParams, Prompt
 from sglc_runtime.sampling.sampling_params import SamplingParams
 
 CHAT = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"

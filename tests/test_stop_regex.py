@@ -70,8 +70,8 @@ def test_stop_regex_waits_for_min_new_tokens(tok):
     assert len(later.output_ids) > len(first.output_ids)
 
 
-@pytest.mark.parametrize("bad, words", [("((", "cannot be used"), (["ok", 3], "only non-empty str"),
-                                        ("", "only non-empty str"), (r"(?<=a)b", "lookbehind"),
+@pytest.mark.parametrize("bad, words", [("((", "cannot be used"), (["ok", 3], "a str or a list of str"),
+                                        ("", "must not contain an empty string"), (r"(?<=a)b", "lookbehind"),
                                         (r"(a)\1", "cannot be used"), ("a.{40}", "cannot be used")])
 def test_a_bad_stop_regex_is_refused_at_construction(bad, words):
     """Invalid patterns, constructs a DFA cannot run, and patterns over the compile budget are refused

@@ -14,7 +14,7 @@ import pytest
 from test_executor_support import ScriptedBackend
 
 import sglc as sgl
-from sglc.executor.backend import GenResult
+from sglc.wire.backend import GenResult
 
 
 class PiecewiseBackend(ScriptedBackend):

@@ -6,7 +6,7 @@ one call at a time behind a lock). The model is transformers' own implementation
 (``AutoModelForCausalLM``, a ``LlamaForCausalLM`` for SmolLM2) over the same converted
 safetensors folder and dtype our engine loads, so the two systems do the same model work.
 
-Semantics mirror :class:`sglc.executor.backends.engine.EngineBackend`:
+Semantics mirror :class:`sglc_runtime.server.engine_backend.EngineBackend`:
 
 - token ids come from our runtime Tokenizer on the same folder (identical prompts);
 - GenParams become the runtime's SamplingParams (same defaults and validation); the output is
@@ -29,7 +29,7 @@ from typing import Any, Optional
 import torch
 
 from bench.suite.hf_logits import CallDecoding, ConstraintAbort
-from sglc.executor.backend import (
+from sglc.wire.backend import (
     Backend,
     CallMeta,
     ChoiceLogprobs,
@@ -39,8 +39,9 @@ from sglc.executor.backend import (
     Prompt,
     ScoreResult,
 )
-from sglc.executor.backends.engine import sampling_kwargs  # NOTE: one GenParams -> SamplingParams mapping
 from sglc.executor.errors import BackendError
+from sglc_runtime.cache.token_prefix import common_prefix_len
+from sglc_runtime.server.engine_backend import sampling_kwargs  # NOTE: one GenParams -> SamplingParams mapping
 
 
 class HFPerCallBackend(Backend):
@@ -83,7 +84,7 @@ class HFPerCallBackend(Backend):
     def model_info(self) -> ModelInfo:
         with self._info_lock:
             if self._info is None:
-                from sglc_runtime.server.chat_template import derive_chat_template
+                from sglc.wire.chat_template import derive_chat_template
 
                 tok = self.tokenizer
                 template = None
@@ -132,7 +133,7 @@ class HFPerCallBackend(Backend):
         fulls = []
         for c in choices:
             full = self._encode(text + c)
-            start = _common_prefix_len(prompt_ids, full)
+            start = common_prefix_len(prompt_ids, full)
             if start >= len(full):
                 raise ValueError(f"continuation {c!r} adds no token to the prompt")
             fulls.append((full, max(start, 1)))
@@ -142,14 +143,13 @@ class HFPerCallBackend(Backend):
             t1 = time.perf_counter()
             computed = 0
             for full, start in fulls:  # NOTE: one forward per choice, the prompt recomputed each time
-                lps, greedy = self._forward_logprobs(full, start)
-                results.append(ChoiceLogprobs(token_logprobs=lps, greedy_logprobs=greedy))
+                results.append(ChoiceLogprobs(token_logprobs=self._forward_logprobs(full, start)))
                 computed += len(full)
             if unconditional:
                 begin = self._start_token()
                 for r, (full, start) in zip(results, fulls):
                     alone = [begin] + full[start:]
-                    r.unconditional_logprobs, _ = self._forward_logprobs(alone, 1)
+                    r.unconditional_logprobs = self._forward_logprobs(alone, 1)
                     computed += len(alone)
             self._count(1, computed, 0, time.perf_counter() - t1)
         return ScoreResult(results, CallMeta(prompt_tokens=len(prompt_ids), cached_tokens=0,
@@ -191,14 +191,14 @@ class HFPerCallBackend(Backend):
                 stopping_criteria=StoppingCriteriaList([call.stopping_criteria()]),
             )
 
-    def _forward_logprobs(self, ids: list[int], start: int) -> tuple[list[float], list[float]]:
-        """Logprobs of ids[start:] (and of the greedy token at those positions) from one forward."""
+    def _forward_logprobs(self, ids: list[int], start: int) -> list[float]:
+        """Logprobs of ids[start:] from one forward."""
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
         with torch.inference_mode():
             logits = self.model(input_ids=input_ids).logits[0, start - 1 : len(ids) - 1].float()
         logp = torch.log_softmax(logits, dim=-1)
         targets = input_ids[0, start:].view(-1, 1)
-        return logp.gather(1, targets).view(-1).tolist(), logp.max(dim=-1).values.tolist()
+        return logp.gather(1, targets).view(-1).tolist()
 
     # ----- helpers -----
     def _count(self, calls: int, prompt_tokens: int, completion_tokens: int, forward_s: float) -> None:
@@ -217,7 +217,7 @@ class HFPerCallBackend(Backend):
     @staticmethod
     def _text(prompt: Prompt) -> str:
         """The prompt text: image markers become ``<image: NAME>``, as EngineBackend does."""
-        from sglc_runtime.server.prompts import IMAGE_MARKER, PromptInput, resolve_prompt
+        from sglc.wire.prompt import IMAGE_MARKER, PromptInput, resolve_prompt
 
         if not prompt.images and IMAGE_MARKER not in prompt.text:
             return prompt.text
@@ -252,11 +252,3 @@ class HFPerCallBackend(Backend):
             if candidate is not None:
                 return int(candidate)
         return 0
-
-
-def _common_prefix_len(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i

@@ -162,7 +162,7 @@ def _check_engine_options(system: System) -> None:
 
 def _measure_engine(graph: Any, instance: Any, system: System, context: SystemContext, workload: str) -> Measurement:
     from bench.suite.hit_rate import achieved_hit_rate, optimal_hit_rate
-    from sglc.executor.backends.engine import EngineBackend
+    from sglc_runtime.server.engine_backend import EngineBackend
     from sglc_runtime.engine import Engine
 
     _check_engine_options(system)

@@ -21,23 +21,9 @@ import torch
 
 from .kv_pool import KVSlotPool
 from .req_slot_table import ReqSlotTable
+from .token_prefix import common_prefix_len
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
-
-
-def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token lists (C-speed slice compares)."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # NOTE: a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 class TreeNode:

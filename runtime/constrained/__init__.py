@@ -2,8 +2,8 @@
 
 Built on :mod:`sglc.fsm` (which never imports the runtime):
 
-- :class:`ConstraintSpec` (spec.py): a request's constraint (compiler FSM dict, regex, JSON
-  schema or choices), validated, with a cache key.
+- :class:`ConstraintSpec` (re-exported from :mod:`sglc.wire.constraint_spec`, the contract both
+  halves share): a request's constraint, validated, with a cache key.
 - :class:`ConstraintState` (state.py): one request's cursor: mask, advance, finished, the
   forced bytes for jump-forward (over any grammar with the :class:`~.state.GrammarTables`).
 - :class:`CompiledGrammar` (grammar.py): an FSM and its token index over one vocabulary, with
@@ -15,12 +15,12 @@ Built on :mod:`sglc.fsm` (which never imports the runtime):
   (compile_worker.py); errors.py: busy / worker failure.
 - :func:`plan_jump` (jump_forward.py): the retokenized tail that appends the forced text.
 
-Bottom-up: spec, errors, compiler_config -> compile_worker -> compile_pool -> state -> grammar
+Bottom-up: errors, compiler_config -> compile_worker -> compile_pool -> state -> grammar
 -> grammar_cache -> jump_forward. The engine, model runner and sampler use these; nothing here
 imports them (or any other runtime package).
 
 NOTE: names are imported on first use (PEP 562), so a compile worker process can import
-``compile_worker`` and ``spec`` without torch (grammar.py and state.py import it).
+``compile_worker`` and ``sglc.wire.constraint_spec`` without torch (grammar.py and state.py import it).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS = {
     "CompiledGrammar": "grammar", "GrammarCache": "grammar_cache", "vocabulary_for": "grammar_cache",
     "DEFAULT_WINDOW": "jump_forward", "JumpPlan": "jump_forward", "plan_jump": "jump_forward",
-    "ConstraintSpec": "spec", "ConstraintState": "state", "ConstraintCompilerConfig": "compiler_config",
+    "ConstraintSpec": "sglc.wire.constraint_spec", "ConstraintState": "state", "ConstraintCompilerConfig": "compiler_config",
     "CompilePool": "compile_pool", "ConstraintCompilerBusy": "errors", "ConstraintCompilerFailed": "errors",
 }
 
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from .grammar import CompiledGrammar
     from .grammar_cache import GrammarCache, vocabulary_for
     from .jump_forward import DEFAULT_WINDOW, JumpPlan, plan_jump
-    from .spec import ConstraintSpec
+    from sglc.wire.constraint_spec import ConstraintSpec
     from .state import ConstraintState
 
 
@@ -51,6 +51,6 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    value = getattr(importlib.import_module(module if "." in module else f".{module}", __name__), name)
     globals()[name] = value
     return value

@@ -36,7 +36,7 @@ from sglc import fsm
 from .compile_worker import decode
 from .compiler_config import ConstraintCompilerConfig
 from .errors import ConstraintCompilerFailed
-from .spec import ConstraintSpec
+from sglc.wire.constraint_spec import ConstraintSpec
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 from sglc import fsm
 from sglc.fsm.token_index import IndexArrays
 
-from .spec import ConstraintSpec
+from sglc.wire.constraint_spec import ConstraintSpec
 
 
 class CompiledPayload(NamedTuple):

@@ -37,7 +37,7 @@ from .compile_worker import compile_index
 from .compiler_config import ConstraintCompilerConfig
 from .errors import ConstraintCompilerBusy
 from .grammar import CompiledGrammar
-from .spec import ConstraintSpec
+from sglc.wire.constraint_spec import ConstraintSpec
 
 _vocabularies: "weakref.WeakKeyDictionary[Any, fsm.Vocabulary]" = weakref.WeakKeyDictionary()
 _vocab_lock = threading.Lock()

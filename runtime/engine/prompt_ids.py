@@ -8,6 +8,8 @@ from typing import Sequence
 
 import torch
 
+from ..cache.token_prefix import common_prefix_len
+
 Prompt = str | Sequence[int]
 
 
@@ -42,16 +44,8 @@ def continuation_spans(prompt: Prompt, prompt_ids: list[int], continuations: Seq
             full = to_token_ids(prompt + c, tokenizer, vocab_size)
         else:
             full = prompt_ids + to_token_ids(c, tokenizer, vocab_size)
-        start = max(_common_prefix_len(prompt_ids, full), 1)  # NOTE: position 0 has no logprob
+        start = max(common_prefix_len(prompt_ids, full), 1)  # NOTE: position 0 has no logprob
         if start >= len(full):
             raise ValueError(f"continuation {c!r} adds no token to score after the prompt's first token")
         spans.append((full, start))
     return spans
-
-
-def _common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i

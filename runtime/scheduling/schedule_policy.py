@@ -11,7 +11,8 @@ from __future__ import annotations
 import random
 from typing import Sequence
 
-from ..cache.radix_cache import RadixCache, common_prefix_len
+from ..cache.radix_cache import RadixCache
+from ..cache.token_prefix import common_prefix_len
 from .request import Req
 
 POLICIES = ("lpm", "fcfs", "random")

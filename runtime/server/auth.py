@@ -3,17 +3,17 @@
 HTTP clients send ``Authorization: Bearer KEY`` (OpenAI style), gRPC clients the metadata
 ``authorization: Bearer KEY``. Health stays open on both (load balancers and liveness probes
 carry no key); everything else answers 401 / UNAUTHENTICATED without the key.
-Torch- and grpc-free: the executor's clients import API_KEY_ENV from here.
+The key's environment variable is part of the contract (:mod:`sglc.wire.auth`).
 """
 from __future__ import annotations
 
 import hmac
 import os
 
+from sglc.wire.auth import API_KEY_ENV
+
 __all__ = ["API_KEY_ENV", "OPEN_GRPC_METHODS", "OPEN_HTTP_PATHS", "bearer_matches", "resolve_api_key"]
 
-#: The environment variable both `sglc serve` and the srt client read when no key is given.
-API_KEY_ENV = "SGLC_API_KEY"
 OPEN_HTTP_PATHS = frozenset({"/health"})
 OPEN_GRPC_METHODS = frozenset({"/sglc.runtime.Runtime/Health"})
 

@@ -20,10 +20,10 @@ from typing import Any, Callable, Iterator
 
 import grpc
 
-from sglc.proto import runtime_pb2 as pb
-from sglc.proto import runtime_pb2_grpc as pb_grpc
+from sglc.wire import server_convert
+from sglc.wire.proto import runtime_pb2 as pb
+from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
 
-from . import convert
 from .auth import OPEN_GRPC_METHODS, bearer_matches
 from .calls import CallCancelled
 from .limits import LimitExceeded
@@ -87,10 +87,10 @@ class RuntimeServicer(pb_grpc.RuntimeServicer):
 
         def start():
             try:
-                fields = convert.sampling_fields_from_pb(request)
+                fields = server_convert.sampling_fields_from_pb(request)
             except ValueError as err:
                 raise svc._invalid(err) from err
-            prompt = convert.prompt_from_pb(request.prompt)
+            prompt = server_convert.prompt_from_pb(request.prompt)
             svc.check_rid(request.rid)  # NOTE: the cheap checks first: the constraint compiles next
             svc.resolve(prompt)
             return svc.generate(prompt, svc.sampling_params(**fields), rid=request.rid or None)
@@ -101,28 +101,28 @@ class RuntimeServicer(pb_grpc.RuntimeServicer):
             for chunk in call.chunks(is_active=context.is_active):
                 piece = chunk.text or chunk.token_ids
                 if request.stream and piece:
-                    yield convert.chunk_to_pb(call.rid, chunk.text, chunk.token_ids, chunk.logprobs,
+                    yield server_convert.chunk_to_pb(call.rid, chunk.text, chunk.token_ids, chunk.logprobs,
                                               chunk.top_logprobs)
                 if chunk.finished:
                     out = chunk.output
                     if out.finish_reason.get("type") == "abort":
                         message = str(out.finish_reason.get("message", "aborted"))
-                        yield convert.error_to_pb(call.rid, abort_kind(message), message)
+                        yield server_convert.error_to_pb(call.rid, abort_kind(message), message)
                     else:
-                        yield convert.complete_to_pb(call.rid, out, call.warnings)
+                        yield server_convert.complete_to_pb(call.rid, out, call.warnings)
         except Exception as err:
             call.cancel(f"server error: {one_line(err)}")
             _fail(context, err, "Generate")
 
     def Score(self, request: pb.ScoreRequest, context: grpc.ServicerContext) -> pb.ScoreResponse:
-        return _unary("Score", lambda: convert.score_to_pb(self.service.score(
-            convert.prompt_from_pb(request.prompt), list(request.choices), unconditional=request.unconditional,
+        return _unary("Score", lambda: server_convert.score_to_pb(self.service.score(
+            server_convert.prompt_from_pb(request.prompt), list(request.choices), unconditional=request.unconditional,
             started=lambda call: _cancel_with(context, call))), context)
 
     def CachePrefix(self, request: pb.CachePrefixRequest, context: grpc.ServicerContext) -> pb.CachePrefixResponse:
         def body():
             prompt_tokens, cached, warnings = self.service.cache_prefix(
-                convert.prompt_from_pb(request.prompt), started=lambda call: _cancel_with(context, call))
+                server_convert.prompt_from_pb(request.prompt), started=lambda call: _cancel_with(context, call))
             return pb.CachePrefixResponse(prompt_tokens=prompt_tokens, cached_tokens=cached, warnings=warnings)
 
         return _unary("CachePrefix", body, context)
@@ -135,13 +135,13 @@ class RuntimeServicer(pb_grpc.RuntimeServicer):
         return _unary("Flush", body, context)
 
     def ModelInfo(self, request: pb.ModelInfoRequest, context: grpc.ServicerContext) -> pb.ModelInfoResponse:
-        return _unary("ModelInfo", lambda: convert.model_info_to_pb(self.service.model_info()), context)
+        return _unary("ModelInfo", lambda: server_convert.model_info_to_pb(self.service.model_info()), context)
 
     def Health(self, request: pb.HealthRequest, context: grpc.ServicerContext) -> pb.HealthResponse:
-        return _unary("Health", lambda: convert.health_to_pb(*self.service.health(request.check_generate)), context)
+        return _unary("Health", lambda: server_convert.health_to_pb(*self.service.health(request.check_generate)), context)
 
     def Metrics(self, request: pb.MetricsRequest, context: grpc.ServicerContext) -> pb.MetricsResponse:
-        return _unary("Metrics", lambda: convert.metrics_to_pb(self.service.metrics()), context)
+        return _unary("Metrics", lambda: server_convert.metrics_to_pb(self.service.metrics()), context)
 
 
 class MalformedRequest:

@@ -26,7 +26,7 @@ from . import openai_protocol as proto
 from .auth import OPEN_HTTP_PATHS, bearer_matches
 from .http_call import HttpError
 from .limits import ServerLimits, utf8_or_error
-from .prompts import RequestError
+from sglc.wire.prompt import RequestError
 
 __all__ = ["RequestGuard", "read_json_object"]
 

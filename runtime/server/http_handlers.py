@@ -19,7 +19,7 @@ from . import openai_protocol as proto
 from .calls import CallGroup
 from .http_call import HttpError, Started, finished as _finished
 from .limits import utf8_or_error
-from .prompts import PromptInput
+from sglc.wire.prompt import PromptInput
 from .service import RequestError, RuntimeService, abort_kind
 from .sglang_generate import SglangGenerate
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Sized
 
-from .prompts import RequestError
+from sglc.wire.prompt import RequestError
 
 __all__ = ["LimitExceeded", "ServerLimits", "utf8_or_error"]
 

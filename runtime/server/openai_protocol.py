@@ -10,7 +10,7 @@ import json
 import time
 from typing import Any
 
-from .prompts import PromptInput, RequestError
+from sglc.wire.prompt import PromptInput, RequestError
 
 #: OpenAI request fields -> engine SamplingParams fields (same meaning, other name).
 _RENAMED = {"max_tokens": "max_new_tokens", "max_completion_tokens": "max_new_tokens"}

@@ -20,21 +20,18 @@ import posixpath
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from sglc.executor.backend import ChatTemplate
+from sglc.wire.service_results import ChoiceScore, RuntimeModelInfo, ScoreOutcome
 
 from sglc_runtime.constrained.errors import ConstraintCompilerBusy
 
 from .calls import CallCancelled, GenerateCall, ScoreCall
-from .chat_template import derive_chat_template
+from sglc.wire.chat_template import derive_chat_template
 from .limits import LimitExceeded, ServerLimits
-from .prompts import IMAGE_MARKER, PromptInput, RequestError, image_placeholder, resolve_prompt
+from sglc.wire.prompt import IMAGE_MARKER, PromptInput, RequestError, image_placeholder, resolve_prompt
 
 log = logging.getLogger(__name__)
-
-_CONSTRAINT_FIELDS = ("regex", "json_schema", "fsm")
 
 
 class ServiceUnavailable(RuntimeError):
@@ -49,37 +46,6 @@ def one_line(err: BaseException) -> str:
 __all__ = ["IMAGE_MARKER", "PromptInput", "RequestError", "ServiceUnavailable", "ConstraintCompilerBusy",
            "RuntimeService", "GenerateCall", "ScoreCall", "CallCancelled", "LimitExceeded", "ServerLimits",
            "ChoiceScore", "ScoreOutcome", "RuntimeModelInfo", "abort_kind", "image_placeholder", "resolve_prompt"]
-
-
-# ----- results -----
-@dataclass
-class ChoiceScore:
-    token_ids: list[int]
-    token_logprobs: list[float]
-    greedy_logprobs: list[float] = field(default_factory=list)
-    unconditional_logprobs: list[float] | None = None
-
-
-@dataclass
-class ScoreOutcome:
-    choices: list[ChoiceScore]
-    prompt_tokens: int
-    cached_tokens: int
-    warnings: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class RuntimeModelInfo:
-    model_name: str
-    model_path: str
-    context_length: int
-    vocab_size: int
-    eos_token_ids: tuple[int, ...]
-    bos_token_id: int | None
-    dtype: str
-    supports_images: bool
-    chat_template: ChatTemplate | None
-    jinja_chat_template: str
 
 
 def _floats(values: Sequence[float | None] | None) -> list[float]:
@@ -181,30 +147,15 @@ class RuntimeService:
         """SamplingParams from keyword fields; RequestError (one line) when they are invalid.
 
         A constraint is given as ``regex=`` / ``json_schema=`` / ``fsm=`` (the compiler's dict);
-        it is compiled once per distinct constraint (GrammarCache) unless SamplingParams takes
-        those fields itself.
+        the engine compiles it at submit, once per distinct constraint (its GrammarCache).
         """
         from sglc_runtime.sampling.sampling_params import SamplingParams
 
         try:
             self.limits.check_sampling(fields)
-            given = {k: fields.pop(k) for k in _CONSTRAINT_FIELDS if fields.get(k) is not None}
-            if given and not set(given) <= set(SamplingParams.__dataclass_fields__):
-                fields["constraint"] = self._grammar(given)
-            else:
-                fields.update(given)
             return SamplingParams(**fields)
         except (ValueError, TypeError) as err:
             raise self._invalid(err) from err
-
-    def _grammar(self, given: dict[str, Any]) -> Any:
-        from sglc_runtime.constrained import ConstraintSpec
-
-        spec = ConstraintSpec.of(**given)
-        try:  # NOTE: the engine's cache: one compile budget, one in-flight table, one byte bound
-            return self.engine.grammars.get(spec)
-        except ValueError as err:  # the FSM library's errors: name the constraint
-            raise ValueError(f"{spec.kind}: {one_line(err)}") from err
 
     def resolve(self, prompt: PromptInput) -> tuple[str | list[int], list[str]]:
         """The engine's prompt and warnings, within the limits (checked before anything
@@ -255,7 +206,7 @@ class RuntimeService:
     def score(self, prompt: PromptInput, choices: Sequence[str], *, unconditional: bool = False,
               started: Callable[[ScoreCall], Any] | None = None) -> ScoreOutcome:
         """Logprobs of each choice after the prompt (Engine.score: batched prefills sharing the
-        prompt's cached prefix), plus greedy and unconditional logprobs. Blocks until done;
+        prompt's cached prefix), plus unconditional logprobs when asked. Blocks until done;
         `started(call)` gets the ScoreCall first, whose ``cancel`` aborts the engine work
         (CallCancelled is raised here then; ServiceUnavailable when the server shuts down)."""
         self._check_open()
@@ -271,8 +222,7 @@ class RuntimeService:
             except (ValueError, TypeError) as err:
                 raise self._invalid(err) from err
             results = self._run_score(call, job)
-            out = [ChoiceScore(list(r.token_ids), _floats(r.logprobs), _floats(getattr(r, "greedy_logprobs", None)))
-                   for r in results]
+            out = [ChoiceScore(list(r.token_ids), _floats(r.logprobs)) for r in results]
             if unconditional:
                 alone = self._run_score(call, self.engine.score_job([self._start_token()], [c.token_ids for c in out]))
                 for c, r in zip(out, alone):

@@ -16,10 +16,11 @@ import time
 from functools import partial
 from typing import Any, Callable
 
+from sglc.wire.prompt import PromptInput
+
 from . import openai_protocol as proto
 from .calls import CallGroup
 from .http_call import Started, finished
-from .prompts import PromptInput
 from .service import RequestError, RuntimeService
 from .sglang_meta import LogprobOptions, final_meta
 from .sglang_request import FieldError, SglangGenerateRequest, SglangSamplingParams, parse_model

@@ -21,7 +21,7 @@ from typing import Any, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .prompts import RequestError
+from sglc.wire.prompt import RequestError
 
 __all__ = ["FieldError", "SglangGenerateRequest", "SglangSamplingParams", "parse_model"]
 

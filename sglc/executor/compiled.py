@@ -11,7 +11,6 @@ import os
 import warnings
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
-from sglc.executor.backend import Backend
 from sglc.executor.batch import run_graph_batch
 from sglc.executor.graph_executor import DEFAULT_MAX_PARALLEL, GraphExecutor
 from sglc.executor.live_text import LiveText
@@ -22,6 +21,7 @@ from sglc.executor.results_in_order import results_in_order
 from sglc.executor.semantics import RUN_SAMPLING_KEYS, sampling_defaults
 from sglc.executor.streaming_state import StreamingState
 from sglc.ir.graph import Graph
+from sglc.wire.backend import Backend
 
 Pass = Callable[[Graph], Any]
 

@@ -18,7 +18,6 @@ import threading
 import traceback
 from typing import Any, Callable, Optional
 
-from sglc.executor.backend import Backend
 from sglc.executor.errors import ExecutionError, describe
 from sglc.executor.live_text import LiveText
 from sglc.executor.pool import DaemonPool
@@ -30,6 +29,7 @@ from sglc.frontend.errors import user_source
 from sglc.frontend.primitives import Gen, Select
 from sglc.frontend.sink import StreamSink
 from sglc.frontend.state import ProgramState
+from sglc.wire.backend import Backend
 
 _SGLC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Optional, Sequence, Union
 
-from sglc.executor.backend import Backend
 from sglc.executor.batch import run_batch
 from sglc.executor.compiled import concurrency_of, split_run_kwargs
 from sglc.executor.eager import current_run, run_program
@@ -13,6 +12,7 @@ from sglc.executor.results import ProgramResult
 from sglc.executor.results_in_order import results_in_order
 from sglc.executor.streaming_state import StreamingState
 from sglc.lang.global_config import global_config
+from sglc.wire.backend import Backend
 
 
 def _checked_arguments(fn: Any, arguments: dict[str, Any]) -> dict[str, Any]:

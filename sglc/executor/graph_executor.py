@@ -22,7 +22,6 @@ import heapq
 import threading
 from typing import Any, Callable, ContextManager, Iterator, Optional
 
-from sglc.executor.backend import Backend
 from sglc.executor.errors import ExecutionError, wrap
 from sglc.executor.live_text import LiveText
 from sglc.executor.pool import DaemonPool
@@ -32,6 +31,7 @@ from sglc.executor.stream_state import StreamState
 from sglc.ir.graph import Graph
 from sglc.ir.node import Node
 from sglc.ir.ops import Op
+from sglc.wire.backend import Backend
 
 #: Ops that call the backend and so run on the pool.
 CALL_OPS = frozenset({Op.GEN, Op.SELECT, Op.CACHE_PREFIX})

@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from sglc.errors import SglcError
-from sglc.executor.backend import Backend
 from sglc.executor.results import ProgramResult
 from sglc.frontend.errors import NotExecutableError, user_source
 from sglc.frontend.primitives import Gen, Select
 from sglc.frontend.sink import StreamSink
 from sglc.frontend.state import ProgramState
 from sglc.lang.global_config import global_config
+from sglc.wire.backend import Backend
 
 
 

@@ -17,7 +17,7 @@ import json
 import threading
 from typing import IO, Any, Optional
 
-from sglc.executor.backend import CallMeta
+from sglc.wire.backend import CallMeta
 
 
 @dataclasses.dataclass

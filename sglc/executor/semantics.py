@@ -13,7 +13,6 @@ other backends ignore ``num_api_spec_tokens``.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import random
@@ -22,26 +21,22 @@ import time
 from typing import Any, Callable, ContextManager, Optional, Sequence
 
 from sglc.executor import select_methods
-from sglc.executor.backend import Backend, ChatTemplate, GenParams, ModelInfo
 from sglc.executor.results import CallRecord
 from sglc.executor.stream_state import StreamState
+from sglc.wire import sampling_table
+from sglc.wire.backend import Backend, ChatTemplate, GenParams, ModelInfo
+from sglc.wire.json_schema_text import schema_text
 
 log = logging.getLogger("sglc.executor")
 
-#: SGLang's defaults for a gen's sampling (SglFunction.run's keyword defaults).
-DEFAULT_SAMPLING: dict[str, Any] = {"max_tokens": 128, "temperature": 1.0}
+#: SGLang's defaults for a gen's sampling (SglFunction.run's keyword defaults), by GenParams field.
+DEFAULT_SAMPLING: dict[str, Any] = dict(sampling_table.RUN_DEFAULTS)
 
 #: Run-level keyword (SGLang's `run(..., max_new_tokens=...)` names) -> GenParams field.
-RUN_SAMPLING_KEYS = {
-    "max_new_tokens": "max_tokens", "stop": "stop", "stop_token_ids": "stop_token_ids",
-    "temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
-    "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
-    "ignore_eos": "ignore_eos", "seed": "seed",
-}
+RUN_SAMPLING_KEYS = {key: row.field for key, row in sampling_table.BY_RUN.items()}
 
 #: GEN attributes that are sampling parameters (same names as GenParams fields).
-_GEN_SAMPLING_ATTRS = ("max_tokens", "stop", "stop_token_ids", "temperature", "top_p", "top_k", "min_p",
-                       "frequency_penalty", "presence_penalty", "ignore_eos", "seed")
+_GEN_SAMPLING_ATTRS = tuple(sampling_table.BY_FIELD)
 
 
 def sampling_defaults(run_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -127,12 +122,11 @@ class Semantics:
         params = GenParams(**values)
         fsm = attrs.get("fsm")
         if fsm is not None:
-            params.fsm = json.loads(fsm) if isinstance(fsm, (bytes, bytearray)) else fsm
+            params.fsm = fsm
         elif attrs.get("regex") is not None:
             params.regex = attrs["regex"]
         elif attrs.get("json_schema") is not None:
-            schema = attrs["json_schema"]
-            params.json_schema = schema if isinstance(schema, str) else json.dumps(schema, separators=(",", ":"))
+            params.json_schema = schema_text(attrs["json_schema"])
         elif attrs.get("dtype") is not None:
             from sglc import fsm as fsm_lib
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-from sglc.executor.backend import Prompt
+from sglc.wire.backend import Prompt
 
 #: Where an image sits in a stream's text (the runtime's marker; backends place or replace it).
 IMAGE_MARKER = "<|sglc_image|>"

@@ -1,15 +1,16 @@
-"""Validation and normalization of gen's parameters (one check per parameter, one table).
+"""Validation and normalization of gen's parameters (sampling ones by sglc.wire.sampling_table).
 
 Each check takes (name, value) and returns the attribute value to store, or raises a ValueError
 that starts with the user's file:line.
 """
 from __future__ import annotations
 
-import json
 import re
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 from sglc.frontend.errors import user_source
+from sglc.wire import sampling_table
+from sglc.wire.json_schema_text import schema_text
 
 #: dtype spellings accepted by gen(dtype=...). The dtype only constrains what is generated: the
 #: variable holds the generated string, as in SGLang (so `"So " + s["n"]` works).
@@ -25,31 +26,12 @@ def dtype_name(dtype: Union[type, str]) -> str:
 
 
 def canonical_json_schema(schema: Any) -> str:
-    """A JSON schema given as a JSON string, a dict or a pydantic model class, as compact JSON.
-
-    NOTE: key order is preserved, not sorted: the order of `properties` decides the order in
-    which a constrained generation writes the fields.
-    """
-    if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
-        obj = schema.model_json_schema()
-    elif isinstance(schema, dict):
-        obj = schema
-    elif isinstance(schema, str):
-        try:
-            obj = json.loads(schema)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{user_source()}: gen json_schema is not valid JSON: {err}") from None
-    else:
-        raise TypeError(
-            f"{user_source()}: gen json_schema must be a JSON string, a dict or a pydantic model class, "
-            f"got {type(schema).__name__}"
-        )
-    if not isinstance(obj, dict):
-        raise ValueError(f"{user_source()}: gen json_schema must describe a JSON object schema, got {obj!r}")
+    """gen(json_schema=...) as compact JSON text (sglc.wire's one normalisation), errors at the
+    user's line."""
     try:
-        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return schema_text(schema)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{user_source()}: gen json_schema cannot be serialized: {err}") from None
+        raise type(err)(f"{user_source()}: gen {err}") from None
 
 
 def check_regex(regex: Any) -> str:
@@ -62,67 +44,14 @@ def check_regex(regex: Any) -> str:
     return regex
 
 
-def _int(key: str, value: Any, minimum: Optional[int] = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
-        bound = f" >= {minimum}" if minimum is not None else ""
-        raise ValueError(f"{user_source()}: gen {key} must be an int{bound}, got {value!r}")
-    return value
+def _table_check(key: str, value: Any) -> Any:
+    """A gen parameter checked by its row of sglc.wire.sampling_table, at the user's line."""
+    try:
+        return sampling_table.BY_DSL[key].check_gen(value, f"gen {key}")
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{user_source()}: {err}") from None
 
 
-def _float_in(key: str, value: Any, low: float, high: float, low_open: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{user_source()}: {key} must be a number, got {value!r}")
-    if not (low < value if low_open else low <= value) or not value <= high:
-        interval = f"{'(' if low_open else '['}{low}, {high}]"
-        raise ValueError(f"{user_source()}: {key} must be in {interval}, got {value!r}")
-    return float(value)
-
-
-def nonneg_float(key: str, value: Any) -> float:
-    return _float_in(key, value, 0.0, float("inf"))
-
-
-def _bool(key: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{user_source()}: gen {key} must be a bool, got {value!r}")
-    return value
-
-
-def _stop(key: str, value: Any) -> list[str]:
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, (list, tuple)) or not all(isinstance(s, str) and s for s in items):
-        raise ValueError(f"{user_source()}: gen stop must be a non-empty str or a list of them, got {value!r}")
-    return list(items)
-
-
-def _token_ids(key: str, value: Any) -> list[int]:
-    if not isinstance(value, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value):
-        raise ValueError(f"{user_source()}: gen stop_token_ids must be a list of token ids (ints >= 0), got {value!r}")
-    return list(value)
-
-
-def _top_k(key: str, value: Any) -> int:
-    value = _int(key, value)
-    if value != -1 and value < 1:
-        raise ValueError(f"{user_source()}: gen top_k must be -1 (off) or >= 1, got {value!r}")
-    return value
-
-
-#: gen's sampling parameters and their checks (each returns the normalized attribute value).
-SAMPLING_CHECKS = {
-    "max_tokens": lambda k, v: _int(k, v, 1),
-    "stop": _stop,
-    "stop_token_ids": _token_ids,
-    "temperature": nonneg_float,
-    "top_p": lambda k, v: _float_in(k, v, 0.0, 1.0, low_open=True),
-    "top_k": _top_k,
-    "min_p": lambda k, v: _float_in(k, v, 0.0, 1.0),
-    "frequency_penalty": lambda k, v: _float_in(k, v, -2.0, 2.0),
-    "presence_penalty": lambda k, v: _float_in(k, v, -2.0, 2.0),
-    "ignore_eos": _bool,
-    "return_logprob": _bool,
-    "logprob_start_len": lambda k, v: _int(k, v, -1),
-    "top_logprobs_num": lambda k, v: _int(k, v, 0),
-    "return_text_in_logprobs": _bool,
-}
-
+#: gen's sampling parameters (keyword -> check returning the normalized attribute value): the
+#: rows of sglc.wire.sampling_table that the DSL spells.
+SAMPLING_CHECKS = {key: _table_check for key in sampling_table.BY_DSL}

@@ -16,10 +16,10 @@ from sglc.frontend.params import (
     canonical_json_schema,
     check_regex,
     dtype_name,
-    nonneg_float,
 )
 from sglc.frontend.symbolic import SymbolicValue
 from sglc.ir.types import ValueType
+from sglc.wire import sampling_table
 
 
 
@@ -105,52 +105,39 @@ def gen(
     name: Optional[str] = None,
     max_tokens: Optional[int] = None,
     stop: Optional[Union[str, list[str]]] = None,
-    stop_token_ids: Optional[list[int]] = None,
-    temperature: Optional[float] = None,
-    top_p: Optional[float] = None,
-    top_k: Optional[int] = None,
-    min_p: Optional[float] = None,
-    frequency_penalty: Optional[float] = None,
-    presence_penalty: Optional[float] = None,
-    ignore_eos: Optional[bool] = None,
-    return_logprob: Optional[bool] = None,
-    logprob_start_len: Optional[int] = None,
-    top_logprobs_num: Optional[int] = None,
-    return_text_in_logprobs: Optional[bool] = None,
+    *,
     dtype: Optional[Union[type, str]] = None,
     choices: Optional[list[str]] = None,
     choices_method: Optional[ChoicesSamplingMethod] = None,
     regex: Optional[str] = None,
     json_schema: Any = None,
+    **sampling: Any,
 ) -> Union[Gen, Select]:
     """Call the model to generate into variable `name` (SGLang's `gen`).
 
     With `choices` it is a :func:`select` (temperature defaults to 0). At most one constraint of
-    `regex`, `json_schema` (a JSON string, a dict or a pydantic model class), `dtype`
+    `regex`, `json_schema` (a JSON string, a dict, a bool or a pydantic model class), `dtype`
     (int/float/bool/str) may be given; a typed gen's value is the generated string, as in SGLang.
+    Sampling parameters (`max_tokens`, `stop`, `temperature`, ...) are the DSL rows of
+    sglc.wire.sampling_table (listed below); unknown ones are a TypeError.
     """
-    params = dict(
-        name=name, max_tokens=max_tokens, stop=stop, stop_token_ids=stop_token_ids,
-        temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-        frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, ignore_eos=ignore_eos,
-        return_logprob=return_logprob, logprob_start_len=logprob_start_len,
-        top_logprobs_num=top_logprobs_num, return_text_in_logprobs=return_text_in_logprobs,
-        dtype=dtype, choices=choices, regex=regex, json_schema=json_schema,
-    )
+    sampling = {"max_tokens": max_tokens, "stop": stop, **sampling}
+    _check_typed_kwargs("gen", sampling)
+    params = dict(name=name, dtype=dtype, choices=choices, regex=regex, json_schema=json_schema, **sampling)
     for key, value in params.items():
         if key != "choices":  # NOTE: select() accepts choices given as a program argument
             _reject_symbolic("gen", key, value)
     if choices is not None:
+        temperature = sampling.get("temperature")
         return select(name, choices, 0.0 if temperature is None else temperature,
                       token_length_normalized if choices_method is None else choices_method)
     _check_name("gen", name)
-    constraints = [k for k in ("regex", "json_schema", "dtype") if params[k] is not None]
-    if len(constraints) > 1:
-        raise ValueError(f"{user_source()}: gen accepts at most one of regex, json_schema, dtype; got {', '.join(constraints)}")
-    attrs: dict[str, Any] = {}
-    for key, check in SAMPLING_CHECKS.items():
-        if params[key] is not None:
-            attrs[key] = check(key, params[key])
+    try:
+        sampling_table.at_most_one_constraint({"regex": regex, "json_schema": json_schema, "dtype": dtype}, "gen")
+    except ValueError as err:
+        raise ValueError(f"{user_source()}: {err}") from None
+    attrs: dict[str, Any] = {key: SAMPLING_CHECKS[key](key, value) for key, value in sampling.items()
+                             if value is not None}
     if regex is not None:
         attrs["regex"] = check_regex(regex)
     if json_schema is not None:
@@ -158,6 +145,11 @@ def gen(
     if dtype is not None:
         attrs["dtype"] = dtype_name(dtype)
     return Gen(name, attrs, ValueType.STR)
+
+
+gen.__doc__ += "\n    Sampling parameters:\n" + "\n".join(  # type: ignore[operator]
+    f"      {p.dsl}: {p.described(p.dsl_low)}" + (f"; {p.doc}" if p.doc else "")
+    for p in sampling_table.BY_DSL.values())
 
 
 def gen_int(name: Optional[str] = None, **sampling: Any) -> Gen:
@@ -190,7 +182,7 @@ def select(
             method = choices_method_name(choices_method)
         except ValueError as err:
             raise ValueError(f"{user_source()}: {err}") from None
-        return Select(name, choices, nonneg_float("temperature", temperature), method)
+        return Select(name, choices, SAMPLING_CHECKS["temperature"]("temperature", temperature), method)
     if choices is None or isinstance(choices, str) or not isinstance(choices, (list, tuple)):
         raise TypeError(f"{user_source()}: select needs choices=[...] (a list of strings), got {choices!r}")
     for choice in choices:
@@ -199,7 +191,7 @@ def select(
         raise ValueError(f"{user_source()}: select choices must be a non-empty list of strings, got {choices!r}")
     if len(set(choices)) != len(choices):
         raise ValueError(f"{user_source()}: select choices must be distinct, got {choices!r}")
-    temperature = nonneg_float("temperature", temperature)
+    temperature = SAMPLING_CHECKS["temperature"]("temperature", temperature)
     try:
         method = choices_method_name(choices_method)
     except ValueError as err:

@@ -121,18 +121,33 @@ def fsm_from_dict(data: Any, meter: CompileMeter | None = None) -> FSM:
 
 def _check_dimensions(data: dict, pattern: str, num_states: int, num_classes: int, meter: CompileMeter) -> None:
     """The stated sizes against the budget and against each other, before any allocation."""
+    lengths = {}
+    for key in _LISTS:
+        value = data[key]
+        if not isinstance(value, (list, tuple)):
+            raise FSMFormatError(f"{key} must be a list of integers, got {type(value).__name__}")
+        lengths[key] = len(value)
+    check_dimensions(lengths, len(pattern), num_states, num_classes, meter)
+
+
+#: The list fields of a serialized FSM.
+_LISTS = ("interval_starts", "interval_classes", "finals", "transitions")
+
+
+def check_dimensions(lengths: dict[str, int], pattern_chars: int, num_states: int, num_classes: int,
+                     meter: CompileMeter) -> None:
+    """A serialized FSM's stated sizes (and each list's length) against ``meter``'s budget and
+    against each other; FSMFormatError / CompileBudgetError. Cheap: run it before copying or
+    allocating anything (sglc.wire.fsm_message runs it on a decoded message)."""
     if num_states < 1 or num_classes < 1:
         raise FSMFormatError(f"bad num_states {num_states} / num_classes {num_classes}")
-    meter.check("max_pattern_chars", len(pattern), "serialized FSM pattern characters")
+    meter.check("max_pattern_chars", pattern_chars, "serialized FSM pattern characters")
     meter.check("max_dfa_states", num_states, "serialized FSM states")
     meter.check("max_dfa_cells", num_states * num_classes, "serialized FSM cells (num_states x num_classes)")
     for key, most in (("interval_starts", meter.budget.max_dfa_cells), ("interval_classes", meter.budget.max_dfa_cells),
                       ("finals", num_states), ("transitions", 3 * num_states * num_classes)):
-        value = data[key]
-        if not isinstance(value, (list, tuple)):
-            raise FSMFormatError(f"{key} must be a list of integers, got {type(value).__name__}")
-        if len(value) > most:
-            raise FSMFormatError(f"{key} has {len(value):,} entries; at most {most:,} fit "
+        if lengths[key] > most:
+            raise FSMFormatError(f"{key} has {lengths[key]:,} entries; at most {most:,} fit "
                                  f"{num_states:,} states x {num_classes:,} classes")
 
 

@@ -13,13 +13,13 @@ backend. The bounds are generous (no real program comes near them):
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Optional
 
 from sglc.ir.gen_constraint import constraint_attrs, constraint_pattern, lowered_pattern
 from sglc.ir.node import Node
 from sglc.ir.ops import ROLES, VARIABLE_PRODUCING_OPS, Op
 from sglc.ir.types import TEXT_LIKE, ValueType
+from sglc.wire import sampling_table
 
 Check = Callable[[Any], Optional[str]]
 
@@ -27,13 +27,11 @@ Check = Callable[[Any], Optional[str]]
 GEN_DTYPES = ("str", "int", "float", "bool")
 JOIN_MODES = ("gather_variable", "concate_and_append")
 
-#: Largest ``max_tokens`` of a gen (and ``num_api_spec_tokens`` of a graph): 2**20, beyond any
-#: model's context today.
-MAX_GEN_TOKENS = 2**20
-#: Largest sampling temperature (0 is greedy; 1 is the model's own distribution).
-MAX_TEMPERATURE = 100.0
-#: Largest token id (``stop_token_ids``) and ``top_k``: int32, beyond any vocabulary.
-MAX_TOKEN_ID = 2**31 - 1
+#: Largest ``max_tokens`` of a gen (and ``num_api_spec_tokens`` of a graph), largest
+#: temperature, token id (``stop_token_ids``) and ``top_k``: the sampling table's bounds.
+MAX_GEN_TOKENS = sampling_table.MAX_NEW_TOKENS
+MAX_TEMPERATURE = sampling_table.MAX_TEMPERATURE
+MAX_TOKEN_ID = sampling_table.MAX_TOKEN_ID
 #: Largest fork width, video frame count and fork item index.
 MAX_COUNT = 2**16
 
@@ -45,10 +43,6 @@ class RuleError(Exception):
 # ----- attribute checks -----
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _type(*types: type, nonempty: bool = False) -> Check:
@@ -68,21 +62,6 @@ def _int_in(low: int, high: int) -> Check:
     return lambda v: None if _is_int(v) and low <= v <= high else f"must be an int in [{low}, {high}]"
 
 
-def _number_in(low: float, high: float, low_open: bool = False) -> Check:
-    bracket = "(" if low_open else "["
-
-    def check(v: Any) -> Optional[str]:
-        if not _is_number(v):
-            return "must be a number"
-        if isinstance(v, float) and not math.isfinite(v):
-            return "must be a finite number"
-        if v > high or v < low or (low_open and v == low):
-            return f"must be in {bracket}{low}, {high}]"
-        return None
-
-    return check
-
-
 def _one_of(options: tuple) -> Check:
     return lambda v: None if isinstance(v, str) and v in options else f"must be one of {list(options)}"
 
@@ -100,20 +79,6 @@ def _list_of(kind: Callable[[Any], bool], label: str, nonempty: bool = False, un
     return check
 
 
-def _str_or_str_list(v: Any) -> Optional[str]:
-    if isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)):
-        return None
-    return "must be a str or a list of str"
-
-
-def _top_k(v: Any) -> Optional[str]:
-    return None if _is_int(v) and (v == -1 or 1 <= v <= MAX_TOKEN_ID) else f"must be -1 (off) or an int in [1, {MAX_TOKEN_ID}]"
-
-
-def _token_id(v: Any) -> bool:
-    return _is_int(v) and 0 <= v <= MAX_TOKEN_ID
-
-
 def _lowered_fsm(v: Any) -> Optional[str]:
     if lowered_pattern(v) is None:
         return "must be a lowered FSM (a dict from sglc.fsm.fsm_to_dict with its str 'pattern')"
@@ -127,19 +92,21 @@ def _any(v: Any) -> Optional[str]:
 _NAME = (True, _type(str, nonempty=True))
 _STRS = lambda s: isinstance(s, str)  # noqa: E731
 
-#: Sampling parameters shared by gen and select (all optional).
-SAMPLING_ATTRS: dict[str, tuple[bool, Check]] = {
-    "max_tokens": (False, _int_in(1, MAX_GEN_TOKENS)),
-    "stop": (False, _str_or_str_list),
-    "stop_token_ids": (False, _list_of(_token_id, f"token ids (ints in [0, {MAX_TOKEN_ID}])")),
-    "temperature": (False, _number_in(0.0, MAX_TEMPERATURE)),
-    "top_p": (False, _number_in(0.0, 1.0, low_open=True)),
-    "top_k": (False, _top_k),
-    "min_p": (False, _number_in(0.0, 1.0)),
-    "frequency_penalty": (False, _number_in(-2.0, 2.0)),
-    "presence_penalty": (False, _number_in(-2.0, 2.0)),
-    "ignore_eos": (False, _type(bool)),
-}
+
+def _sampling(row: sampling_table.SamplingParam) -> Check:
+    """A gen attribute checked by its row of the sampling table (the DSL's check)."""
+    def check(v: Any) -> Optional[str]:
+        try:
+            row.check_gen(v, "")
+        except (TypeError, ValueError) as err:
+            return str(err).strip()
+        return None
+
+    return check
+
+
+#: Sampling parameters of a gen (all optional): the DSL rows of sglc.wire.sampling_table.
+SAMPLING_ATTRS: dict[str, tuple[bool, Check]] = {key: (False, _sampling(row)) for key, row in sampling_table.BY_DSL.items()}
 
 ATTR_RULES: dict[Op, dict[str, tuple[bool, Check]]] = {
     Op.ARGUMENT: {"name": _NAME, "default": (False, _any)},

@@ -24,10 +24,14 @@ from sglc.ir.node import Guard, Node
 from sglc.ir.ops import Op
 from sglc.ir.types import ValueType, check_attr_value
 from sglc.ir.verify import verify
-from sglc.proto import graph_pb2 as pb
+from sglc.fsm.errors import FSMFormatError
+from sglc.wire.fsm_message import fsm_from_pb, fsm_to_pb, is_fsm_dict
+from sglc.wire.proto import graph_pb2 as pb
 
-#: The format version this sglc writes; it reads this and every older version.
-FORMAT_VERSION = 2
+#: The format version this sglc writes; it reads this and every older version. Version 3 writes a
+#: lowered FSM as a typed sglc.fsm.FSM (AttrValue.fsm_value); versions 1 and 2 held it as a map,
+#: which still decodes to the same dict.
+FORMAT_VERSION = 3
 #: The first version whose files end with a checksum.
 CHECKSUM_SINCE = 2
 #: How the checksum field is encoded at the end of a file: tag of field 16 (length-delimited),
@@ -108,11 +112,24 @@ def _write_value(out: pb.AttrValue, value: Any, where: str, depth: int) -> None:
         out.list_value.SetInParent()
         for i, item in enumerate(value):
             _write_value(out.list_value.items.add(), item, f"{where}[{i}]", depth + 1)
+    elif is_fsm_dict(value) and _write_fsm(out, value):
+        pass
     elif isinstance(value, dict):
         out.map_value.SetInParent()
         _write_map(out.map_value, value, where, depth + 1)
     else:
         raise TypeError(f"{where}: {type(value).__name__} is not a valid attribute value")
+
+
+def _write_fsm(out: pb.AttrValue, value: dict) -> bool:
+    """A lowered FSM as the typed message; False (written as a map instead) when it does not fit
+    the message exactly, so that decode(encode(g)) == g holds for any dict."""
+    try:
+        msg = fsm_to_pb(value)
+    except FSMFormatError:
+        return False
+    out.fsm_value.CopyFrom(msg)
+    return True
 
 
 # ----- decoding -----
@@ -276,6 +293,11 @@ def _read_value(msg: pb.AttrValue, where: str) -> Any:
         return [_read_value(item, f"{where}[{i}]") for i, item in enumerate(msg.list_value.items)]
     if kind == "map_value":
         return _read_map(msg.map_value, where)
+    if kind == "fsm_value":
+        try:  # NOTE: sizes against the compile budget before any list is copied; _check_fsms rebuilds it
+            return fsm_from_pb(msg.fsm_value)
+        except ValueError as err:  # FSMFormatError, CompileBudgetError
+            raise GraphFormatError(f"graph.pb: {where}: invalid fsm: {_one_line(err)}") from None
     raise GraphFormatError(f"graph.pb: {where} has no value (written by a newer sglc?)")
 
 

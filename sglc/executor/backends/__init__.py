@@ -1,67 +1,7 @@
-"""Backends by name: ``make_backend(name, endpoint=None, **opts)``.
+"""The executor's backends, one module each: ``srt`` (gRPC client of ``sglc serve``),
+``openai_backend`` (any OpenAI-compatible endpoint), ``api_speculative`` (its speculation),
+``sglang_http`` (SGLang's HTTP ``/generate``: sglang-router, ``sglc serve --http-port``, SGLang).
 
-- ``"srt"`` with an endpoint (``host:port`` or ``http://host:port``): the gRPC client of a
-  ``sglc serve`` runtime (:class:`sglc.executor.backends.srt.SrtBackend`); `opts`: ``timeout``,
-  ``image_mode``, ``api_key`` (default ``$SGLC_API_KEY``).
-- ``"srt"`` without an endpoint: the *embedded* runtime — an in-process engine on the default
-  model (:class:`sglc.executor.backends.engine.EngineBackend`); `opts` are engine settings
-  (``model``, ``dtype``, ``schedule_policy``, ``disable_radix_cache``, ``timeout``, ...).
-- ``"engine"``: the embedded runtime by its own name.
-- ``"openai"``: any OpenAI-compatible HTTP endpoint (``http://host:port`` or ``host:port``; an
-  ``sglc serve --http-port`` or a hosted API): :class:`sglc.executor.backends.openai_backend.OpenAIBackend`;
-  `opts`: ``model``, ``model_type`` ("auto" | "completion" | "chat"), ``api_key``, ``timeout``.
-- ``"sglang"``: SGLang's HTTP ``/generate`` at ``http://host:port`` (sglang-router / ``sglc fleet``,
-  one ``sglc serve --http-port``, or a real SGLang server):
-  :class:`sglc.executor.backends.sglang_http.SGLangBackend`; `opts`: ``api_key``, ``timeout``.
+Backends by name (and the embedded runtime's, which lives in the runtime) come from
+:func:`sglc.backends.make_backend`.
 """
-from __future__ import annotations
-
-from typing import Any, Optional
-
-from sglc.executor.backend import Backend
-from sglc.executor.errors import BackendError
-
-BACKENDS = ("srt", "engine", "openai", "sglang")
-
-
-def normalize_endpoint(endpoint: str) -> str:
-    """'http://127.0.0.1:30000/' -> '127.0.0.1:30000' (the gRPC target form)."""
-    if not isinstance(endpoint, str) or not endpoint.strip():
-        raise ValueError(f"an endpoint is 'host:port', got {endpoint!r}")
-    target = endpoint.strip()
-    for scheme in ("http://", "https://", "grpc://"):
-        if target.startswith(scheme):
-            target = target[len(scheme):]
-    target = target.rstrip("/")
-    host, sep, port = target.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"an endpoint is 'host:port' (e.g. 127.0.0.1:30000), got {endpoint!r}")
-    return target
-
-
-def make_backend(name: str, endpoint: Optional[str] = None, **opts: Any) -> Backend:
-    """A backend by name (see the module docstring)."""
-    if name == "srt" and endpoint is not None:
-        try:
-            from sglc.executor.backends.srt import SrtBackend
-        except ImportError as err:
-            raise BackendError(f"the srt (gRPC) backend is not available in this build: {err}") from None
-        return SrtBackend(normalize_endpoint(endpoint), **opts)
-    if name in ("srt", "engine"):
-        if endpoint is not None:
-            raise ValueError("the engine backend runs in this process and takes no endpoint")
-        from sglc.executor.backends.engine import EngineBackend
-
-        return EngineBackend(**opts)
-    if name == "openai":
-        from sglc.executor.backends.openai_backend import OpenAIBackend
-
-        return OpenAIBackend(endpoint, **opts)
-    if name == "sglang":
-        if endpoint is None:
-            raise ValueError("the sglang backend needs --endpoint http://host:port (a router, sglc serve "
-                             "--http-port, or an SGLang server)")
-        from sglc.executor.backends.sglang_http import SGLangBackend
-
-        return SGLangBackend(endpoint, **opts)
-    raise ValueError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")

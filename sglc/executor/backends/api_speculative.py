@@ -28,7 +28,7 @@ import threading
 from collections import OrderedDict
 from typing import Callable, Optional
 
-from sglc.executor.backend import CallMeta, GenParams, GenResult
+from sglc.wire.backend import CallMeta, GenParams, GenResult
 
 __all__ = ["SpecStats", "SpeculativeCache", "SpecCall"]
 

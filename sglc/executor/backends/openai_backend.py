@@ -42,10 +42,11 @@ import urllib.error
 import urllib.request
 from typing import Any, Optional
 
-from sglc.executor.backend import (Backend, CallMeta, ChatTemplate, ChoiceLogprobs, GenParams, GenResult, ModelInfo,
-                                   Prompt, ScoreResult)
 from sglc.executor.backends.api_speculative import SpeculativeCache
 from sglc.executor.errors import BackendError
+from sglc.wire import sampling_table
+from sglc.wire.backend import (Backend, CallMeta, ChatTemplate, ChoiceLogprobs, GenParams, GenResult, ModelInfo,
+                               Prompt, ScoreResult)
 
 __all__ = ["OpenAIBackend", "base_url_of"]
 
@@ -163,17 +164,18 @@ class OpenAIBackend(Backend):
     def request_fields(self, params: GenParams) -> dict[str, Any]:
         """OpenAI request fields for one gen (sampling + constraint); BackendError if unsupported."""
         fields: dict[str, Any] = {}
-        if params.max_tokens is not None:
-            fields["max_tokens"] = params.max_tokens
-        for name in ("temperature", "top_p", "frequency_penalty", "presence_penalty", "seed"):
-            if getattr(params, name) is not None:
-                fields[name] = getattr(params, name)
-        if params.stop:
-            fields["stop"] = list(params.stop)
         extra: dict[str, Any] = {}
-        for name in ("top_k", "min_p", "ignore_eos", "stop_token_ids"):
-            if getattr(params, name) is not None and self.is_sglc:  # NOTE: extensions only sglc/SGLang know
-                extra[name] = getattr(params, name)
+        for key, row in sampling_table.BY_FIELD.items():  # NOTE: spelled as the table's openai column says
+            value = getattr(params, key)
+            if value is None or not row.openai or (row.kind == "str_list" and not value):
+                continue
+            if row.kind == "str_list":
+                value = [value] if isinstance(value, str) else list(value)
+            name = row.openai[0]
+            if name in sampling_table.OPENAI_STANDARD:
+                fields[name] = value
+            elif self.is_sglc:  # NOTE: extensions only sglc/SGLang know
+                extra[name] = value
         regex = params.regex if params.regex is not None else (params.fsm or {}).get("pattern")
         if params.fsm is not None and regex is None:
             raise BackendError("openai backend: a compiled FSM constraint without its pattern cannot be sent")
@@ -201,7 +203,7 @@ class OpenAIBackend(Backend):
         at their markers, the same text the srt backend sends."""
         if not prompt.images:
             return prompt.text
-        from sglc_runtime.server.prompts import PromptInput, RequestError, resolve_prompt
+        from sglc.wire.prompt import PromptInput, RequestError, resolve_prompt
 
         try:
             text, _ = resolve_prompt(PromptInput(text=prompt.text, images=tuple(prompt.images),

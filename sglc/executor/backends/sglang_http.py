@@ -39,10 +39,13 @@ import urllib.request
 from typing import Any, Callable, Optional
 
 from sglc.errors import BackendError
-from sglc.executor.backend import (Backend, CallMeta, ChatTemplate, ChoiceLogprobs, GenParams, GenResult, ModelInfo,
-                                   Prompt, ScoreResult)
+from sglc.wire import sampling_table
+from sglc.wire.auth import API_KEY_ENV
+from sglc.wire.backend import (Backend, CallMeta, ChatTemplate, ChoiceLogprobs, GenParams, GenResult, ModelInfo,
+                               Prompt, ScoreResult)
 
-API_KEY_ENV = "SGLC_API_KEY"
+#: Where SGLang's /generate spells a runtime name differently (everything else: the runtime's name).
+SGLANG_SPELLING = {"seed": "sampling_seed"}
 #: Statuses after which one retry is safe: the router found no (live) worker; nothing was generated for us.
 RETRY_STATUSES = (502, 503)
 #: Choices scored at once by one select (one request each).
@@ -140,15 +143,12 @@ class SGLangBackend(Backend):
     # --- requests ---
     def sampling_params(self, params: GenParams) -> dict[str, Any]:
         """GenParams -> SGLang's sampling_params (None fields left out: the server's defaults)."""
-        sp: dict[str, Any] = {"max_new_tokens": params.max_tokens if params.max_tokens is not None else 128}
-        for ours, theirs in (("stop", "stop"), ("stop_token_ids", "stop_token_ids"), ("temperature", "temperature"),
-                             ("top_p", "top_p"), ("top_k", "top_k"), ("min_p", "min_p"),
-                             ("frequency_penalty", "frequency_penalty"), ("presence_penalty", "presence_penalty"),
-                             ("ignore_eos", "ignore_eos"), ("seed", "sampling_seed"), ("regex", "regex"),
-                             ("json_schema", "json_schema")):
-            value = getattr(params, ours)
-            if value is not None:
-                sp[theirs] = value
+        given = {name: getattr(params, name) for name in sampling_table.BY_FIELD}
+        sp: dict[str, Any] = {SGLANG_SPELLING.get(k, k): v for k, v in sampling_table.to_runtime(given).items()}
+        sp.setdefault("max_new_tokens", sampling_table.BY_NAME["max_new_tokens"].default)
+        for constraint in ("regex", "json_schema"):
+            if getattr(params, constraint) is not None:
+                sp[constraint] = getattr(params, constraint)
         if params.fsm is not None:
             if self.is_sglc:
                 sp["fsm"] = params.fsm

@@ -25,20 +25,13 @@ from typing import Any, Callable, Iterator, Optional
 
 import grpc
 
-from sglc.errors import BackendError as _BackendError
-from sglc.executor import errors as _executor_errors
-from sglc.executor.backend import Backend, CallMeta, GenParams, GenResult, ModelInfo, Prompt, ScoreResult
-from sglc.proto import runtime_pb2 as pb
-from sglc.proto import runtime_pb2_grpc as pb_grpc
-from sglc_runtime.server import convert
-from sglc_runtime.server.auth import API_KEY_ENV
-from sglc_runtime.server.prompts import IMAGE_MARKER, image_placeholder
-
-if getattr(_executor_errors, "BackendError", _BackendError) is _BackendError:
-    BackendError = _BackendError
-else:  # NOTE: transitional: the executor still has its own BackendError; be caught as either
-    class BackendError(_BackendError, _executor_errors.BackendError):  # type: ignore[no-redef]
-        """sglc.errors.BackendError that is also the executor's BackendError."""
+from sglc.errors import BackendError
+from sglc.wire import client_convert
+from sglc.wire.auth import API_KEY_ENV
+from sglc.wire.backend import Backend, CallMeta, GenParams, GenResult, ModelInfo, Prompt, ScoreResult
+from sglc.wire.prompt import IMAGE_MARKER, image_placeholder
+from sglc.wire.proto import runtime_pb2 as pb
+from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
 
 __all__ = ["SrtBackend", "BackendError", "IMAGE_MARKER", "image_placeholder", "CHANNEL_OPTIONS"]
 
@@ -157,20 +150,20 @@ class SrtBackend(Backend):
     # --- Backend ---
     def model_info(self) -> ModelInfo:
         if self._info is None:
-            self._info = convert.model_info_from_pb(self._invoke("ModelInfo", pb.ModelInfoRequest(), self.info_timeout))
+            self._info = client_convert.model_info_from_pb(self._invoke("ModelInfo", pb.ModelInfoRequest(), self.info_timeout))
         return self._info
 
     def generate(self, prompt: Prompt, params: GenParams) -> GenResult:
         t0 = time.perf_counter()
         request = self._request(prompt, params, stream=False)
         complete = self._stream(request)
-        return convert.gen_result_from_pb(complete, time.perf_counter() - t0)
+        return client_convert.gen_result_from_pb(complete, time.perf_counter() - t0)
 
     def generate_stream(self, prompt: Prompt, params: GenParams, on_text: Callable[[str], None]) -> GenResult:
         """`generate` over a streaming Generate call: each chunk's text goes to `on_text` on arrival."""
         t0 = time.perf_counter()
         complete = self._stream(self._request(prompt, params, stream=True), lambda c: c.text and on_text(c.text))
-        return convert.gen_result_from_pb(complete, time.perf_counter() - t0)
+        return client_convert.gen_result_from_pb(complete, time.perf_counter() - t0)
 
     def stream(self, prompt: Prompt, params: GenParams) -> Iterator[str]:
         """The generated text piece by piece (as the server decodes it)."""
@@ -197,27 +190,27 @@ class SrtBackend(Backend):
 
     def _request(self, prompt: Prompt, params: GenParams, *, stream: bool) -> pb.GenerateRequest:
         try:
-            return convert.generate_request(prompt, params, rid=uuid.uuid4().hex, stream=stream,
+            return client_convert.generate_request(prompt, params, rid=uuid.uuid4().hex, stream=stream,
                                             image_mode=self.image_mode)
         except (ValueError, TypeError) as err:
             raise BackendError(f"srt backend {self.endpoint}: Generate: {err}") from None
 
     def score(self, prompt: Prompt, choices: list[str], unconditional: bool = False) -> ScoreResult:
         t0 = time.perf_counter()
-        request = pb.ScoreRequest(prompt=convert.prompt_to_pb(prompt, self.image_mode), choices=list(choices),
+        request = pb.ScoreRequest(prompt=client_convert.prompt_to_pb(prompt, self.image_mode), choices=list(choices),
                                   unconditional=unconditional)
         response = self._invoke("Score", request, self.timeout)
-        return convert.score_result_from_pb(response, time.perf_counter() - t0, unconditional)
+        return client_convert.score_result_from_pb(response, time.perf_counter() - t0, unconditional)
 
     def cache_prefix(self, prompt: Prompt) -> CallMeta:
         t0 = time.perf_counter()
-        response = self._invoke("CachePrefix", pb.CachePrefixRequest(prompt=convert.prompt_to_pb(prompt, self.image_mode)),
+        response = self._invoke("CachePrefix", pb.CachePrefixRequest(prompt=client_convert.prompt_to_pb(prompt, self.image_mode)),
                                 self.timeout)
-        return convert.call_meta(response.prompt_tokens, response.cached_tokens,
+        return client_convert.call_meta(response.prompt_tokens, response.cached_tokens,
                                  latency_s=time.perf_counter() - t0, warnings=response.warnings)
 
     def metrics(self) -> dict[str, Any]:
-        return convert.metrics_from_pb(self._invoke("Metrics", pb.MetricsRequest(), self.info_timeout))
+        return client_convert.metrics_from_pb(self._invoke("Metrics", pb.MetricsRequest(), self.info_timeout))
 
     def health(self, check_generate: bool = False) -> tuple[str, str]:
         """("SERVING" | "NOT_SERVING" | "DRAINING", message)."""

@@ -1,5 +1,5 @@
-"""Derive per-role prefix/suffix text (sglc.executor.backend.ChatTemplate) from a tokenizer's
-jinja chat template.
+"""ChatTemplate (per-role prefix/suffix text) and its derivation from a tokenizer's jinja chat
+template.
 
 The executor builds prompts text-first: ``ROLE_BEGIN user`` appends the user prefix, the
 content follows, ``ROLE_END`` appends the suffix. So the template must decompose as
@@ -10,16 +10,26 @@ one) gets None, never a wrong answer.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Callable
-
-from sglc.executor.backend import ChatTemplate
 
 log = logging.getLogger(__name__)
 
 ROLES = ("system", "user", "assistant")
 # NOTE: plain alphanumeric words: templates may trim or escape contents, never these.
 _SYS, _MSG, _NEXT = "SGLCSENTINELSYSTEM", "SGLCSENTINELMESSAGE", "SGLCSENTINELNEXT"
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatTemplate:
+    """Text around each role's content, e.g. ChatML: ("<|im_start|>user\\n", "<|im_end|>\\n")."""
+
+    role_prefix: dict[str, str]
+    role_suffix: dict[str, str]
+    #: Text the template adds to ask the model for an assistant turn (ROLE_BEGIN assistant).
+    generation_prefix: str = ""
+
 
 Render = Callable[..., Any]  # render(messages, add_generation_prompt=bool) -> str
 

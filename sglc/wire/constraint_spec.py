@@ -4,7 +4,7 @@ Three ways in: a precompiled FSM (the ``fsm`` attribute the compiler's lower_con
 stores on a gen, as a plain dict), a raw regex, or a JSON schema (a JSON string, a dict or a
 pydantic model class) for HTTP/API users; ``choices`` (one of several strings) is a convenience
 that lowers to a regex. The spec is cheap to build and hash; compiling it is the grammar
-cache's job (:mod:`.grammar`), once per distinct constraint.
+cache's job (``sglc_runtime.constrained.grammar_cache``), once per distinct constraint.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from sglc import fsm
+from sglc.wire.json_schema_text import plain_json, schema_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,7 @@ class ConstraintSpec:
                 raise TypeError(f"regex must be a str, got {type(regex).__name__}")
             return cls("regex", regex)
         if json_schema is not None:
-            return cls("json_schema", _schema_text(json_schema))
+            return cls("json_schema", schema_text(json_schema))
         if choices is not None:
             if isinstance(choices, str) or not isinstance(choices, (list, tuple)) or not choices:
                 raise TypeError("choices must be a non-empty list of str")
@@ -90,35 +91,5 @@ class ConstraintSpec:
         return f"{self.kind} {shown!r}"
 
 
-def _schema_text(schema: Any) -> str:
-    """A JSON schema (JSON text, dict, bool or pydantic model class) as compact JSON text."""
-    if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
-        schema = schema.model_json_schema()
-    if isinstance(schema, str):
-        try:
-            schema = json.loads(schema)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"json_schema is not valid JSON: {err}") from None
-        except RecursionError:
-            limit = fsm.DEFAULT_BUDGET.max_nesting_depth
-            raise fsm.CompileBudgetError("max_nesting_depth", limit, "json_schema text nested too deeply to parse") from None
-    if not isinstance(schema, (dict, bool)):
-        raise TypeError(f"json_schema must be JSON text, a dict or a pydantic model class, got {type(schema).__name__}")
-    # NOTE: key order is kept (not sorted): property order decides the order of the output.
-    return _dumps(schema, "json_schema", sort_keys=False)
-
-
 def _digest(data: dict) -> str:
-    return hashlib.sha256(_dumps(data, "fsm", sort_keys=True).encode()).hexdigest()
-
-
-def _dumps(value: Any, what: str, sort_keys: bool) -> str:
-    """Compact JSON text of a request's value; ValueError naming ``what`` when it is not plain
-    JSON data or nests too deeply to write (never a RecursionError)."""
-    limit = fsm.DEFAULT_BUDGET.max_nesting_depth
-    if fsm.budget.nesting_depth(value, 4 * limit) > 4 * limit:
-        raise fsm.CompileBudgetError("max_nesting_depth", limit, f"{what} nested more than {4 * limit} levels")
-    try:
-        return json.dumps(value, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{what} is not plain data: {err}") from None
+    return hashlib.sha256(plain_json(data, "fsm", sort_keys=True).encode()).hexdigest()

@@ -9,15 +9,8 @@ import abc
 import dataclasses
 from typing import Any, Callable, Optional
 
-
-@dataclasses.dataclass(frozen=True)
-class ChatTemplate:
-    """Text around each role's content, e.g. ChatML: ("<|im_start|>user\\n", "<|im_end|>\\n")."""
-
-    role_prefix: dict[str, str]
-    role_suffix: dict[str, str]
-    #: Text the template adds to ask the model for an assistant turn (ROLE_BEGIN assistant).
-    generation_prefix: str = ""
+from sglc.wire import sampling_table
+from sglc.wire.chat_template import ChatTemplate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,25 +30,22 @@ class Prompt:
     images: list[str] = dataclasses.field(default_factory=list)
 
 
-@dataclasses.dataclass
-class GenParams:
-    """Sampling parameters of one gen (None = the backend's default) and its constraint."""
+_FIELD_TYPES = {"int": Optional[int], "float": Optional[float], "bool": Optional[bool],
+                "str_list": Optional[list[str]], "token_ids": Optional[list[int]]}
 
-    max_tokens: Optional[int] = None
-    stop: Optional[list[str]] = None
-    stop_token_ids: Optional[list[int]] = None
-    temperature: Optional[float] = None
-    top_p: Optional[float] = None
-    top_k: Optional[int] = None
-    min_p: Optional[float] = None
-    frequency_penalty: Optional[float] = None
-    presence_penalty: Optional[float] = None
-    ignore_eos: Optional[bool] = None
-    seed: Optional[int] = None
-    #: At most one constraint: a regex, a JSON schema (JSON text), or a compiled FSM (dict form).
-    regex: Optional[str] = None
-    json_schema: Optional[str] = None
-    fsm: Optional[dict] = None
+#: Sampling parameters of one gen (None = the backend's default) and its constraint. The
+#: sampling fields are the table's (sglc.wire.sampling_table.BY_FIELD, the compiler half's
+#: spellings: ``max_tokens``); at most one constraint: a regex, a JSON schema (JSON text) or a
+#: compiled FSM (dict form).
+GenParams = dataclasses.make_dataclass(
+    "GenParams",
+    [*((p.field, _FIELD_TYPES[p.kind], dataclasses.field(default=None)) for p in sampling_table.BY_FIELD.values()),
+     ("regex", Optional[str], dataclasses.field(default=None)),
+     ("json_schema", Optional[str], dataclasses.field(default=None)),
+     ("fsm", Optional[dict], dataclasses.field(default=None))],
+    namespace={"__module__": __name__, "__doc__": "Sampling parameters of one gen (None = the backend's default) "
+                                                   "and its constraint; fields from sglc.wire.sampling_table."},
+)
 
 
 @dataclasses.dataclass
@@ -80,8 +70,6 @@ class ChoiceLogprobs:
     """Log-probabilities of one choice's tokens after the prompt (and without it, if asked)."""
 
     token_logprobs: list[float]
-    #: Logprob of the greedy token at each position, for greedy_token_selection.
-    greedy_logprobs: list[float] = dataclasses.field(default_factory=list)
     #: Logprobs of the choice's tokens with an empty prompt, for unconditional normalization.
     unconditional_logprobs: Optional[list[float]] = None
 

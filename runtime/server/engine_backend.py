@@ -1,27 +1,32 @@
 """EngineBackend: the embedded runtime — our engine in this process, driven by its own thread.
 
+It implements the executor's Backend interface (:mod:`sglc.wire.backend`, the contract), so the
+runtime imports only sglc.wire and the executor never imports the runtime; ``sglc.backends``
+(the composition root) builds it for ``make_backend("engine")``.
+
 ``sglc run --backend srt`` without ``--endpoint`` and ``sgl.Runtime()`` use it, so a program
 runs with nothing else started. The engine runs in background-thread mode (``Engine.start``):
 any executor thread submits a request and waits for it, with a deadline.
 
 - generate: one engine request; constraints (a compiled FSM from the lower_constraints pass,
-  a regex or a JSON schema) go to the engine's SamplingParams (or, on an engine without those
-  fields, become a compiled grammar from the engine's GrammarCache).
+  a regex or a JSON schema) go to the engine's SamplingParams, which compiles them once.
 - images: the model is text-only; each image becomes ``<image: NAME>`` at its marker, exactly
-  as the gRPC server's default image mode (sglc_runtime.server.prompts.resolve_prompt).
-- score: ``Engine.score`` (the prompt is prefilled once, every choice is scored in one batched
-  prefill that shares it). Unconditional logprobs score the same choice tokens after a single
-  start token (the tokenizer's BOS, else its EOS), which stands for "no prompt".
+  as the gRPC server's default image mode (sglc.wire.prompt.resolve_prompt).
+- score and model info: the gRPC server's own code (:class:`RuntimeService` over the same
+  engine), so scoring (one batched prefill sharing the prompt), unconditional logprobs (the
+  choice tokens after the start token: the model's BOS, else its first EOS), the start token and
+  the chat template's split exist once. Its request limits (ServerLimits' defaults) apply.
 - cache_prefix: a prefill-only request (max_new_tokens=0); the radix cache keeps the prefix.
 """
 from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable, Optional
 
-from sglc.executor.backend import (
+from sglc.errors import BackendError
+from sglc.wire import sampling_table
+from sglc.wire.backend import (
     Backend,
     CallMeta,
     ChoiceLogprobs,
@@ -31,26 +36,19 @@ from sglc.executor.backend import (
     Prompt,
     ScoreResult,
 )
-from sglc.executor.errors import BackendError
-# NOTE: imported first so the call pools' exit hook is registered before any engine starts its own:
-# atexit runs hooks last-in first-out, so at exit engines stop (aborting what is still running and
-# waking the workers that wait on it) before the pools join those workers.
-from sglc.executor.pool import stop_all_pools  # noqa: F401
+from sglc.wire.prompt import IMAGE_MARKER, PromptInput, resolve_prompt
+
+from ..engine import Engine
+from ..sampling.sampling_params import SamplingParams
+from .calls import CallCancelled
+from .service import RuntimeService, ServiceUnavailable
 
 #: Seconds one engine call may take before it is aborted and reported (CPU decoding is slow).
 DEFAULT_CALL_TIMEOUT = 600.0
 
-_SAMPLING_FIELDS = {
-    "max_tokens": "max_new_tokens", "stop": "stop", "stop_token_ids": "stop_token_ids",
-    "temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
-    "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
-    "ignore_eos": "ignore_eos", "seed": "seed",
-}
-
-
 def sampling_kwargs(params: GenParams) -> dict[str, Any]:
     """The runtime SamplingParams fields a GenParams sets (constraints aside), by runtime name."""
-    return {field: getattr(params, key) for key, field in _SAMPLING_FIELDS.items() if getattr(params, key) is not None}
+    return sampling_table.to_runtime({key: getattr(params, key) for key in sampling_table.BY_FIELD})
 
 
 class EngineBackend(Backend):
@@ -64,14 +62,14 @@ class EngineBackend(Backend):
 
     def __init__(self, engine: Any = None, *, timeout: Optional[float] = DEFAULT_CALL_TIMEOUT, start: bool = True,
                  **config: Any) -> None:
-        from sglc_runtime.engine import Engine
-
         self._owns_engine = engine is None
         self.engine = engine if engine is not None else Engine(**config)
         self._started = threading.Event()
         if start:
             self.start()
         self.timeout = timeout
+        #: The transport-neutral service the gRPC and HTTP servers adapt; here, in process.
+        self.service = RuntimeService(self.engine)
         self._info: Optional[ModelInfo] = None
         self._lock = threading.Lock()
 
@@ -84,16 +82,9 @@ class EngineBackend(Backend):
     def model_info(self) -> ModelInfo:
         with self._lock:
             if self._info is None:
-                from sglc_runtime.server.chat_template import derive_chat_template
-
-                tok = self.engine.tokenizer
-                template = None
-                if getattr(tok, "chat_template", None):  # NOTE: the same derivation the server reports
-                    template = derive_chat_template(
-                        lambda messages, add_generation_prompt=False: tok.apply_chat_template(
-                            messages, add_generation_prompt=add_generation_prompt))
-                name = Path(str(getattr(tok, "path", self.engine.config.model))).name
-                self._info = ModelInfo(model=name, context_length=self.engine.max_context, chat_template=template)
+                info = self.service.model_info()  # NOTE: what the server reports, derived once
+                self._info = ModelInfo(model=info.model_name, context_length=info.context_length,
+                                       chat_template=info.chat_template, supports_images=info.supports_images)
             return self._info
 
     def metrics(self) -> dict[str, Any]:
@@ -128,23 +119,17 @@ class EngineBackend(Backend):
         return GenResult(out.text, meta)
 
     def score(self, prompt: Prompt, choices: list[str], unconditional: bool = False) -> ScoreResult:
-        text = self._text(prompt)
-        if not text:
+        if not prompt.text and not prompt.images:
             raise ValueError("select needs a non-empty prompt to score choices after")
         self._wait_started()
         t0 = time.perf_counter()
-        scored = self.engine.score(text, list(choices))
-        results = [ChoiceLogprobs(token_logprobs=[float(x) for x in s.logprobs]) for s in scored]
-        if unconditional:
-            start = self._start_token()
-            alone = self.engine.score([start], [list(s.token_ids) for s in scored])
-            for r, a in zip(results, alone):
-                r.unconditional_logprobs = [float(x) for x in a.logprobs]
-        first = scored[0] if scored else None
-        prompt_tokens = getattr(first, "prompt_tokens", None)
-        if prompt_tokens is None:
-            prompt_tokens = len(self.engine.tokenizer.encode(text))
-        meta = CallMeta(prompt_tokens=prompt_tokens, cached_tokens=getattr(first, "cached_tokens", 0) or 0,
+        try:
+            outcome = self.service.score(self._prompt_input(prompt), list(choices), unconditional=unconditional)
+        except (ServiceUnavailable, CallCancelled) as err:
+            raise BackendError(f"the embedded runtime could not score: {err}") from None
+        results = [ChoiceLogprobs(token_logprobs=c.token_logprobs, unconditional_logprobs=c.unconditional_logprobs)
+                   for c in outcome.choices]
+        meta = CallMeta(prompt_tokens=outcome.prompt_tokens, cached_tokens=outcome.cached_tokens,
                         latency_s=time.perf_counter() - t0)
         return ScoreResult(results, meta)
 
@@ -152,8 +137,6 @@ class EngineBackend(Backend):
         text = self._text(prompt)
         if not text:
             return CallMeta()
-        from sglc_runtime.sampling.sampling_params import SamplingParams
-
         t0 = time.perf_counter()
         out = self._run(text, SamplingParams(max_new_tokens=0))
         return CallMeta(out.prompt_tokens, out.cached_tokens, 0, out.finish_reason, time.perf_counter() - t0)
@@ -197,14 +180,17 @@ class EngineBackend(Backend):
             raise BackendError(f"the runtime aborted the request: {reason.get('message') or 'no reason given'}")
         return out
 
+    @staticmethod
+    def _prompt_input(prompt: Prompt) -> PromptInput:
+        """The prompt as the service takes it: images become placeholders (the model is text-only)."""
+        return PromptInput(text=prompt.text, images=tuple(prompt.images), image_mode="placeholder")
+
     def _text(self, prompt: Prompt) -> str:
         """The prompt text the model sees: each image marker becomes ``<image: NAME>`` (the model
         is text-only), exactly as the gRPC server's default image mode does."""
-        from sglc_runtime.server.prompts import IMAGE_MARKER, PromptInput, resolve_prompt
-
         if not prompt.images and IMAGE_MARKER not in prompt.text:
             return prompt.text
-        text, _ = resolve_prompt(PromptInput(text=prompt.text, images=tuple(prompt.images), image_mode="placeholder"))
+        text, _ = resolve_prompt(self._prompt_input(prompt))
         return text  # type: ignore[return-value]
 
     def _wait_started(self) -> None:
@@ -212,30 +198,7 @@ class EngineBackend(Backend):
         if not self._started.wait(self.timeout):
             raise BackendError(f"the embedded runtime was not started within {self.timeout:g} s")
 
-    def _sampling_params(self, params: GenParams) -> Any:
-        from sglc_runtime.sampling.sampling_params import SamplingParams
-
+    def _sampling_params(self, params: GenParams) -> SamplingParams:
         kwargs = sampling_kwargs(params)
-        fields = getattr(SamplingParams, "__dataclass_fields__", {})
-        if "regex" in fields and "fsm" in fields:  # the engine compiles constraints itself
-            kwargs.update({k: getattr(params, k) for k in ("regex", "json_schema", "fsm") if getattr(params, k) is not None})
-        else:
-            constraint = self._constraint(params)
-            if constraint is not None:
-                kwargs["constraint"] = constraint
-        return SamplingParams(**kwargs)
-
-    def _constraint(self, params: GenParams) -> Any:
-        if params.fsm is None and params.regex is None and params.json_schema is None:
-            return None
-        from sglc_runtime.constrained import ConstraintSpec
-
-        spec = ConstraintSpec.of(fsm=params.fsm, regex=params.regex, json_schema=params.json_schema)
-        return self.engine.grammars.get(spec)  # NOTE: the engine's cache, with its compile budget
-
-    def _start_token(self) -> int:
-        tok = self.engine.tokenizer
-        for candidate in (getattr(tok, "bos_token_id", None), getattr(tok, "eos_token_id", None)):
-            if candidate is not None:
-                return int(candidate)
-        return 0
+        kwargs.update({k: getattr(params, k) for k in ("regex", "json_schema", "fsm") if getattr(params, k) is not None})
+        return SamplingParams(**kwargs)  # NOTE: the engine compiles the constraint once (its GrammarCache)
