@@ -61,10 +61,17 @@ class FleetConfig:
     worker_args: tuple[str, ...] = ()
     #: More `sglang_router.launch_router` arguments (e.g. ["--health-check-interval-secs", "5"]).
     router_args: tuple[str, ...] = ()
+    #: Seconds the router's circuit breaker stays open for a worker that failed (its default is 60).
+    #: The requests that failed on a killed worker open its breaker; with 60 s a restarted worker is
+    #: listed healthy but gets nothing for a minute. A fleet restarts workers locally, so retry soon.
+    circuit_breaker_timeout_s: int = 5
     ready_timeout_s: float = 300.0
     grace_s: float = 10.0
 
     def __post_init__(self) -> None:
+        if isinstance(self.circuit_breaker_timeout_s, bool) or not isinstance(self.circuit_breaker_timeout_s, int) \
+                or self.circuit_breaker_timeout_s < 1:
+            raise ValueError(f"circuit_breaker_timeout_s is an int >= 1, got {self.circuit_breaker_timeout_s!r}")
         if not isinstance(self.num_workers, int) or not 1 <= self.num_workers <= 64:
             raise ValueError(f"a fleet has 1..64 workers, got {self.num_workers!r}")
         if self.policy not in POLICIES:
@@ -234,9 +241,14 @@ class Fleet:
         urls = [w.url for w in self.workers]
         args = [sys.executable, "-m", "sglang_router.launch_router", "--host", self.config.host,
                 "--port", str(self.router_port), "--policy", self.config.policy, "--worker-urls", *urls,
-                "--log-level", "warn", *self.config.router_args]
+                "--log-level", "warn", *self._breaker_args(), *self.config.router_args]
         self.router = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr,
                                        preexec_fn=_die_with_parent)
+
+    def _breaker_args(self) -> list[str]:
+        if any(a.startswith("--cb-timeout-duration-secs") for a in self.config.router_args):
+            return []  # NOTE: the user's own --router-arg wins
+        return ["--cb-timeout-duration-secs", str(self.config.circuit_breaker_timeout_s)]
 
     def _wait_router(self, deadline: float) -> None:
         """Until the router's worker list holds every worker (it registers each after its health check)."""
