@@ -1,6 +1,6 @@
 """Every third-party module the code imports is declared in pyproject.toml (dependencies or the
-dev extras) or in requirements/*.txt (test requirements setup.sh installs), so `bash setup.sh && python -m pytest` works on a fresh machine; a module that
-happens to be installed by hand (or pulled in by another package) cannot hide a missing entry.
+extras setup.sh installs), so `bash setup.sh && python -m pytest` works on a fresh machine; a module
+that happens to be installed by hand (or pulled in by another package) cannot hide a missing entry.
 
 Imports are read with `ast` from sglc/, runtime/, tests/, bench/ and scripts/. Imports inside a
 `try:` whose handler catches ImportError are optional (the code runs without them) and skipped.
@@ -33,17 +33,16 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def requirement_files() -> list[Path]:
-    """requirements/*.txt: test requirements that setup.sh installs beside the dev extras."""
-    return sorted((ROOT / "requirements").glob("*.txt"))
+#: The extras setup.sh installs (sglang-nodeps with --no-deps): what the tests may import.
+SETUP_EXTRAS = ("dev", "fleet", "sglang-client", "sglang-nodeps")
 
 
 def declared_distributions() -> set[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    requirements = list(project.get("dependencies", [])) + list(project.get("optional-dependencies", {}).get("dev", []))
-    for file in requirement_files():
-        requirements += [line for line in file.read_text(encoding="utf-8").splitlines()
-                         if line.strip() and not line.lstrip().startswith("#")]
+    extras = project.get("optional-dependencies", {})
+    requirements = list(project.get("dependencies", []))
+    for extra in SETUP_EXTRAS:
+        requirements += extras.get(extra, [])
     return {normalize(re.match(r"[A-Za-z0-9._-]+", r.strip()).group(0)) for r in requirements}
 
 
@@ -106,13 +105,14 @@ def test_every_third_party_import_is_declared_in_pyproject():
         f"{dist} (by {', '.join(sorted(files)[:3])})" for dist, files in sorted(missing.items()))
 
 
-def test_setup_installs_every_requirements_file():
-    """Each requirements/*.txt is installed by setup.sh (which CI runs), so what it declares is there."""
+def test_setup_installs_the_extras_the_tests_rely_on():
+    """setup.sh (which CI runs) installs every extra of SETUP_EXTRAS, so what they declare is there."""
     setup = (ROOT / "setup.sh").read_text(encoding="utf-8")
-    files = requirement_files()
-    assert files, "requirements/ has no files"
-    for file in files:
-        assert f"-r requirements/{file.name}" in setup, f"setup.sh does not install requirements/{file.name}"
+    installed = re.search(r'-e "\.\[([a-z,-]+)\]"', setup)
+    assert installed, "setup.sh does not install sglc with extras"
+    assert set(installed.group(1).split(",")) == set(SETUP_EXTRAS) - {"sglang-nodeps"}
+    assert '--no-deps $(python -c' in setup and '["sglang-nodeps"]' in setup, \
+        "setup.sh does not install the sglang-nodeps extra with --no-deps"
 
 
 def test_the_scan_sees_the_imports_it_must_check():

@@ -1,4 +1,4 @@
-"""SGLang's REAL frontend (the `sglang` package, requirements/sglang-client*.txt) drives ONE `sglc serve`
+"""SGLang's REAL frontend (the `sglang` package: pyproject's sglang-client and sglang-nodeps extras) drives ONE `sglc serve`
 subprocess over HTTP (`sglang.RuntimeEndpoint`), and every value it gets is checked: the same program
 run by our own client (`import sglc`, gRPC) on the same server gives the same greedy values, select
 picks what our scorer picks, constrained gens match their constraint.
