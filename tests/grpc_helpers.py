@@ -19,16 +19,17 @@ from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def runtime_fixture(kv_slots: int = 4096):
-    """A module-scoped fixture serving the default model in-process on 127.0.0.1:0.
+def runtime_fixture(kv_slots: int = 4096, **config):
+    """A module-scoped fixture serving the default model in-process on 127.0.0.1:0; `config` are
+    more ServeConfig fields (``http_port=0`` opens HTTP too, ``limits=...``, ``api_key=...``).
 
-    Use as ``runtime = runtime_fixture(8192)`` in a test module.
+    Use as ``runtime = runtime_fixture(8192, http_port=0)`` in a test module.
     """
     from sglc_runtime.server.launch import Runtime, ServeConfig
 
     @pytest.fixture(scope="module")
     def runtime():
-        rt = Runtime(ServeConfig(port=0, kv_slots=kv_slots))
+        rt = Runtime(ServeConfig(port=0, kv_slots=kv_slots, **config))
         yield rt
         rt.stop(1.0)
 
@@ -41,6 +42,21 @@ def stub(runtime):
     channel = grpc.insecure_channel(runtime.frontends[0].address)
     yield pb_grpc.RuntimeStub(channel)
     channel.close()
+def serve_http_fixture(kv_slots: int = 4096):
+    """A module-scoped fixture: an `sglc serve` subprocess with its HTTP port open; the process
+    object carries ``.http`` (``http://127.0.0.1:PORT``). Use as ``server = serve_http_fixture(16384)``."""
+    from sglc.fleet import free_port
+
+    @pytest.fixture(scope="module")
+    def server():
+        port = free_port()
+        with ServeProcess("--kv-slots", str(kv_slots), "--http-port", str(port)) as proc:
+            proc.http = f"http://127.0.0.1:{port}"
+            yield proc
+
+    return server
+
+
 LISTENING = re.compile(r"^sglc serve: listening on (\S+):(\d+) \(grpc\)$")
 
 

@@ -17,6 +17,8 @@ import urllib.request
 import grpc
 import pytest
 
+from grpc_helpers import runtime_fixture
+
 from sglc import fsm
 from sglc.wire.proto import runtime_pb2 as pb
 from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
@@ -32,11 +34,7 @@ pytestmark = pytest.mark.model
 REFUSED_WITHIN_S = 10.0
 
 
-@pytest.fixture(scope="module")
-def runtime():
-    rt = Runtime(ServeConfig(port=0, http_port=0, kv_slots=4096))
-    yield rt
-    rt.stop(1.0)
+runtime = runtime_fixture(4096, http_port=0)
 
 
 def http_base(rt: Runtime) -> str:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from grpc_helpers import runtime_fixture
+
 from bench.server_fuzz import LogWatch, run_fuzz
 from server_helpers import greedy_completion, greedy_grpc, grpc_address, http_base, wait_idle
 from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
-from sglc_runtime.server.launch import Runtime, ServeConfig
 
 pytestmark = pytest.mark.model
 
@@ -24,11 +25,7 @@ FUZZ_SECONDS = 20.0
 HANG_S = 120.0
 
 
-@pytest.fixture(scope="module")
-def runtime():
-    rt = Runtime(ServeConfig(port=0, http_port=0, kv_slots=8192))
-    yield rt
-    rt.stop(1.0)
+runtime = runtime_fixture(8192, http_port=0)
 
 
 def test_fuzzed_requests_get_clean_errors_and_the_server_keeps_serving(runtime):

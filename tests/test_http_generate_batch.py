@@ -12,7 +12,8 @@ import urllib.request
 
 import pytest
 
-from sglc_runtime.server.launch import Runtime, ServeConfig
+from grpc_helpers import runtime_fixture
+
 
 pytestmark = pytest.mark.model
 
@@ -20,11 +21,7 @@ PROMPTS = ["The sky is", "One, two, three,", "My favourite fruit is"]
 GREEDY = {"max_new_tokens": 6, "temperature": 0}
 
 
-@pytest.fixture(scope="module")
-def runtime():
-    rt = Runtime(ServeConfig(port=0, http_port=0, kv_slots=4096))
-    yield rt
-    rt.stop(1.0)
+runtime = runtime_fixture(4096, http_port=0)
 
 
 @pytest.fixture(scope="module")

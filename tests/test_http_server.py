@@ -14,8 +14,9 @@ import urllib.request
 import openai
 import pytest
 
+from grpc_helpers import runtime_fixture
+
 from sglc_runtime.sampling.sampling_params import SamplingParams
-from sglc_runtime.server.launch import Runtime, ServeConfig
 
 pytestmark = pytest.mark.model
 
@@ -24,11 +25,7 @@ PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength
           "required": ["name", "age"], "additionalProperties": False}
 
 
-@pytest.fixture(scope="module")
-def runtime():
-    rt = Runtime(ServeConfig(port=0, http_port=0, kv_slots=4096))
-    yield rt
-    rt.stop(1.0)
+runtime = runtime_fixture(4096, http_port=0)
 
 
 @pytest.fixture(scope="module")

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
-from grpc_helpers import ROOT, ServeProcess
+from grpc_helpers import ROOT, serve_http_fixture
 from sglc.backends import make_backend
 from sglc.cli import main as sglc_main
 from sglc.errors import BackendError
@@ -32,18 +31,7 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTH
        "OPENAI_API_KEY": "sk-local"}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server():
-    port = free_port()
-    with ServeProcess("--kv-slots", "16384", "--http-port", str(port)) as proc:
-        proc.http = f"http://127.0.0.1:{port}"
-        yield proc
+server = serve_http_fixture(16384)
 
 
 @pytest.fixture(scope="module")

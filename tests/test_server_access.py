@@ -15,6 +15,8 @@ import grpc
 import openai
 import pytest
 
+from grpc_helpers import runtime_fixture
+
 from server_helpers import (GREEDY_PROMPT, call, greedy_completion, greedy_grpc, grpc_address, http_base, post_json,
                             rpc_error, wait_idle)
 from sglc.cli import main
@@ -22,7 +24,6 @@ from sglc.executor.backends.srt import SrtBackend
 from sglc.wire.backend import GenParams, Prompt
 from sglc.wire.proto import runtime_pb2 as pb
 from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
-from sglc_runtime.server.launch import Runtime, ServeConfig
 
 pytestmark = pytest.mark.model
 
@@ -32,11 +33,7 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 GRPC_AUTH = (("authorization", f"Bearer {KEY}"),)
 
 
-@pytest.fixture(scope="module")
-def runtime():
-    rt = Runtime(ServeConfig(port=0, http_port=0, kv_slots=8192, api_key=KEY))
-    yield rt
-    rt.stop(1.0)
+runtime = runtime_fixture(8192, http_port=0, api_key=KEY)
 
 
 @pytest.fixture(scope="module")

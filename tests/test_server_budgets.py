@@ -14,11 +14,12 @@ from pathlib import Path
 import grpc
 import pytest
 
+from grpc_helpers import runtime_fixture
+
 from server_helpers import (GREEDY_PROMPT, call, greedy_completion, greedy_grpc, grpc_address, http_base,
                             post_json, raw_exchange, rpc_error, status_of, wait_idle)
 from sglc.wire.proto import runtime_pb2 as pb
 from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
-from sglc_runtime.server.launch import Runtime, ServeConfig
 from sglc_runtime.server.limits import ServerLimits
 
 pytestmark = pytest.mark.model
@@ -28,11 +29,7 @@ LIMITS = ServerLimits(max_request_bytes=256 * 1024, max_prompt_bytes=64 * 1024)
 BIG_TEXT = "word " * 20_000  # 100,000 bytes: over max_prompt_bytes, under max_request_bytes
 
 
-@pytest.fixture(scope="module")
-def runtime():
-    rt = Runtime(ServeConfig(port=0, http_port=0, kv_slots=4096, limits=LIMITS))
-    yield rt
-    rt.stop(1.0)
+runtime = runtime_fixture(4096, http_port=0, limits=LIMITS)
 
 
 @pytest.fixture(scope="module")

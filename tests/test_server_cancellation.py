@@ -13,6 +13,8 @@ import time
 import grpc
 import pytest
 
+from grpc_helpers import runtime_fixture
+
 from server_helpers import (greedy_completion, grpc_address, http_base, open_then_abandon, post_json,
                             wait_idle)
 from sglc.wire.proto import runtime_pb2 as pb
@@ -28,11 +30,7 @@ LONG_SGLANG = {"max_new_tokens": 400, "ignore_eos": True, "temperature": 0.8}
 CHAT = [{"role": "user", "content": "Tell me a very long story."}]
 
 
-@pytest.fixture(scope="module")
-def runtime():
-    rt = Runtime(ServeConfig(port=0, http_port=0, kv_slots=8192))
-    yield rt
-    rt.stop(1.0)
+runtime = runtime_fixture(8192, http_port=0)
 
 
 @pytest.fixture(scope="module")

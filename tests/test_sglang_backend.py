@@ -9,6 +9,8 @@ import socket
 
 import pytest
 
+from grpc_helpers import runtime_fixture
+
 from sglc.errors import BackendError
 from sglc.wire.backend import GenParams, Prompt
 from sglc.backends import make_backend
@@ -20,13 +22,7 @@ pytestmark = pytest.mark.model
 PROMPT = "The capital of France is Paris. The capital of Italy is"
 
 
-@pytest.fixture(scope="module")
-def runtime():
-    from sglc_runtime.server.launch import Runtime, ServeConfig
-
-    rt = Runtime(ServeConfig(port=0, http_port=0, kv_slots=4096))
-    yield rt
-    rt.stop(1.0)
+runtime = runtime_fixture(4096, http_port=0)
 
 
 @pytest.fixture(scope="module")

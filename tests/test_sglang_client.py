@@ -9,29 +9,17 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 
 import pytest
 import sglang
 
 import sglc
-from grpc_helpers import ServeProcess
+from grpc_helpers import serve_http_fixture
 
 pytestmark = pytest.mark.model
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server():
-    port = free_port()
-    with ServeProcess("--kv-slots", "16384", "--http-port", str(port)) as proc:
-        proc.http = f"http://127.0.0.1:{port}"
-        yield proc
+server = serve_http_fixture(16384)
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
+from grpc_helpers import runtime_fixture
+
 from server_helpers import call, http_base, post_json, wait_idle
-from sglc_runtime.server.launch import Runtime, ServeConfig
 from sglc_runtime.server.limits import ServerLimits
 
 pytestmark = pytest.mark.model
@@ -30,11 +31,7 @@ SGLANG_CLIENT_PARAMS = {
 GREEDY = {"max_new_tokens": 8, "temperature": 0}
 
 
-@pytest.fixture(scope="module")
-def runtime():
-    rt = Runtime(ServeConfig(port=0, http_port=0, kv_slots=8192, limits=LIMITS))
-    yield rt
-    rt.stop(1.0)
+runtime = runtime_fixture(8192, http_port=0, limits=LIMITS)
 
 
 @pytest.fixture(scope="module")

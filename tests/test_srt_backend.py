@@ -2,24 +2,18 @@
 plus its behaviour with no server at all."""
 from __future__ import annotations
 
-import socket
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from grpc_helpers import runtime_fixture
+from sglc.fleet import free_port
 from sglc.errors import BackendError, SglcError
 from sglc.executor.backends.srt import IMAGE_MARKER, SrtBackend
 from sglc.wire.backend import Backend, GenParams, Prompt
 from sglc_runtime.sampling.sampling_params import SamplingParams
 
 CHAT = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 runtime = runtime_fixture(4096)

@@ -4,10 +4,9 @@ up to the value a non-streamed greedy run gives. The same server's HTTP side is 
 `sgl.OpenAI(...)` (SGLang's constructor) and agrees with gRPC under greedy sampling."""
 from __future__ import annotations
 
-import socket
 
 import pytest
-from grpc_helpers import ServeProcess
+from grpc_helpers import serve_http_fixture
 
 import sglc as sgl
 
@@ -22,18 +21,7 @@ def haiku(s, topic):
     s += "\nTitle:" + sgl.gen("title", max_tokens=6, stop="\n")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server():
-    port = free_port()
-    with ServeProcess("--kv-slots", "8192", "--http-port", str(port)) as proc:
-        proc.http = f"http://127.0.0.1:{port}"
-        yield proc
+server = serve_http_fixture(8192)
 
 
 def _check_streams_like_a_plain_run(backend) -> None:
