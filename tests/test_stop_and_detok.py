@@ -7,14 +7,14 @@ is ASCII only). One model-marked test repeats the round trip on the default mode
 from __future__ import annotations
 
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer
 
+from toy_tokenizer import EOS, train_toy_tokenizer
 from sglc_runtime.output.detokenizer import IncrementalDetokenizer
 from sglc_runtime.output.stop_checker import FinishReason, StopChecker
 from sglc_runtime.output.text_stream import TextStream
 from sglc_runtime.sampling.sampling_params import SamplingParams
 
-EOS = 0
 TEXTS = [
     "Hello world! The quick brown fox jumps over the lazy dog.",
     "café naïve — 日本語のテキスト 🙂👍🏽 done",
@@ -25,14 +25,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def tok() -> Tokenizer:
-    t = Tokenizer(models.BPE())
-    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    t.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<eos>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    t.train_from_iterator(["the quick brown fox jumps over the lazy dog. hello world, line one two"] * 20, trainer)
-    assert t.token_to_id("<eos>") == EOS
-    return t
+    return train_toy_tokenizer()
 
 
 def _stream(tok, text, params, prompt_ids=()):

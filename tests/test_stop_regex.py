@@ -9,24 +9,19 @@ from __future__ import annotations
 import re
 
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer
 
+from toy_tokenizer import EOS, train_toy_tokenizer
+from sglc_runtime.constrained.stop_regex import StopRegexMatcher
 from sglc_runtime.output.text_stream import TextStream
 from sglc_runtime.sampling.sampling_params import SamplingParams
 
-EOS = 0
 TEXT = "line one\nline two\n\nThe answer is: 42. Stop here. And more text after it."
 
 
 @pytest.fixture(scope="module")
 def tok() -> Tokenizer:
-    t = Tokenizer(models.BPE())
-    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    t.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<eos>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    t.train_from_iterator(["the quick brown fox jumps over the lazy dog. hello world, line one two"] * 20, trainer)
-    return t
+    return train_toy_tokenizer()
 
 
 def run(tok, params: SamplingParams, text: str = TEXT) -> tuple[TextStream, str]:
@@ -89,12 +84,22 @@ def test_no_stop_trim_keeps_the_stop_string(tok):
 
 
 def test_a_backtracking_pattern_costs_linear_time(tok):
-    """``(a+)+$`` takes Python's re exponential time on "aaa...b"; as a DFA it is one step per character."""
-    import time
+    """``(a+)+$`` takes Python's re exponential time on "aaa...b"; as a DFA it is one step per character
+    (counted, not timed), and the request runs to its end."""
+
+    class CountingDFA:
+        def __init__(self, dfa):
+            self.dfa, self.steps = dfa, 0
+            self.initial, self.finals = dfa.initial, dfa.finals
+
+        def step(self, state, ch):
+            self.steps += 1
+            return self.dfa.step(state, ch)
 
     text = "a" * 3000 + "b"
-    params = SamplingParams(max_new_tokens=5000, stop_regex=r"(a+)+c$")
-    t0 = time.monotonic()
-    ts, _ = run(tok, params, text)
-    assert time.monotonic() - t0 < 5.0
+    matcher = StopRegexMatcher([r"(a+)+c$"])
+    matcher.dfas = [CountingDFA(d) for d in matcher.dfas]
+    assert matcher.feed(text) is None
+    assert matcher.dfas[0].steps == len(text)
+    ts, _ = run(tok, SamplingParams(max_new_tokens=5000, stop_regex=r"(a+)+c$"), text)
     assert ts.finish_reason.to_dict() == {"type": "stop", "matched": EOS}
