@@ -210,3 +210,24 @@ def test_shutdown_wakes_waiters_with_their_aborted_output(engine):
     waiter.join(120)  # NOTE: a hang detector far below the 600 s deadline, not a timing claim
     assert not waiter.is_alive()
     assert outputs[0].finish_reason["type"] == "abort"
+
+
+def test_abort_of_a_queued_request_wakes_its_waiter(engine):
+    """A request aborted before the stepping thread scheduled it wakes the thread blocked in
+    wait(rid), even when the engine then has nothing left to do (it used to sleep forever:
+    abort finalized the output without notifying; ~5% of rounds hung). The race needs the abort
+    to land between submit and the first schedule, so the test repeats it."""
+    threaded = Engine(share_model_with=engine, max_running_requests=4)
+    threaded.start()
+    try:
+        for _ in range(200):
+            rid = threaded.submit(QUESTIONS[0], SamplingParams(temperature=0, max_new_tokens=1, ignore_eos=True))
+            outputs = []
+            waiter = threading.Thread(target=lambda: outputs.append(threaded.wait(rid, timeout=600)))
+            waiter.start()
+            threaded.abort(rid, "aborted by test")
+            waiter.join(60)  # NOTE: a hang detector far below the 600 s deadline, not a timing claim
+            assert not waiter.is_alive(), "wait() did not return after abort()"
+            assert outputs[0].finish_reason["type"] in ("abort", "length")  # the step may win the race
+    finally:
+        threaded.shutdown()

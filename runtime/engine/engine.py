@@ -160,6 +160,9 @@ class Engine:
             self.scheduler.abort(rid)
             if req.finished:  # it was not in the batch in flight: finished now
                 self._finalize(req)
+                # NOTE: a waiter blocked in wait() sleeps until notified; without this it slept
+                # forever once the engine went idle (the queue held only this request).
+                self._cv.notify_all()
             return True
 
     # --- one step ------------------------------------------------------------------------
