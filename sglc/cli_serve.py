@@ -1,6 +1,7 @@
 """`sglc serve`: start the runtime (gRPC) on one model until SIGTERM / SIGINT.
 
-    sglc serve --model PATH_OR_DEFAULT --port N [--host 127.0.0.1] [--dtype float32|bfloat16]
+    sglc serve --model PATH_OR_DEFAULT --port N [--host 127.0.0.1] [--dtype float32|bfloat16] [--quantization none|int8|int4]
+               [--threads N]
                [--kv-slots N] [--chunked-prefill-size N] [--schedule-policy lpm|fcfs|random]
                [--disable-radix-cache] [--device auto|cpu|cuda] [--attention-backend auto|torch|triton|flashinfer]
                [--constraint-budget LIMIT=N,...] [--constraint-workers N] [--api-key KEY] [--limit NAME=VALUE ...]
@@ -33,7 +34,13 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--port", type=port, default=30000, help="gRPC port (0 = any free port; default: 30000)")
     p.add_argument("--http-port", type=port, default=None, metavar="N",
                    help="also serve OpenAI-compatible and SGLang HTTP endpoints on port N (0 = any free port)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="weights and KV cache dtype")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
+                   help="weights and KV cache dtype (default: float32, or bfloat16 with --quantization)")
+    p.add_argument("--quantization", choices=("none", "int8", "int4"), default="none",
+                   help="decoder weights as packed integers, computing in bfloat16 (CPU): int4 keeps a Q4_1 "
+                        "GGUF's levels (groups of 32), int8 one scale per channel (default: none)")
+    p.add_argument("--threads", type=positive_int, default=None, metavar="N",
+                   help="CPU threads computing each step (default: the physical cores this process may use)")
     p.add_argument("--kv-slots", type=positive_int, metavar="N", help="KV cache size in tokens (default: 512 MiB worth)")
     p.add_argument("--chunked-prefill-size", type=positive_int, metavar="N", help="prefill in chunks of N tokens")
     p.add_argument("--schedule-policy", choices=("lpm", "fcfs", "random"), default="lpm",
@@ -87,6 +94,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="sglc serve: %(levelname)s %(name)s: %(message)s")
     config = ServeConfig(
         model=args.model, host=args.host, port=args.port, http_port=args.http_port, dtype=args.dtype,
+        quantization=args.quantization, threads=args.threads,
         kv_slots=args.kv_slots,
         chunked_prefill_size=args.chunked_prefill_size, schedule_policy=args.schedule_policy,
         disable_radix_cache=args.disable_radix_cache, max_running_requests=args.max_running_requests,

@@ -44,6 +44,7 @@ from .prompt_ids import Prompt, to_token_ids
 from .request_trace import RequestTrace
 from .score_job import ScoreJob
 from .stats import EngineStats, RadixTimer, StepTimers
+from .thread_policy import apply_thread_count, in_transient_thread
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,13 @@ class Engine:
         engines must not step at the same time.
         """
         self.config = cfg = config if config is not None else EngineConfig(**overrides)
+        self.threads = share_model_with.threads if share_model_with is not None else apply_thread_count(cfg.threads)
+        # NOTE: built in a thread of its own, so that the OpenMP pool of its big tensor work (weight
+        # packing, KV and table fills) ends with it: the stepping thread's pool must be the only
+        # one (thread_policy.py; two pools halved one-stream decode speed).
+        in_transient_thread(lambda: self._build(cfg, share_model_with), name="sglc-engine-setup")
+
+    def _build(self, cfg: EngineConfig, share_model_with: Engine | None) -> None:
         if share_model_with is not None:
             self.tokenizer, self.model = share_model_with.tokenizer, share_model_with.model
             self.placement = share_model_with.placement
@@ -73,7 +81,8 @@ class Engine:
             path = resolve_model_path(cfg.model)  # FileNotFoundError / ValueError naming the path
             self.tokenizer = Tokenizer(path)
             self.model = load_model(path, dtype=cfg.dtype, device=self.placement.device,
-                                    attention=self.placement.attention_backend, pack_weights=cfg.pack_weights)
+                                    attention=self.placement.attention_backend, pack_weights=cfg.pack_weights,
+                                    quantization=cfg.quantization)
         mc = self.model.config
         num_slots = cfg.num_kv_slots or KVBuffer.slots_for_budget(
             cfg.kv_cache_bytes, mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, self.model.dtype)

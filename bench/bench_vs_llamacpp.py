@@ -1,0 +1,169 @@
+"""Serving speed side by side: running servers (sglc serve, llama.cpp's llama-server, any other
+OpenAI-compatible `/v1/completions`) on the same workloads. Builds and starts nothing itself.
+
+    python bench/bench_vs_llamacpp.py --server sglc-int4=http://127.0.0.1:30001 \
+                                      --server llama.cpp=http://127.0.0.1:8080 [--baseline llama.cpp]
+
+Workloads (greedy, eos ignored, `/v1/completions` over HTTP, one server at a time, in the order
+given; the table is printed at the end with each server's ratio to --baseline):
+
+1. 1 stream: a ~32-token prompt, 256 new tokens                  -> tok/s
+2. 8 concurrent x 128 new tokens                                -> tok/s
+3. 32 concurrent x 128 new tokens                               -> tok/s
+4. 32 requests sharing a ~1,000-token prefix, 8 at a time, 32 new each -> wall s
+5. 8 conversations x 4 turns (each prompt grows by the last answer), 32 new per turn -> wall s
+
+Timings on a shared machine are noise: run one server at a time on a quiet machine (`uptime`),
+with the same thread count for each (say it in --note). docs/benchmarks.md has how to build
+llama-server from the llama-cpp-python sdist.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import urllib.error
+import urllib.request
+
+WORDS = ("river stone market winter harbor lantern orchard signal copper meadow engine violet canyon "
+         "ledger falcon tundra quartz ember willow beacon glacier saddle thistle marble").split()
+
+
+class Server:
+    """One OpenAI-compatible completions endpoint."""
+
+    def __init__(self, name: str, url: str, model: str | None, timeout: float) -> None:
+        self.name, self.url, self.timeout = name, url.rstrip("/"), timeout
+        self.model = model or self._first_model()
+
+    def _request(self, path: str, body: dict | None = None) -> dict:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as err:
+            raise RuntimeError(f"{self.name}: HTTP {err.code} on {path}: {err.read()[:300]!r}") from None
+
+    def _first_model(self) -> str:
+        return self._request("/v1/models")["data"][0]["id"]
+
+    def complete(self, prompt: str, max_tokens: int) -> tuple[str, int]:
+        """The completion's text and its completion-token count."""
+        body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                "ignore_eos": True, "stream": False}
+        out = self._request("/v1/completions", body)
+        return out["choices"][0]["text"], int(out["usage"]["completion_tokens"])
+
+
+def words(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def concurrent_tok_s(server: Server, streams: int, new_tokens: int, seed: int) -> float:
+    rng = random.Random(seed)
+    prompts = [f"Story {i}: " + words(rng, 24) for i in range(streams)]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(streams) as pool:
+        counts = [n for _, n in pool.map(lambda p: server.complete(p, new_tokens), prompts)]
+    return sum(counts) / (time.perf_counter() - t0)
+
+
+def shared_prefix_s(server: Server, requests: int, at_once: int, new_tokens: int, seed: int) -> float:
+    rng = random.Random(seed)
+    prefix = "Reference document:\n" + words(rng, 800) + "\n"
+    prompts = [prefix + f"Question {i}: what does the document say about {rng.choice(WORDS)}?\nAnswer:"
+               for i in range(requests)]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(at_once) as pool:
+        list(pool.map(lambda p: server.complete(p, new_tokens), prompts))
+    return time.perf_counter() - t0
+
+
+def multi_turn_s(server: Server, conversations: int, turns: int, new_tokens: int, seed: int) -> float:
+    rng = random.Random(seed)
+
+    def conversation(i: int) -> None:
+        history = f"Conversation {i}.\n"
+        for t in range(turns):
+            history += f"User: tell me about the {rng.choice(WORDS)} {t}.\nAssistant:"
+            text, _ = server.complete(history, new_tokens)
+            history += text + "\n"
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(conversations) as pool:
+        list(pool.map(conversation, range(conversations)))
+    return time.perf_counter() - t0
+
+
+WORKLOADS = [  # (label, unit, higher is better, run)
+    ("1 stream, 256 new", "tok/s", True, lambda s, seed: concurrent_tok_s(s, 1, 256, seed)),
+    ("8 concurrent x 128 new", "tok/s", True, lambda s, seed: concurrent_tok_s(s, 8, 128, seed)),
+    ("32 concurrent x 128 new", "tok/s", True, lambda s, seed: concurrent_tok_s(s, 32, 128, seed)),
+    ("32 reqs sharing ~1k-token prefix, 8 at a time, 32 new", "s", False,
+     lambda s, seed: shared_prefix_s(s, 32, 8, 32, seed)),
+    ("8 conversations x 4 turns, 32 new per turn", "s", False, lambda s, seed: multi_turn_s(s, 8, 4, 32, seed)),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--server", action="append", required=True, metavar="NAME=URL",
+                        help="a running OpenAI-compatible server (repeat; measured in this order)")
+    parser.add_argument("--baseline", default=None, help="NAME of the server the ratios divide by (default: the last)")
+    parser.add_argument("--model", default=None, help="model name to send (default: each server's first /v1/models)")
+    parser.add_argument("--only", default=None, help="comma-separated workload numbers (1-5) to run")
+    parser.add_argument("--warmup", type=int, default=1, help="warm-up requests per server before timing")
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--note", default="", help="free text printed with the table (threads, dtype, build)")
+    parser.add_argument("--json", default=str(Path(__file__).parent / "out" / "vs_llamacpp.json"))
+    args = parser.parse_args(argv)
+
+    servers = []
+    for spec in args.server:
+        name, sep, url = spec.partition("=")
+        if not sep or not url:
+            parser.error(f"--server expects NAME=URL, got {spec!r}")
+        servers.append(Server(name, url, args.model, args.timeout))
+    baseline = args.baseline or servers[-1].name
+    if baseline not in {s.name for s in servers}:
+        parser.error(f"--baseline {baseline!r} is not one of the --server names")
+    chosen = [i for i in range(len(WORKLOADS))] if not args.only else [int(x) - 1 for x in args.only.split(",")]
+
+    results: dict[str, dict[str, float]] = {}
+    for server in servers:
+        for _ in range(args.warmup):
+            server.complete("Hello", 8)
+        results[server.name] = {}
+        for i in chosen:
+            label, unit, _, run = WORKLOADS[i]
+            value = run(server, 1000 + i)
+            results[server.name][label] = value
+            print(f"  {server.name}: {label}: {value:.2f} {unit}", flush=True)
+
+    print(f"\n{platform.machine()} with {platform.os.cpu_count()} cores. {args.note}")
+    names = [s.name for s in servers]
+    print("| workload | " + " | ".join(names) + " | " +
+          " | ".join(f"{n} / {baseline}" for n in names if n != baseline) + " |")
+    print("|---|" + "--:|" * (2 * len(names) - 1))
+    for i in chosen:
+        label, unit, higher, _ = WORKLOADS[i]
+        base = results[baseline][label]
+        cells = [f"{results[n][label]:.1f} {unit}" for n in names]
+        # NOTE: ratios read "how many times better than the baseline" for both units
+        ratios = [f"{(results[n][label] / base if higher else base / results[n][label]):.2f}x"
+                  for n in names if n != baseline]
+        print(f"| {label} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps({"baseline": baseline, "note": args.note, "results": results}, indent=1))
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
