@@ -4,8 +4,9 @@ The default model ships as Q4_1 (layers) + Q8_0 (embedding); the fp32 model is t
 dequantized, so it is the reference every other precision is measured against.
 
 Quality (teacher-forced, so one early difference does not change every later position): the fp32
-model writes a greedy continuation of each prompt of a fixed set; every model then scores
-prompt + continuation in one prefill and we compare next-token logits position by position:
+model writes a greedy continuation of each prompt of a fixed set; every model then prefills the
+prompt and decodes the continuation one given token per step (its one-row decode kernels), and we
+compare next-token logits position by position:
 top-1 agreement, mean and max |logit difference|, and mean KL(fp32 || model).
 Speed: one-stream and 8-stream decode steps of the bare model (no server), ms per step.
 
@@ -63,11 +64,15 @@ def float_continuations(model, prompts: list[str], new_tokens: int) -> list[tupl
 
 
 def _scored_logits(model, ids: list[int], cont: list[int]) -> torch.Tensor:
-    """Next-token logits predicting each continuation token (one prefill of prompt + continuation)."""
-    seq = ids + cont
-    kv = model.new_kv_buffer(len(seq))
-    batch = ForwardBatch.from_requests([seq], [list(range(len(seq)))], logits_start=[len(ids) - 1])
-    return model.forward(batch, kv)[: len(cont)].float()
+    """Next-token logits predicting each continuation token: the prompt's prefill, then one decode
+    step per continuation token (fed the given token), as serving runs them (a quantized model
+    uses its integer kernels for the one-row decode steps, its bf16 copy for the prefill)."""
+    kv = model.new_kv_buffer(len(ids) + len(cont))
+    rows = [model.forward(ForwardBatch.from_requests([ids], [list(range(len(ids)))]), kv)[-1]]
+    for i, token in enumerate(cont[:-1]):
+        n = len(ids) + i + 1
+        rows.append(model.forward(ForwardBatch.from_requests([[token]], [list(range(n))], prefix_lens=[n - 1]), kv)[0])
+    return torch.stack(rows).float()
 
 
 def agreement(reference, model, sequences) -> dict[str, float]:

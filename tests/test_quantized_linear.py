@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from sglc_runtime.model.models.quantized_linear import (
-    INT4_GROUP, Int4Linear, Int8Linear, QuantizationError, int4_levels, quantized_linear)
+    INT4_GROUP, LARGE_BATCH_ROWS, Int4Linear, Int8Linear, QuantizationError, RowDispatchLinear, int4_levels,
+    quantized_linear)
 
 
 def reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
@@ -72,6 +73,18 @@ def test_quantized_kernel_computes_the_product_of_its_dequantized_weight(kind, c
     assert float((y.float() - exact).abs().max() / exact.abs().max()) < 0.02  # bf16 scales and output
     error = float((exact - reference(x, w, b)).abs().max() / exact.abs().max())
     assert error < (0.25 if kind == "int4" else 0.02)  # NOTE: 16 levels per group of Gaussian weights
+
+
+def test_row_dispatch_uses_the_integer_kernel_for_small_batches_only():
+    from sglc_runtime.model.models.linear import Linear
+
+    w = torch.randn(64, 96) * 0.05
+    small, large = Int4Linear.quantize(w), Linear.build(w.bfloat16())
+    both = RowDispatchLinear(small, large)
+    for rows in (1, LARGE_BATCH_ROWS - 1, LARGE_BATCH_ROWS, 3 * LARGE_BATCH_ROWS):
+        x = torch.randn(rows, 96).bfloat16()
+        expected = (small if rows < LARGE_BATCH_ROWS else large)(x)
+        assert torch.equal(both(x), expected), rows
 
 
 def test_bad_shapes_and_kinds_are_named():

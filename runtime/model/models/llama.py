@@ -19,11 +19,11 @@ from ..forward_batch import ForwardBatch
 from ..model_config import ModelConfig, parse_dtype
 from ..weights import check_state_dict, load_state_dict
 from .linear import Linear, can_pack_weights
-from .quantized_linear import QUANTIZATIONS, QuantizationError, QuantizedLinear, quantized_linear
+from .quantized_linear import QUANTIZATIONS, QuantizationError, RowDispatchLinear, quantized_linear
 from .rope import RotaryEmbedding, apply_rope
 
 
-AnyLinear = Linear | QuantizedLinear
+AnyLinear = Linear | RowDispatchLinear
 
 
 @dataclass(slots=True)
@@ -63,10 +63,11 @@ class LlamaForCausalLM:
         pack_weights: bool | None = None,
         quantization: str = "none",
     ) -> None:
-        """``quantization``: 'int4' or 'int8' keeps the decoder layers' linears as packed integers
-        (see :mod:`.quantized_linear`; 'int4' keeps the lm_head in int8, as GGUF's Q4 files keep
-        the tied embedding at Q8_0) and computes in bfloat16 (the default dtype then; another one
-        is an error). ``pack_weights``: pre-pack linear weights for oneDNN; None = when
+        """``quantization``: 'int4' or 'int8' runs the decoder layers' linears on packed integers
+        below ``LARGE_BATCH_ROWS`` input rows (the lm_head in int8 in both, as GGUF's Q4 files keep
+        the tied embedding at Q8_0) and on a bf16 copy from there on (prefill, big decode
+        batches; see :mod:`.quantized_linear`); it computes in bfloat16 (the default dtype then;
+        another one is an error). ``pack_weights``: pre-pack linear weights for oneDNN; None = when
         :func:`can_pack_weights`. bf16/fp16: ~1.5x faster matmuls than ``F.linear``. fp32: keeps
         the plain weights too and uses the packed ones from 4 rows on (batched decode, prefill),
         ~2x faster there, at twice the weight memory (see :mod:`.linear`)."""
@@ -136,8 +137,10 @@ class LlamaForCausalLM:
             return torch.cat([get(n, keep=quantized) for n in names]).contiguous()
 
         def linear(weight: torch.Tensor, bias: torch.Tensor | None = None, kind: str | None = None) -> AnyLinear:
-            if quantized:
-                return quantized_linear(kind or self.quantization, weight, bias)
+            if quantized:  # NOTE: integer kernels for small batches, bf16 for big ones (see RowDispatchLinear)
+                large = Linear.build(weight.to(self.dtype).contiguous(),
+                                     None if bias is None else bias.to(self.dtype), pack=self.pack_weights)
+                return RowDispatchLinear(quantized_linear(kind or self.quantization, weight, bias), large)
             return Linear.build(weight, bias, pack=self.pack_weights)
 
         self.embed = get("model.embed_tokens.weight")
