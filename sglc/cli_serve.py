@@ -40,7 +40,8 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="decoder weights as packed integers, computing in bfloat16 (CPU): int4 keeps a Q4_1 "
                         "GGUF's levels (groups of 32), int8 one scale per channel (default: none)")
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
-                   help="CPU threads computing each step (default: the physical cores this process may use)")
+                   help="CPU threads computing each step (default: OMP_NUM_THREADS when set, else the physical cores "
+                        "this process may use)")
     p.add_argument("--kv-slots", type=positive_int, metavar="N", help="KV cache size in tokens (default: 512 MiB worth)")
     p.add_argument("--chunked-prefill-size", type=positive_int, metavar="N", help="prefill in chunks of N tokens")
     p.add_argument("--schedule-policy", choices=("lpm", "fcfs", "random"), default="lpm",

@@ -12,7 +12,7 @@ import torch
 
 from sglc_runtime.engine import thread_policy
 from sglc_runtime.engine.engine_config import EngineConfig
-from sglc_runtime.engine.thread_policy import apply_thread_count, in_transient_thread, physical_cores
+from sglc_runtime.engine.thread_policy import apply_thread_count, in_transient_thread, physical_cores, server_threads
 
 
 def test_in_transient_thread_returns_and_raises_from_another_thread():
@@ -26,16 +26,21 @@ def test_physical_cores_is_at_most_the_usable_cpus():
     assert 1 <= physical_cores() <= len(os.sched_getaffinity(0))
 
 
-def test_thread_count_from_the_argument_or_the_environment(monkeypatch):
+def test_an_engine_sets_threads_only_when_told(monkeypatch):
     before = torch.get_num_threads()
     try:
         assert apply_thread_count(1) == 1 and torch.get_num_threads() == 1
-        monkeypatch.setenv("OMP_NUM_THREADS", "1")
-        assert apply_thread_count(None) == 1  # NOTE: the environment's choice is kept, not overridden
-        monkeypatch.delenv("OMP_NUM_THREADS")
-        assert apply_thread_count(None) == physical_cores() == torch.get_num_threads()
+        assert apply_thread_count(None) == 1  # NOTE: the embedding application's choice is kept
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_server_uses_the_flag_the_environment_or_the_physical_cores(monkeypatch):
+    assert server_threads(3) == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert server_threads(None) is None  # NOTE: torch read OMP_NUM_THREADS at import; left alone
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert server_threads(None) == physical_cores()
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.0, True, 5000])

@@ -42,8 +42,8 @@ class EngineConfig:
       path eagerly (for tests).
     - pack_weights: keep CPU linear weights pre-packed for oneDNN (None = auto: on for CPU; fp32
       then holds a second copy of the weights, about 2x the memory, for ~1.5x batched decode).
-    - threads: torch's intra-op CPU threads; None = the physical cores this process may use
-      (``thread_policy.py``; the setting is process-wide, as torch's is).
+    - threads: torch's intra-op CPU threads (process-wide, as torch's setting is); None leaves
+      torch's setting alone (``sglc serve`` picks the physical cores; see ``thread_policy.py``).
     - debug: check pool / cache / table integrity after every scheduler call (slow).
     - constraint_compiler: how request constraints are compiled and what one may cost (the
       CompileBudget, worker processes, compiles in flight, grammar cache bytes).

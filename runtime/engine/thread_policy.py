@@ -1,8 +1,10 @@
 """How the engine uses CPU threads: how many compute a step, and which thread owns them.
 
-**How many.** ``--threads N`` (EngineConfig.threads) sets torch's intra-op threads; the default is
-``OMP_NUM_THREADS`` when set, else the number of physical cores this process may run on (hyper-threads share a core's vector units,
-so a second thread per core only adds synchronisation). The scheduler, the HTTP event loop and the
+**How many.** ``EngineConfig.threads`` sets torch's intra-op threads (process-wide, as torch's
+setting is); None leaves torch's setting alone (an application embedding the engine decides).
+``sglc serve`` owns its process: without ``--threads`` it uses ``OMP_NUM_THREADS`` when set, else
+the physical cores it may run on (hyper-threads share a core's vector units, so a second thread
+per core only adds synchronisation). The scheduler, the HTTP event loop and the
 gRPC threads run between steps and mostly sleep, so they get no cores of their own.
 
 **Which thread.** torch's CPU kernels run on OpenMP (libgomp). libgomp keeps one pool of worker
@@ -41,15 +43,19 @@ def physical_cores() -> int:
     return max(1, len(cores))
 
 
+def server_threads(threads: int | None) -> int | None:
+    """A server's thread count: ``threads`` when given; else None (torch's own choice) when the
+    environment sets ``OMP_NUM_THREADS``, else :func:`physical_cores`."""
+    if threads is not None:
+        return threads
+    return None if os.environ.get("OMP_NUM_THREADS") else physical_cores()
+
+
 def apply_thread_count(threads: int | None) -> int:
-    """Set torch's intra-op threads; returns the count in use. None = ``OMP_NUM_THREADS`` when the
-    environment sets it (torch read it at import), else :func:`physical_cores`."""
-    if threads is None and os.environ.get("OMP_NUM_THREADS"):
-        return torch.get_num_threads()
-    n = physical_cores() if threads is None else threads
-    if torch.get_num_threads() != n:
-        torch.set_num_threads(n)
-    return n
+    """Set torch's intra-op threads (None: leave them); returns the count in use."""
+    if threads is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
 
 
 def in_transient_thread(fn: Callable[[], T], name: str = "sglc-setup") -> T:

@@ -63,9 +63,11 @@ class ServeConfig:
 
     def engine_config(self) -> Any:
         from sglc_runtime.engine.engine_config import EngineConfig
+        from sglc_runtime.engine.thread_policy import server_threads
 
         extra = {} if self.constraint_compiler is None else {"constraint_compiler": self.constraint_compiler}
-        return EngineConfig(model=self.model, dtype=self.dtype, quantization=self.quantization, threads=self.threads,
+        return EngineConfig(model=self.model, dtype=self.dtype, quantization=self.quantization,
+                            threads=server_threads(self.threads),
                             num_kv_slots=self.kv_slots,
                             chunked_prefill_size=self.chunked_prefill_size, schedule_policy=self.schedule_policy,
                             disable_radix_cache=self.disable_radix_cache,
