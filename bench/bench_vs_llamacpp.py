@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     baseline = args.baseline or servers[-1].name
     if baseline not in {s.name for s in servers}:
         parser.error(f"--baseline {baseline!r} is not one of the --server names")
-    chosen = [i for i in range(len(WORKLOADS))] if not args.only else [int(x) - 1 for x in args.only.split(",")]
+    chosen = list(range(len(WORKLOADS))) if not args.only else [int(x) - 1 for x in args.only.split(",")]
 
     results: dict[str, dict[str, float]] = {}
     for server in servers:

@@ -187,7 +187,7 @@ class Fleet:
                "OPENBLAS_NUM_THREADS": threads, "PYTHONUNBUFFERED": "1",
                "PYTHONPATH": str(_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         args = [sys.executable, "-m", "sglc.cli", "serve", "--model", self.config.model, "--host", self.config.host,
-                "--port", "0", "--http-port", "0", "--threads", threads, *self.config.worker_args]
+                "--port", "0", "--http-port", "0", *self.config.worker_args]
         proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 preexec_fn=_die_with_parent)
         worker = Worker(index, proc)

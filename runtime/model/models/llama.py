@@ -128,13 +128,15 @@ class LlamaForCausalLM:
 
         quantized = self.quantization != "none"
 
-        def get(name: str, keep: bool = False) -> torch.Tensor:
-            # NOTE: a weight to be quantized stays in its checkpoint precision until then
-            t = tensors[name].to(device=self.device)
-            return (t if keep else t.to(self.dtype)).contiguous()
+        def get(name: str) -> torch.Tensor:
+            return tensors[name].to(device=self.device, dtype=self.dtype).contiguous()
+
+        def weight(name: str) -> torch.Tensor:
+            # NOTE: a linear weight to be quantized stays in its checkpoint precision until then
+            return tensors[name].to(device=self.device).contiguous() if quantized else get(name)
 
         def cat(*names: str) -> torch.Tensor:
-            return torch.cat([get(n, keep=quantized) for n in names]).contiguous()
+            return torch.cat([weight(n) for n in names]).contiguous()
 
         def linear(weight: torch.Tensor, bias: torch.Tensor | None = None, kind: str | None = None) -> AnyLinear:
             if quantized:  # NOTE: integer kernels for small batches, bf16 for big ones (see RowDispatchLinear)
@@ -144,7 +146,8 @@ class LlamaForCausalLM:
             return Linear.build(weight, bias, pack=self.pack_weights)
 
         self.embed = get("model.embed_tokens.weight")
-        head = get("model.embed_tokens.weight" if c.tie_word_embeddings else "lm_head.weight", keep=quantized)
+        tied = c.tie_word_embeddings and not quantized  # NOTE: reuse the embedding; a quantized head needs its source
+        head = self.embed if tied else weight("model.embed_tokens.weight" if c.tie_word_embeddings else "lm_head.weight")
         self.lm_head = linear(head, kind="int8")
         self.final_norm = get("model.norm.weight")
         self.layers = []
@@ -158,10 +161,10 @@ class LlamaForCausalLM:
                         cat(a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
                         cat(a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias") if c.qkv_bias else None,
                     ),
-                    o=linear(get(a + "o_proj.weight", keep=quantized), get(a + "o_proj.bias") if c.o_bias else None),
+                    o=linear(weight(a + "o_proj.weight"), get(a + "o_proj.bias") if c.o_bias else None),
                     post_norm=get(p + "post_attention_layernorm.weight"),
                     gate_up=linear(cat(m + "gate_proj.weight", m + "up_proj.weight")),
-                    down=linear(get(m + "down_proj.weight", keep=quantized)),
+                    down=linear(weight(m + "down_proj.weight")),
                 )
             )
 
