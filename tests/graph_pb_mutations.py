@@ -107,8 +107,8 @@ def set_attr(msg: pb.Graph, rng: random.Random) -> None:
 
 
 def set_sampling_attr(msg: pb.Graph, rng: random.Random) -> None:
-    node = _node(msg, rng, having="max_tokens")
-    key = rng.choice(["max_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
+    node = _node(msg, rng, having="max_new_tokens")
+    key = rng.choice(["max_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
                       "frequency_penalty", "dtype", "choices", "ignore_eos"])
     entries = [e for e in node.attrs.entries if e.key == key]
     entry = entries[0] if entries else node.attrs.entries.add(key=key)
@@ -257,7 +257,7 @@ def _val(value) -> pb.AttrValue:
 #: Values at the edges of what verify accepts, so the mutant reaches the executor and the runtime.
 EDGE_VALUES = {
     "gen": {
-        "max_tokens": [1, 2, 2**20], "temperature": [0.0, 100.0, 5e-324, 0], "top_p": [5e-324, 1.0, 1],
+        "max_new_tokens": [1, 2, 2**20], "temperature": [0.0, 100.0, 5e-324, 0], "top_p": [5e-324, 1.0, 1],
         "top_k": [1, 2**31 - 1, -1], "min_p": [0.0, 1.0], "frequency_penalty": [-2.0, 2.0],
         "presence_penalty": [2, -2.0], "stop": ["", "\x00", "x" * 5000, ["", "a"], []],
         "stop_token_ids": [[0], [2**31 - 1], []], "ignore_eos": [True], "dtype": ["int", "float", "bool", "str"],

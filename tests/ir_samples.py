@@ -14,7 +14,7 @@ def linear_graph() -> Graph:
     topic = g.create_node(Op.ARGUMENT, attrs={"name": "topic"}, meta=src(1))
     g.create_node(Op.CONSTANT_TEXT, attrs={"text": "Write about "}, meta=src(2))
     g.create_node(Op.APPEND, [topic], meta=src(2))
-    gen = g.create_node(Op.GEN, attrs={"name": "essay", "max_tokens": 64, "stop": "\n"}, meta=src(3))
+    gen = g.create_node(Op.GEN, attrs={"name": "essay", "max_new_tokens": 64, "stop": "\n"}, meta=src(3))
     g.create_node(Op.VARIABLE, [gen], attrs={"name": "essay"}, meta=src(4))
     return g
 
@@ -64,7 +64,7 @@ def every_op_graph() -> Graph:
         g.create_node(Op.CONSTANT_TEXT, attrs={"text": "Judgment:"}, stream=stream, guard=yes, meta=src(21))
         g.create_node(
             Op.GEN,
-            attrs={"name": "judgment", "max_tokens": 256, "stop": ["END", "\n\n"], "temperature": 0.7, "top_p": 0.9,
+            attrs={"name": "judgment", "max_new_tokens": 256, "stop": ["END", "\n\n"], "temperature": 0.7, "top_p": 0.9,
                    "top_k": -1, "min_p": 0.0, "frequency_penalty": -0.5, "presence_penalty": 1.5,
                    "ignore_eos": False, "stop_token_ids": [2, 7]},
             stream=stream, guard=yes, meta=src(21),
@@ -86,11 +86,11 @@ def every_op_graph() -> Graph:
     g.create_node(Op.ROLE_BEGIN, attrs={"role": "assistant"}, guard=yes, meta=src(27))
     g.create_node(
         Op.GEN,
-        attrs={"name": "verdict", "max_tokens": 32, "regex": r"Score: \d+\.\d+; Verdict: (Pass|Fail)",
+        attrs={"name": "verdict", "max_new_tokens": 32, "regex": r"Score: \d+\.\d+; Verdict: (Pass|Fail)",
                "json_schema": {"type": "object", "properties": {"score": {"type": "number"}}}},
         guard=yes, meta=src(27),
     )
-    score = g.create_node(Op.GEN, attrs={"name": "score", "dtype": "int", "max_tokens": 4}, type=ValueType.INT,
+    score = g.create_node(Op.GEN, attrs={"name": "score", "dtype": "int", "max_new_tokens": 4}, type=ValueType.INT,
                           guard=yes, meta=src(28))
     g.create_node(Op.ROLE_END, attrs={"role": "assistant"}, guard=yes, meta=src(28))
     g.create_node(Op.VARIABLE, [score], attrs={"name": "score"}, type=ValueType.INT, guard=yes, meta=src(29))

@@ -28,7 +28,7 @@ var_names = st.sampled_from(["answer", "x", "verdict", "judgment", "q_1", "от�
 texts = st.text(max_size=10)
 
 SAMPLING = {
-    "max_tokens": st.integers(1, 4096),
+    "max_new_tokens": st.integers(1, 4096),
     "stop": st.text(min_size=1, max_size=3) | st.lists(st.text(min_size=1, max_size=3), max_size=3),  # "" never stops
     "stop_token_ids": st.lists(st.integers(0, 50000), max_size=3),
     "temperature": st.floats(0, 5) | st.integers(0, 2),

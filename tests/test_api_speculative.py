@@ -51,7 +51,7 @@ def test_surplus_answers_the_next_gen_when_the_prompt_continues_it():
     cache = SpeculativeCache(32)
     call, calls = scripted(["Ann\nAge: 29\nCity: Rome\nPage"])
     first = cache.generate("Name: ", GenParams(stop=["\n"]), call)
-    assert first.text == "Ann" and calls[0].stop is None and calls[0].max_tokens == 32
+    assert first.text == "Ann" and calls[0].stop is None and calls[0].max_new_tokens == 32
     assert cache.generate("Name: Ann\nAge: ", GenParams(stop=["\n"]), call).text == "29"
     assert cache.generate("Name: Ann\nAge: 29\nCity: ", GenParams(stop=["\n"]), call).text == "Rome"
     assert len(calls) == 1 and cache.stats.hits == 2
@@ -75,12 +75,12 @@ def test_a_surplus_value_longer_than_max_tokens_is_cut_to_it_and_finishes_by_len
     call, which asks for them) and reports finish_reason length, as a separate call would."""
     cache = SpeculativeCache(32)
     call, calls = scripted(["".join(TOKENS)], [TOKENS])
-    assert cache.generate("Name: ", GenParams(stop=["\n"], max_tokens=16), call).text == "Ann"
-    age = cache.generate("Name: Ann\nAge: ", GenParams(stop=["\n"], max_tokens=1), call)
+    assert cache.generate("Name: ", GenParams(stop=["\n"], max_new_tokens=16), call).text == "Ann"
+    age = cache.generate("Name: Ann\nAge: ", GenParams(stop=["\n"], max_new_tokens=1), call)
     assert (age.text, age.meta.finish_reason["type"]) == ("2", "length")
-    age = cache.generate("Name: Ann\nAge: ", GenParams(stop=["\n"], max_tokens=2), call)
+    age = cache.generate("Name: Ann\nAge: ", GenParams(stop=["\n"], max_new_tokens=2), call)
     assert (age.text, age.meta.finish_reason["type"]) == ("29", "stop")
-    city = cache.generate("Name: Ann\nAge: 29\nCity: ", GenParams(stop=["\n"], max_tokens=2), call)
+    city = cache.generate("Name: Ann\nAge: 29\nCity: ", GenParams(stop=["\n"], max_new_tokens=2), call)
     assert (city.text, city.meta.finish_reason["type"]) == ("Rome", "length")
     assert len(calls) == 1 and cache.stats.hits == 3
 
@@ -89,8 +89,8 @@ def test_the_later_gens_own_stop_strings_cut_the_surplus_value():
     """Each gen's stop applies to its surplus value (not the first gen's stop)."""
     cache = SpeculativeCache(32)
     call, calls = scripted(["".join(TOKENS)], [TOKENS])
-    cache.generate("Name: ", GenParams(stop=["\n"], max_tokens=16), call)
-    city = cache.generate("Name: Ann\nAge: 29\nCity: ", GenParams(stop=[" It", "\n"], max_tokens=16), call)
+    cache.generate("Name: ", GenParams(stop=["\n"], max_new_tokens=16), call)
+    city = cache.generate("Name: Ann\nAge: 29\nCity: ", GenParams(stop=[" It", "\n"], max_new_tokens=16), call)
     assert (city.text, city.meta.finish_reason["type"]) == ("Rome", "stop") and len(calls) == 1
 
 
@@ -99,9 +99,9 @@ def test_without_token_texts_a_value_that_may_exceed_max_tokens_makes_a_call():
     (at most max_tokens characters); otherwise the gen makes its own call."""
     cache = SpeculativeCache(32)
     call, calls = scripted(["Ann\nAge: 29\nCity: Rome\n", "Ro\n"])
-    cache.generate("Name: ", GenParams(stop=["\n"], max_tokens=16), call)
-    assert cache.generate("Name: Ann\nAge: ", GenParams(stop=["\n"], max_tokens=2), call).text == "29"
-    assert cache.generate("Name: Ann\nAge: 29\nCity: ", GenParams(stop=["\n"], max_tokens=2), call).text == "Ro"
+    cache.generate("Name: ", GenParams(stop=["\n"], max_new_tokens=16), call)
+    assert cache.generate("Name: Ann\nAge: ", GenParams(stop=["\n"], max_new_tokens=2), call).text == "29"
+    assert cache.generate("Name: Ann\nAge: 29\nCity: ", GenParams(stop=["\n"], max_new_tokens=2), call).text == "Ro"
     assert len(calls) == 2 and cache.stats.misses == 1
 
 

@@ -49,7 +49,7 @@ def test_unknown_dtype_is_rejected_naming_it():
 @pytest.mark.model
 def test_greedy_text_equals_the_engines(hf, engine):
     """Greedy, ignore_eos, 16 tokens: the HF output text and token count equal the engine's."""
-    params = GenParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+    params = GenParams(max_new_tokens=16, temperature=0.0, ignore_eos=True)
     for prompt in PROMPTS:
         ours, theirs = engine.generate(Prompt(prompt), params), hf.generate(Prompt(prompt), params)
         assert theirs.text == ours.text, prompt
@@ -61,12 +61,12 @@ def test_greedy_text_equals_the_engines(hf, engine):
 def test_eos_ends_the_output_like_the_engine_unless_ignored(hf, engine):
     """Without ignore_eos both stop at the same eos token with the same text and reason."""
     prompt = Prompt(CHAT.format("Answer with one word: is the sky blue?"))
-    params = GenParams(max_tokens=24, temperature=0.0)
+    params = GenParams(max_new_tokens=24, temperature=0.0)
     ours, theirs = engine.generate(prompt, params), hf.generate(prompt, params)
     assert ours.meta.finish_reason["type"] == "stop", "the prompt must make the model stop early"
     assert (theirs.text, theirs.meta.finish_reason) == (ours.text, ours.meta.finish_reason)
     # NOTE: generate() would take eos from the model's generation_config if the backend let it.
-    ignoring = GenParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    ignoring = GenParams(max_new_tokens=24, temperature=0.0, ignore_eos=True)
     ours, theirs = engine.generate(prompt, ignoring), hf.generate(prompt, ignoring)
     assert theirs.meta.completion_tokens == ours.meta.completion_tokens == 24
     assert theirs.text == ours.text
@@ -75,10 +75,10 @@ def test_eos_ends_the_output_like_the_engine_unless_ignored(hf, engine):
 @pytest.mark.model
 def test_stop_strings_truncate_like_the_engine(hf, engine):
     """A stop string that the greedy output contains cuts both outputs at the same place."""
-    prompt, free = Prompt(PROMPTS[0]), GenParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+    prompt, free = Prompt(PROMPTS[0]), GenParams(max_new_tokens=16, temperature=0.0, ignore_eos=True)
     full = engine.generate(prompt, free).text
     stop = full.split()[2]  # a word in the middle of the output
-    params = GenParams(max_tokens=16, temperature=0.0, ignore_eos=True, stop=[stop])
+    params = GenParams(max_new_tokens=16, temperature=0.0, ignore_eos=True, stop=[stop])
     ours, theirs = engine.generate(prompt, params), hf.generate(prompt, params)
     assert theirs.text == ours.text == full[: full.index(stop)]
     assert theirs.meta.finish_reason == ours.meta.finish_reason == {"type": "stop", "matched": stop}
@@ -90,7 +90,7 @@ def test_regex_constrained_gen_fullmatches(hf):
     """Token-by-token masking with our FSM index yields text that fullmatches the regex."""
     pattern = r"(Paris|London|Rome), population [1-9][0-9]{2,6}"
     out = hf.generate(Prompt("The biggest city in France is"),
-                      GenParams(max_tokens=24, temperature=0.0, ignore_eos=True, regex=pattern))
+                      GenParams(max_new_tokens=24, temperature=0.0, ignore_eos=True, regex=pattern))
     assert re.fullmatch(pattern, out.text), out.text
     assert out.meta.finish_reason["type"] == "stop"
 
@@ -132,7 +132,7 @@ def test_a_compiled_graph_gives_the_engines_variables(hf, engine):
 def test_metrics_count_calls_and_tokens(hf):
     """One gen and one select add 2 calls, the gen's tokens, and every scored token (no reuse)."""
     before = hf.metrics()
-    gen = hf.generate(Prompt("Hello there"), GenParams(max_tokens=3, temperature=0.0, ignore_eos=True))
+    gen = hf.generate(Prompt("Hello there"), GenParams(max_new_tokens=3, temperature=0.0, ignore_eos=True))
     score = hf.score(Prompt("Hello there"), [" friend", " world"])
     after = hf.metrics()
     assert after["calls"] - before["calls"] == 2
@@ -150,7 +150,7 @@ def test_long_prompt_gives_the_engines_text_and_prints_both_times(hf, engine):
     text = " ".join(words)
     ids = hf.tokenizer.encode(text)
     prompt = Prompt(hf.tokenizer.decode(ids[:500]))
-    params = GenParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+    params = GenParams(max_new_tokens=16, temperature=0.0, ignore_eos=True)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -153,7 +153,7 @@ def test_chat_turn_lengths_stay_in_the_sizes_range(module, size):
     """Each of the 4 assistant turns generates within the size's (min, max) token range."""
     _, graph = built(module.NAME, size)
     low, high = module.SIZE[size][1]
-    lengths = [n.attrs["max_tokens"] for n in ops_of(graph, Op.GEN)]
+    lengths = [n.attrs["max_new_tokens"] for n in ops_of(graph, Op.GEN)]
     assert len(lengths) == 4 and all(low <= x <= high for x in lengths)
 
 
@@ -163,7 +163,7 @@ def test_tiny_gens_are_short():
         _, graph = built(name, "tiny")
         for gen in ops_of(graph, Op.GEN):
             if gen not in constrained_gens(graph):
-                assert gen.attrs["max_tokens"] <= 4, (name, gen.attrs["name"])
+                assert gen.attrs["max_new_tokens"] <= 4, (name, gen.attrs["name"])
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -180,7 +180,7 @@ def test_json_examples_and_regex_agree(size):
 
 def prompt_token_bound(graph: Graph, item: dict[str, str], count) -> int:
     """An upper bound on any prompt of the program: every node's text once (a prompt never holds
-    one node's text twice), arguments and variable reads at their size, each gen at max_tokens."""
+    one node's text twice), arguments and variable reads at their size, each gen at max_new_tokens."""
     total = 0
     for node in graph.nodes:
         if node.op is Op.CONSTANT_TEXT:
@@ -188,7 +188,7 @@ def prompt_token_bound(graph: Graph, item: dict[str, str], count) -> int:
         elif node.op in (Op.ROLE_BEGIN, Op.ROLE_END):
             total += 6  # chat-template markers
         elif node.op is Op.GEN:
-            total += node.attrs["max_tokens"]
+            total += node.attrs["max_new_tokens"]
         elif node.op is Op.SELECT:
             total += max(count(c) for c in node.attrs["choices"])
         elif node.op is Op.APPEND:
@@ -197,7 +197,7 @@ def prompt_token_bound(graph: Graph, item: dict[str, str], count) -> int:
                 total += count(item[source.attrs["name"]])
             else:  # a variable read of a gen's result
                 gen = source.inputs[0] if source.op is Op.VARIABLE else source
-                total += gen.attrs.get("max_tokens") or 16
+                total += gen.attrs.get("max_new_tokens") or 16
     return total
 
 

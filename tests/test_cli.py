@@ -161,7 +161,7 @@ def test_graph_pb_holding_an_invalid_graph_is_refused(tmp_path, capsys):
     from sglc.ir import Graph, Op
 
     g = Graph()
-    g.create_node(Op.GEN, attrs={"name": "x", "max_tokens": 0})
+    g.create_node(Op.GEN, attrs={"name": "x", "max_new_tokens": 0})
     path = tmp_path / "invalid.pb"
     path.write_bytes(encode(g))
     code, _, err = run_main(capsys, "inspect", str(path))

@@ -137,7 +137,7 @@ def test_the_default_backend_is_used_and_run_sampling_keywords_apply():
     backend = ScriptedBackend()
     sgl.set_default_backend(backend)
     state = prog.run(temperature=0, max_new_tokens=7)
-    assert state["x"] and (backend.params[0].temperature, backend.params[0].max_tokens) == (0, 7)
+    assert state["x"] and (backend.params[0].temperature, backend.params[0].max_new_tokens) == (0, 7)
 
 
 def test_finished_state_reads_meta_info_and_refuses_appends():

@@ -52,7 +52,7 @@ def test_cache_prefix_makes_the_next_request_hit_the_cache(backend):
     """After cache_prefix(P), a request for P + more reports at least len(P) - 1 cached tokens."""
     prefix = "The museum opens at nine and closes at five. Tickets cost twelve euros for adults. " * 3
     hint = backend.cache_prefix(Prompt(prefix))
-    out = backend.generate(Prompt(prefix + "Question: when does it open?"), GenParams(max_tokens=1, temperature=0))
+    out = backend.generate(Prompt(prefix + "Question: when does it open?"), GenParams(max_new_tokens=1, temperature=0))
     assert hint.prompt_tokens > 40 and out.meta.cached_tokens >= hint.prompt_tokens - 1
 
 
@@ -67,9 +67,13 @@ def test_score_gives_each_choice_its_token_logprobs_and_unconditional_ones(backe
 
 @pytest.mark.model
 def test_images_become_text_placeholders_for_the_text_only_model(backend, tmp_path):
-    """A marker + image path is prefilled as '<image: NAME>' (what the gRPC server does by default)."""
-    text = "Look: " + IMAGE_MARKER + " What is it?"
-    assert backend._text(Prompt(text, images=["samples/assets/essay.png"])) == "Look: <image: essay.png> What is it?"
+    """A marker + image path is prefilled as '<image: NAME>' (what the gRPC server does by default):
+    the same greedy answer and prompt length as that text."""
+    params = GenParams(max_new_tokens=4, temperature=0)
+    with_image = backend.generate(Prompt("Look: " + IMAGE_MARKER + " What is it?", images=["samples/assets/essay.png"]),
+                                  params)
+    as_text = backend.generate(Prompt("Look: <image: essay.png> What is it?"), params)
+    assert (with_image.text, with_image.meta.prompt_tokens) == (as_text.text, as_text.meta.prompt_tokens)
 
 
 @pytest.mark.model
@@ -80,4 +84,32 @@ def test_a_backend_that_never_starts_fails_calls_by_deadline_instead_of_hanging(
 
     idle = EngineBackend(Engine(share_model_with=backend.engine), start=False, timeout=0.2)
     with pytest.raises(BackendError, match="not started within 0.2 s"):
-        idle.generate(Prompt("Hello"), GenParams(max_tokens=1))
+        idle.generate(Prompt("Hello"), GenParams(max_new_tokens=1))
+
+
+@pytest.mark.model
+def test_in_process_calls_go_through_the_servers_service(backend):
+    """The embedded backend is a client of RuntimeService, like the gRPC and HTTP servers: its
+    calls are the service's requests, and the service's limits and validation apply to them."""
+    before = backend.service.metrics()["num_requests"]
+    backend.generate(Prompt("Hello"), GenParams(max_new_tokens=1, temperature=0))
+    backend.cache_prefix(Prompt("A shared prefix for later calls."))
+    assert backend.service.metrics()["num_requests"] == before + 2
+    with pytest.raises(ValueError, match="max_prompt_bytes"):
+        backend.generate(Prompt("x" * (backend.service.limits.max_prompt_bytes + 1)), GenParams(max_new_tokens=1))
+    with pytest.raises(ValueError, match="max_stop_strings"):
+        backend.generate(Prompt("Hello"), GenParams(max_new_tokens=1, stop=[f"s{i}" for i in range(33)]))
+    assert backend.service.num_active == 0
+
+
+@pytest.mark.model
+def test_a_call_past_its_deadline_is_cancelled_and_reported(backend):
+    """A gen still decoding at its deadline is aborted in the engine (nothing left running) and
+    raises BackendError naming the deadline."""
+    from sglc_runtime.server.engine_backend import EngineBackend
+
+    hurried = EngineBackend(backend.engine, timeout=0.3)
+    with pytest.raises(BackendError, match="no answer within 0.3 s"):
+        hurried.generate(Prompt("Once upon a time"), GenParams(max_new_tokens=2000, ignore_eos=True))
+    assert hurried.service.num_active == 0
+    assert backend.generate(Prompt("Hello"), GenParams(max_new_tokens=2, temperature=0)).text  # still serving

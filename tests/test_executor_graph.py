@@ -254,8 +254,8 @@ def test_gen_sampling_defaults_follow_sglang_and_gen_attrs_win():
     backend = ScriptedBackend()
     assert run_graph(prog, backend).error is None
     first, second = backend.params
-    assert (first.max_tokens, first.temperature) == (128, 1.0)
-    assert (second.max_tokens, second.temperature, second.stop) == (5, 0.0, ["\n"])
+    assert (first.max_new_tokens, first.temperature) == (128, 1.0)
+    assert (second.max_new_tokens, second.temperature, second.stop) == (5, 0.0, ["\n"])
 
 
 def test_a_failing_node_is_named_with_its_source_line():

@@ -107,7 +107,7 @@ def test_streaming_through_the_router_equals_the_plain_answer(fleet):
 
     backend = SGLangBackend(fleet.url, timeout=120)
     try:
-        params = GenParams(max_tokens=6, temperature=0)
+        params = GenParams(max_new_tokens=6, temperature=0)
         prompt = Prompt("The capital of France is Paris. The capital of Italy is")
         plain = backend.generate(prompt, params)
         pieces: list[str] = []

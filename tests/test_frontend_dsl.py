@@ -28,7 +28,7 @@ def test_gen_records_gen_node_with_set_params_type_stream_and_source():
 
     node = only(traced(prog), Op.GEN)
     assert node.attrs == {
-        "name": "answer", "max_tokens": 16, "stop": ["\n"], "stop_token_ids": [2], "temperature": 0.0,
+        "name": "answer", "max_new_tokens": 16, "stop": ["\n"], "stop_token_ids": [2], "temperature": 0.0,
         "top_p": 0.9, "top_k": 20, "min_p": 0.05, "frequency_penalty": 0.5, "presence_penalty": -0.5,
         "ignore_eos": False,
     }
@@ -76,7 +76,7 @@ def test_gen_int_and_gen_string_are_typed_gens():
         s += sgl.gen_int("n", max_tokens=4) + sgl.gen_string("t", temperature=0.5)
 
     n, t = nodes_of(traced(prog), Op.GEN)
-    assert (n.attrs["dtype"], n.type, n.attrs["max_tokens"]) == ("int", ValueType.STR, 4)
+    assert (n.attrs["dtype"], n.type, n.attrs["max_new_tokens"]) == ("int", ValueType.STR, 4)
     assert (t.attrs["dtype"], t.type, t.attrs["temperature"]) == ("str", ValueType.STR, 0.5)
 
 

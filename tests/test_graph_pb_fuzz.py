@@ -165,11 +165,11 @@ MAX_TOKENS_FOR_RUN = 3
 
 
 def capped(data: bytes) -> bytes:
-    """The graph with every gen's max_tokens set to MAX_TOKENS_FOR_RUN (a valid edit, resealed)."""
+    """The graph with every gen's max_new_tokens set to MAX_TOKENS_FOR_RUN (a valid edit, resealed)."""
     msg = parse(data)
     for node in msg.nodes:
         for entry in node.attrs.entries:
-            if entry.key == "max_tokens":
+            if entry.key == "max_new_tokens":
                 entry.value.int_value = MAX_TOKENS_FOR_RUN
     return seal(msg)
 

@@ -133,7 +133,7 @@ def test_serve_subprocess_answers_and_exits_zero_on_a_stop_signal(sig):
     """`sglc serve --port 0` prints its listening line, answers, and on SIGTERM/SIGINT exits 0 without a traceback."""
     with ServeProcess() as server:
         backend = SrtBackend(server.address, timeout=120)
-        result = backend.generate(Prompt("The capital of France is"), GenParams(max_tokens=4, temperature=0))
+        result = backend.generate(Prompt("The capital of France is"), GenParams(max_new_tokens=4, temperature=0))
         assert result.meta.completion_tokens == 4 and result.text
         assert backend.model_info().model == "SmolLM2-135M-Instruct"
         backend.close()
@@ -156,7 +156,7 @@ def test_sigkill_mid_call_raises_backend_error_and_a_restart_serves_the_same_bac
         def long_call() -> None:
             try:
                 backend.generate(Prompt("Write a very long essay about the sea."),
-                                 GenParams(max_tokens=3000, ignore_eos=True))
+                                 GenParams(max_new_tokens=3000, ignore_eos=True))
                 outcome.append("finished")
             except BackendError as err:
                 outcome.append(err)
@@ -176,7 +176,7 @@ def test_sigkill_mid_call_raises_backend_error_and_a_restart_serves_the_same_bac
 
         server = ServeProcess(port=port).start()
         assert server.port == port
-        again = backend.generate(Prompt("The capital of France is"), GenParams(max_tokens=3, temperature=0))
+        again = backend.generate(Prompt("The capital of France is"), GenParams(max_new_tokens=3, temperature=0))
         assert again.meta.completion_tokens == 3
         assert json.dumps(backend.metrics())  # plain data
     finally:

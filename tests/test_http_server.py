@@ -186,6 +186,9 @@ def test_info_health_flush_and_prometheus_metrics(base):
     ({"prompt": "hi", "regex": "(("}, 400, "regex"),
     ({"prompt": "x " * 20000, "max_tokens": 1}, 400, "context"),
     ({"prompt": "hi", "n": 0}, 400, "'n'"),
+    ({"prompt": "hi", "max_tokens": "5"}, 400, "'max_tokens': Input should be a valid integer"),
+    ({"prompt": "hi", "temprature": 0}, 400, "'temprature' is not a field of OpenAI's completions request"),
+    ({"prompt": "hi", "best_of": 3}, 400, "'best_of' is not supported"),
 ])
 def test_bad_requests_get_openai_errors_and_server_keeps_serving(base, client, model, body, status, words):
     """Each bad request gets a 4xx with {"error": {message, type, param, code}} naming the problem;
@@ -203,6 +206,12 @@ def test_openai_client_raises_status_errors(client, model):
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
     with pytest.raises(openai.BadRequestError, match="max_tokens"):
         client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=-5)
+    image = [{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]
+    with pytest.raises(openai.BadRequestError, match="text-only"):
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": image}])
+    with pytest.raises(openai.BadRequestError, match="'tools' is not supported"):
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
+                                       tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
     assert_serving(client, model)
 
 

@@ -103,7 +103,7 @@ def test_equality_is_by_value_and_type_exact():
     values = []
     for v in (1, 1.0, True):
         g = Graph()
-        g.create_node(Op.GEN, attrs={"name": "x", "max_tokens": v})
+        g.create_node(Op.GEN, attrs={"name": "x", "max_new_tokens": v})
         values.append(g)
     assert values[0] != values[1] and values[0] != values[2] and values[1] != values[2]
 

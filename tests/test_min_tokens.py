@@ -22,8 +22,9 @@ def count_at_least(s):
 
 
 def test_min_tokens_is_checked_at_the_users_line_and_stored_on_the_gen():
-    """min_tokens is an int in [0, 2**20]; the gen stores it under the DSL's name."""
-    assert sgl.gen("x", min_tokens=3).attrs["min_tokens"] == 3
+    """min_tokens is an int in [0, 2**20]; the gen stores it under the one inside name,
+    min_new_tokens."""
+    assert sgl.gen("x", min_tokens=3).attrs["min_new_tokens"] == 3
     with pytest.raises(ValueError, match="min_tokens"):
         sgl.gen("x", min_tokens=-1)
 

@@ -61,8 +61,8 @@ def test_completion_model_matches_srt_greedy_and_chat_template(backend, srt):
     assert backend.model_type == "completion" and backend.is_sglc
     assert backend.model_info().chat_template == srt.model_info().chat_template
     p = Prompt("The capital of France is")
-    got = backend.generate(p, GenParams(max_tokens=8, temperature=0))
-    assert got.text == srt.generate(p, GenParams(max_tokens=8, temperature=0)).text
+    got = backend.generate(p, GenParams(max_new_tokens=8, temperature=0))
+    assert got.text == srt.generate(p, GenParams(max_new_tokens=8, temperature=0)).text
     assert got.meta.completion_tokens == 8 and got.meta.prompt_tokens > 0
 
 
@@ -78,10 +78,10 @@ def test_select_scores_match_srt(backend, srt):
 def test_constraints_are_sent(backend):
     """A regex and a JSON schema constrain the output through the OpenAI protocol."""
     import re
-    r = backend.generate(Prompt("Phone:"), GenParams(max_tokens=20, temperature=0, regex=r"\d{3}-\d{4}"))
+    r = backend.generate(Prompt("Phone:"), GenParams(max_new_tokens=20, temperature=0, regex=r"\d{3}-\d{4}"))
     assert re.fullmatch(r"\d{3}-\d{4}", r.text)
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
-    r = backend.generate(Prompt("JSON:"), GenParams(max_tokens=20, temperature=0, json_schema=json.dumps(schema)))
+    r = backend.generate(Prompt("JSON:"), GenParams(max_new_tokens=20, temperature=0, json_schema=json.dumps(schema)))
     assert isinstance(json.loads(r.text)["ok"], bool)
 
 
@@ -89,11 +89,11 @@ def test_chat_model_maps_roles_and_refuses_select(server, monkeypatch_module):
     """model_type=chat sends the messages (open assistant turn dropped); select names why it cannot run."""
     chat = make_backend("openai", server.http, model=MODEL, model_type="chat")
     msgs = [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": ""}]
-    assert chat.generate(Prompt("", messages=msgs), GenParams(max_tokens=6, temperature=0)).text
+    assert chat.generate(Prompt("", messages=msgs), GenParams(max_new_tokens=6, temperature=0)).text
     with pytest.raises(BackendError, match="chat endpoint does not return them"):
         chat.score(Prompt("x", messages=msgs), ["a", "b"])
     with pytest.raises(BackendError, match="HTTP 404"):
-        make_backend("openai", server.http, model="no-such-model").generate(Prompt("x"), GenParams(max_tokens=1))
+        make_backend("openai", server.http, model="no-such-model").generate(Prompt("x"), GenParams(max_new_tokens=1))
     chat.close()
 
 

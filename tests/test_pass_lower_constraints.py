@@ -47,10 +47,10 @@ def lowered_fsm(g: Graph, name: str = "answer") -> fsm.FSM:
 
 def test_regex_gen_gets_the_fsm_of_its_regex_and_keeps_the_regex():
     """The fsm attr is fsm_to_dict(compile_regex(regex)); the regex attr stays for readability."""
-    result = lower_constraints(gen_graph(regex=IPV4, max_tokens=16))
+    result = lower_constraints(gen_graph(regex=IPV4, max_new_tokens=16))
     assert result.modified
     node = result.graph.find("answer")
-    assert node.attrs["regex"] == IPV4 and node.attrs["max_tokens"] == 16
+    assert node.attrs["regex"] == IPV4 and node.attrs["max_new_tokens"] == 16
     assert node.attrs["fsm"] == fsm.fsm_to_dict(fsm.compile_regex(IPV4))
     f = lowered_fsm(result.graph)
     assert f.accepts("192.168.0.1") and not f.accepts("256.1.1.1")
@@ -151,7 +151,7 @@ def test_every_gen_of_a_graph_is_lowered_and_printing_stays_readable():
     g.create_node(Op.GET_FORK_ITEM, [fork], attrs={"index": 1}, stream=s2)
     g.create_node(Op.GEN, attrs={"name": "a", "regex": "[a-z]+"}, stream=s1)
     g.create_node(Op.GEN, attrs={"name": "b", "dtype": "int"}, type=ValueType.INT, stream=s2)
-    g.create_node(Op.GEN, attrs={"name": "c", "max_tokens": 4})
+    g.create_node(Op.GEN, attrs={"name": "c", "max_new_tokens": 4})
     lowered = lower_constraints(g).graph
     assert lowered_fsm(lowered, "a").accepts("abc")
     assert lowered_fsm(lowered, "b").accepts("-12")

@@ -23,7 +23,7 @@ def add_text(g: Graph) -> PassResult:
 
 def break_graph(g: Graph) -> PassResult:
     g = g.copy()
-    g.find("essay").attrs["max_tokens"] = -1
+    g.find("essay").attrs["max_new_tokens"] = -1
     return PassResult(g, True)
 
 
@@ -72,7 +72,7 @@ def test_a_pass_that_crashes_is_named():
 def test_an_invalid_input_graph_is_not_blamed_on_a_pass():
     """An input that fails verify raises VerifyError before any pass runs."""
     g = linear_graph()
-    g.find("essay").attrs["max_tokens"] = 0
+    g.find("essay").attrs["max_new_tokens"] = 0
     with pytest.raises(VerifyError):
         PassManager([crash]).run(g)
 
@@ -80,7 +80,7 @@ def test_an_invalid_input_graph_is_not_blamed_on_a_pass():
 def test_verify_each_false_skips_verification():
     """With verify_each=False a breaking pass is not caught by the manager."""
     result = PassManager([break_graph], verify_each=False).run(linear_graph())
-    assert result.graph.find("essay").attrs["max_tokens"] == -1
+    assert result.graph.find("essay").attrs["max_new_tokens"] == -1
 
 
 def test_a_pass_must_return_a_pass_result():

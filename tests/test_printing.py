@@ -13,7 +13,7 @@ def test_node_line_has_fx_style_ssa_form():
     """A node prints as `%name : type = op[attrs](inputs, stream=N)  # source`."""
     g = every_op_graph()
     line = format_node(g.find("judgment_1"))
-    assert line.startswith("%judgment_1 : str = gen[name='judgment', max_tokens=256, stop=['END', '\\n\\n'],")
+    assert line.startswith("%judgment_1 : str = gen[name='judgment', max_new_tokens=256, stop=['END', '\\n\\n'],")
     assert line.endswith("](stream=2)  # essay_judge.py:21")
     assert format_node(g.find("append")) == "%append : none = append(%essay)  # essay_judge.py:12"
 
@@ -43,10 +43,10 @@ def test_listing_groups_streams_and_cases_by_indentation():
 def test_listing_shows_types_exactly_and_shortens_long_values():
     """Values print with repr (1 vs 1.0 vs True); bytes show their length; long strings are cut."""
     g = Graph()
-    g.create_node(Op.GEN, attrs={"name": "x", "max_tokens": 1, "temperature": 1.0, "ignore_eos": True,
+    g.create_node(Op.GEN, attrs={"name": "x", "max_new_tokens": 1, "temperature": 1.0, "ignore_eos": True,
                                  "fsm": b"\x00" * 1000, "regex": "a" * 500})
     text = str(g)
-    assert "max_tokens=1, temperature=1.0, ignore_eos=True, fsm=<1000 bytes>" in text
+    assert "max_new_tokens=1, temperature=1.0, ignore_eos=True, fsm=<1000 bytes>" in text
     assert "a" * 100 not in text and "..." in text
 
 

@@ -15,7 +15,7 @@ from sglc.ir.verify import verify
 from sglc.wire import client_convert, sampling_table, server_convert
 from sglc.wire.backend import GenParams
 from sglc.wire.proto import runtime_pb2 as pb
-from sglc.wire.sampling_table import BY_DSL, BY_FIELD, BY_NAME, BY_RUN, PROTO, RUNTIME, TABLE
+from sglc.wire.sampling_table import BY_DSL, BY_NAME, BY_RUN, GEN_ATTRS, GEN_FIELDS, PROTO, RUNTIME, TABLE
 from sglc_runtime.sampling.sampling_params import SamplingParams
 
 #: One valid non-default value per kind (by runtime name where the kind is not enough).
@@ -41,12 +41,15 @@ def test_every_row_is_complete_and_its_default_passes_its_own_check():
 
 
 def test_each_edge_has_exactly_the_table_rows_it_spells():
-    """DSL checks and IR attribute rules = the DSL rows; GenParams fields and run keywords = the
-    run rows; runtime.proto's SamplingParams scalars = the proto rows; SamplingParams = the runtime rows."""
+    """DSL checks = the DSL rows by their DSL keyword, IR attribute rules = the same rows by name;
+    GenParams fields and run keywords = the run rows; runtime.proto's SamplingParams scalars = the
+    proto rows; SamplingParams = the runtime rows. Inside (IR, GenParams, proto, runtime) every
+    row is spelled by its name."""
     assert set(SAMPLING_CHECKS) == set(BY_DSL)
-    assert set(SAMPLING_ATTRS) == set(BY_DSL)
-    assert RUN_SAMPLING_KEYS == {key: row.field for key, row in BY_RUN.items()}
-    assert [f.name for f in dataclasses.fields(GenParams)] == [*BY_FIELD, "regex", "json_schema", "fsm"]
+    assert set(SAMPLING_ATTRS) == set(GEN_ATTRS) == {row.name for row in BY_DSL.values()}
+    assert RUN_SAMPLING_KEYS == {key: row.name for key, row in BY_RUN.items()}
+    assert [f.name for f in dataclasses.fields(GenParams)] == [*GEN_FIELDS, "regex", "json_schema", "fsm"]
+    assert all(row.proto in (None, row.name) for row in TABLE)
     proto_fields = {f.name for f in pb.SamplingParams.DESCRIPTOR.fields} - {"regex", "json_schema", "fsm"}
     assert proto_fields == {row.proto for row in PROTO}
     runtime_fields = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
@@ -59,16 +62,16 @@ def test_runtime_defaults_are_the_table_defaults():
     for row in RUNTIME:
         assert getattr(params, row.name) == ([] if row.default is None and row.kind.endswith(("list", "ids"))
                                              else row.default), row.name
-    assert DEFAULT_SAMPLING == {"max_tokens": BY_NAME["max_new_tokens"].default,
+    assert DEFAULT_SAMPLING == {"max_new_tokens": BY_NAME["max_new_tokens"].default,
                                 "temperature": BY_NAME["temperature"].default}
 
 
 def test_gen_params_cross_the_wire_into_sampling_params_unchanged():
     """Every GenParams field survives GenParams -> runtime.proto -> SamplingParams under its runtime name."""
-    values = {row.field: SAMPLE[row.name] for row in BY_FIELD.values()}
+    values = {name: SAMPLE[name] for name in GEN_FIELDS}
     request = pb.GenerateRequest(sampling=client_convert.gen_params_to_pb(GenParams(**values)))
     fields = server_convert.sampling_fields_from_pb(request)
-    assert fields == sampling_table.to_runtime(values)
+    assert fields == values == sampling_table.set_fields(GenParams(**values))
     params = SamplingParams(**fields)
     for name, value in fields.items():
         assert getattr(params, name) == value, name
@@ -84,8 +87,8 @@ def test_a_value_out_of_range_is_refused_at_every_edge(row, value):
     with pytest.raises(ValueError, match=row.dsl):
         sgl.gen("x", **{row.dsl: value})
     g = Graph()
-    g.create_node(Op.GEN, attrs={"name": "x", row.dsl: value})
-    with pytest.raises(Exception, match=row.dsl):
+    g.create_node(Op.GEN, attrs={"name": "x", row.name: value})
+    with pytest.raises(Exception, match=row.name):
         verify(g)
 
 

@@ -149,8 +149,8 @@ def test_structural_corruption_is_refused():
     fails(reencode(encode(linear_graph()), lambda m: setattr(m, "num_nodes", 99)), "declares 99 nodes but holds 5")
     fails(reencode(encode(linear_graph()), lambda m: setattr(m, "num_streams", 0)), "num_streams")
     invalid = reencode(encode(linear_graph()), lambda m: m.nodes[3].attrs.entries[1].value.__setattr__("int_value", 0))
-    fails(invalid, "holds an invalid graph: verify: %essay (gen)", "max_tokens=0")
-    assert decode(invalid, check=False).find("essay").attrs["max_tokens"] == 0
+    fails(invalid, "holds an invalid graph: verify: %essay (gen)", "max_new_tokens=0")
+    assert decode(invalid, check=False).find("essay").attrs["max_new_tokens"] == 0
 
 
 def test_empty_attr_value_and_bad_big_int_are_refused():
@@ -180,9 +180,9 @@ def test_encoding_is_deterministic():
 
 # ----- the checksum (format version 2 and later) -----
 def test_a_file_ends_with_the_sha256_of_everything_before_it():
-    """encode() writes the current format (3) whose last 35 bytes are the checksum field over the rest."""
+    """encode() writes the current format (4) whose last 35 bytes are the checksum field over the rest."""
     data = encode(every_op_graph())
-    assert FORMAT_VERSION == 3 and parse(data).format_version == 3
+    assert FORMAT_VERSION == 4 and parse(data).format_version == 4
     assert data[-35:-32] == b"\x82\x01\x20" and data[-32:] == hashlib.sha256(data[:-35]).digest()
 
 
@@ -238,6 +238,42 @@ def test_version_3_files_still_load(path):
     graph = load(path)
     assert any(n.attrs.get("fsm") for n in graph.nodes), "the fixtures carry lowered FSMs"
     assert decode(encode(graph)) == graph
+
+
+def _with_version(version: int):
+    def edit(msg: pb.Graph) -> None:
+        msg.format_version = version
+    return edit
+
+
+def _rename_attr(old: str, new: str):
+    def edit(msg: pb.Graph) -> None:
+        for node in msg.nodes:
+            for entry in node.attrs.entries:
+                if entry.key == old:
+                    entry.key = new
+    return edit
+
+
+def test_a_version_3_gen_spelled_max_tokens_reads_as_max_new_tokens():
+    """Before version 4 a gen's attributes were the DSL's names: decode renames them, in place."""
+    current = encode(linear_graph())
+    old = reencode(reencode(current, _rename_attr("max_new_tokens", "max_tokens")), _with_version(3))
+    assert b"max_new_tokens" not in old and b"max_tokens" in old
+    graph = decode(old)
+    assert graph == decode(current)
+    assert list(graph.find("essay").attrs) == list(decode(current).find("essay").attrs)  # order kept
+
+
+def test_the_old_spelling_in_a_version_4_file_is_refused_by_name():
+    """From version 4 on, `max_tokens` is not a gen attribute: verify names it."""
+    data = reencode(encode(linear_graph()), _rename_attr("max_new_tokens", "max_tokens"))
+    fails(data, "holds an invalid graph", "max_tokens")
+
+
+def test_an_older_file_with_the_new_spelling_is_refused():
+    """A version 3 file cannot hold a name version 4 introduced (a hand-edited or mislabelled file)."""
+    fails(reencode(encode(linear_graph()), _with_version(3)), "'max_new_tokens', which format version 4 introduced")
 
 
 def test_the_version_3_fixtures_exist():

@@ -96,7 +96,7 @@ def test_grpc_without_the_key_is_unauthenticated_but_health_is_open(stub, greedy
 
 def test_the_srt_backend_sends_the_key_from_its_argument_or_the_environment(runtime, greedy, monkeypatch):
     """SrtBackend(api_key=KEY) and $SGLC_API_KEY both authenticate; without a key calls fail."""
-    params = GenParams(max_tokens=8, temperature=0)
+    params = GenParams(max_new_tokens=8, temperature=0)
     with SrtBackend(grpc_address(runtime), api_key=KEY) as backend:
         assert backend.generate(Prompt(GREEDY_PROMPT), params).text == greedy
     monkeypatch.setenv("SGLC_API_KEY", KEY)

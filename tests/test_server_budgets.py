@@ -129,7 +129,7 @@ def test_http_chunked_body_over_max_request_bytes_is_413_while_reading(runtime, 
     ("/v1/completions", b'{"prompt": "x", "seed": 123456789012345678901234567890}', "seed"),
     ("/v1/completions", b'{"prompt": "x", "max_tokens": 1', "not valid JSON"),
     ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}',
-     "must be a string"),
+     "'messages[0].content[0].text': Input should be a valid string, got 5"),
 ])
 def test_malformed_bodies_are_clean_400s(runtime, base, greedy, path, raw, words):
     """Deep nesting, lone surrogates, NaN, huge numbers and truncated JSON are 400s naming the

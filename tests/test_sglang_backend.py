@@ -41,7 +41,7 @@ def grpc(runtime):
 
 def test_greedy_gen_and_its_stream_equal_the_grpc_backend(http, grpc):
     """Greedy text over HTTP equals gRPC's; the streamed pieces join to the same text; meta is filled."""
-    params = GenParams(max_tokens=8, temperature=0, stop=["\n"])
+    params = GenParams(max_new_tokens=8, temperature=0, stop=["\n"])
     ours = grpc.generate(Prompt(PROMPT), params)
     result = http.generate(Prompt(PROMPT), params)
     assert result.text == ours.text and result.text.strip()
@@ -70,14 +70,14 @@ def test_constraints_regex_json_and_lowered_fsm(http):
     from sglc import fsm as fsm_lib
 
     assert http.is_sglc
-    out = http.generate(Prompt("A code: "), GenParams(max_tokens=8, temperature=0, regex=r"[0-9]{3}"))
+    out = http.generate(Prompt("A code: "), GenParams(max_new_tokens=8, temperature=0, regex=r"[0-9]{3}"))
     assert re.fullmatch(r"[0-9]{3}", out.text)
     schema = {"type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"]}
-    out = http.generate(Prompt("JSON: "), GenParams(max_tokens=16, temperature=0, json_schema=json.dumps(schema)))
+    out = http.generate(Prompt("JSON: "), GenParams(max_new_tokens=16, temperature=0, json_schema=json.dumps(schema)))
     assert isinstance(json.loads(out.text)["age"], int)
     compiled = fsm_lib.fsm_to_dict(fsm_lib.compile_regex(r"(cat|dog)s?"))
     assert http.sampling_params(GenParams(fsm=compiled))["fsm"] == compiled
-    out = http.generate(Prompt("A pet: "), GenParams(max_tokens=4, temperature=0, fsm=compiled))
+    out = http.generate(Prompt("A pet: "), GenParams(max_new_tokens=4, temperature=0, fsm=compiled))
     assert re.fullmatch(r"(cat|dog)s?", out.text)
 
 
@@ -86,7 +86,7 @@ def test_cache_prefix_is_a_zero_token_request_that_later_calls_hit(http):
     prompt = Prompt("A long shared context about rivers. " * 8)
     first = http.cache_prefix(prompt)
     assert first.prompt_tokens > 40 and first.completion_tokens == 0
-    again = http.generate(Prompt(prompt.text + "Name one:"), GenParams(max_tokens=2, temperature=0))
+    again = http.generate(Prompt(prompt.text + "Name one:"), GenParams(max_new_tokens=2, temperature=0))
     assert again.meta.cached_tokens >= first.prompt_tokens - 1
 
 
@@ -97,6 +97,6 @@ def test_no_server_is_a_backend_error_naming_the_endpoint():
         port = s.getsockname()[1]
     backend = make_backend("sglang", f"127.0.0.1:{port}")
     with pytest.raises(BackendError, match=rf"http://127\.0\.0\.1:{port}: /generate failed: no answer"):
-        backend.generate(Prompt("hi"), GenParams(max_tokens=1))
+        backend.generate(Prompt("hi"), GenParams(max_new_tokens=1))
     with pytest.raises(ValueError, match="needs --endpoint"):
         make_backend("sglang", None)

@@ -40,7 +40,7 @@ def test_no_server_raises_backend_error_naming_endpoint_and_call():
     """With nothing listening every call fails fast with a one-line BackendError (an SglcError)."""
     endpoint = f"127.0.0.1:{free_port()}"
     with SrtBackend(endpoint, timeout=30, info_timeout=30) as b:
-        for call in (b.model_info, b.metrics, lambda: b.generate(Prompt("hi"), GenParams(max_tokens=1))):
+        for call in (b.model_info, b.metrics, lambda: b.generate(Prompt("hi"), GenParams(max_new_tokens=1))):
             with pytest.raises(BackendError) as err:
                 call()
             assert isinstance(err.value, SglcError)
@@ -71,7 +71,7 @@ def test_is_a_backend_with_the_models_chat_template(backend):
 def test_generate_equals_the_engine_and_fills_meta(backend, runtime):
     """Greedy generate returns the engine's text; meta has token counts, finish reason, latency."""
     prompt = CHAT.format("What is the capital of Italy?")
-    result = backend.generate(Prompt(prompt), GenParams(max_tokens=12, temperature=0))
+    result = backend.generate(Prompt(prompt), GenParams(max_new_tokens=12, temperature=0))
     want = runtime.engine.generate(prompt, SamplingParams(temperature=0, max_new_tokens=12))[0]
     assert result.text == want.text
     assert result.meta.prompt_tokens == want.prompt_tokens and result.meta.completion_tokens == want.completion_tokens
@@ -81,16 +81,16 @@ def test_generate_equals_the_engine_and_fills_meta(backend, runtime):
 @pytest.mark.model
 def test_stream_pieces_join_to_the_generated_text(backend):
     """stream() yields pieces whose concatenation is generate()'s text for the same greedy call."""
-    prompt, params = Prompt(CHAT.format("Describe rain.")), GenParams(max_tokens=20, temperature=0)
+    prompt, params = Prompt(CHAT.format("Describe rain.")), GenParams(max_new_tokens=20, temperature=0)
     assert "".join(backend.stream(prompt, params)) == backend.generate(prompt, params).text
 
 
 @pytest.mark.model
 def test_stop_and_max_tokens_are_honoured(backend):
     """stop strings cut the text; max_tokens bounds the completion."""
-    r = backend.generate(Prompt("1, 2, 3, 4, 5,"), GenParams(max_tokens=20, temperature=0, stop=[" 8"]))
+    r = backend.generate(Prompt("1, 2, 3, 4, 5,"), GenParams(max_new_tokens=20, temperature=0, stop=[" 8"]))
     assert " 8" not in r.text and r.meta.completion_tokens <= 20
-    assert backend.generate(Prompt("Once upon a time"), GenParams(max_tokens=3, ignore_eos=True)).meta.completion_tokens == 3
+    assert backend.generate(Prompt("Once upon a time"), GenParams(max_new_tokens=3, ignore_eos=True)).meta.completion_tokens == 3
 
 
 @pytest.mark.model
@@ -122,11 +122,11 @@ def test_images_become_placeholders_and_meta_says_so(backend, runtime):
     """In placeholder mode an image is replaced by '<image: NAME>' and meta.warnings says so;
     in reject mode the call fails with INVALID_ARGUMENT."""
     prompt = Prompt(f"<|im_start|>user\n{IMAGE_MARKER}What is shown?<|im_end|>\n", images=["samples/assets/essay.png"])
-    r = backend.generate(prompt, GenParams(max_tokens=2))
+    r = backend.generate(prompt, GenParams(max_new_tokens=2))
     assert any("<image: essay.png>" in w for w in r.meta.warnings)
     strict = SrtBackend(runtime.frontends[0].address, image_mode="reject")
     with pytest.raises(BackendError, match="INVALID_ARGUMENT.*text-only"):
-        strict.generate(prompt, GenParams(max_tokens=2))
+        strict.generate(prompt, GenParams(max_new_tokens=2))
     strict.close()
 
 
@@ -141,7 +141,7 @@ def test_bad_params_raise_backend_error_with_the_engine_message(backend):
 def test_many_threads_share_one_backend(backend):
     """32 threads calling one backend all get the greedy answer of their own prompt."""
     prompts = [CHAT.format(f"What is {i} plus {i}?") for i in range(8)]
-    params = GenParams(max_tokens=6, temperature=0)
+    params = GenParams(max_new_tokens=6, temperature=0)
     reference = {p: backend.generate(Prompt(p), params).text for p in prompts}
     with ThreadPoolExecutor(32) as pool:
         got = list(pool.map(lambda i: (prompts[i % 8], backend.generate(Prompt(prompts[i % 8]), params).text), range(32)))

@@ -21,7 +21,7 @@ def forked(n: int = 2, join: bool = True) -> tuple[Graph, dict]:
     for i in range(n):
         stream = g.new_stream()
         items.append(g.create_node(Op.GET_FORK_ITEM, [fork], attrs={"index": i}, stream=stream, meta=src(3)))
-        gens.append(g.create_node(Op.GEN, attrs={"name": "answer", "max_tokens": 8}, stream=stream, meta=src(4)))
+        gens.append(g.create_node(Op.GEN, attrs={"name": "answer", "max_new_tokens": 8}, stream=stream, meta=src(4)))
     parts = {"fork": fork, "items": items, "gens": gens}
     if join:
         parts["join"] = g.create_node(
@@ -153,9 +153,9 @@ def test_wrong_arity_is_rejected():
     "op, attrs, fragment",
     [
         (Op.GEN, {}, "missing required attribute 'name'"),
-        (Op.GEN, {"name": "x", "max_tokens": 0}, "must be an int in [1, 1048576]"),
-        (Op.GEN, {"name": "x", "max_tokens": True}, "must be an int in [1, 1048576]"),
-        (Op.GEN, {"name": "x", "max_tokens": 10**30}, "must be an int in [1, 1048576]"),
+        (Op.GEN, {"name": "x", "max_new_tokens": 0}, "must be an int in [1, 1048576]"),
+        (Op.GEN, {"name": "x", "max_new_tokens": True}, "must be an int in [1, 1048576]"),
+        (Op.GEN, {"name": "x", "max_new_tokens": 10**30}, "must be an int in [1, 1048576]"),
         (Op.GEN, {"name": "x", "temperature": float("inf")}, "must be a finite number"),
         (Op.GEN, {"name": "x", "temperature": 1e6}, "must be a number in [0, 10000]"),
         (Op.GEN, {"name": "x", "frequency_penalty": float("-inf")}, "must be a finite number"),
@@ -189,8 +189,8 @@ def test_bad_attributes_are_rejected(op, attrs, fragment):
 def test_sampling_errors_name_the_node_and_its_source_line():
     """An out-of-range sampling value is reported with the node, its op and the user's file:line."""
     g = Graph()
-    g.create_node(Op.GEN, attrs={"name": "x", "max_tokens": 10**30}, meta=src(7))
-    rejects(g, "%x (gen) at essay_judge.py:7", "max_tokens=1000000000000000000000000000000")
+    g.create_node(Op.GEN, attrs={"name": "x", "max_new_tokens": 10**30}, meta=src(7))
+    rejects(g, "%x (gen) at essay_judge.py:7", "max_new_tokens=1000000000000000000000000000000")
 
 
 def lowered_gen(**constraint) -> Graph:

@@ -8,15 +8,20 @@ runtime imports only sglc.wire and the executor never imports the runtime; ``sgl
 runs with nothing else started. The engine runs in background-thread mode (``Engine.start``):
 any executor thread submits a request and waits for it, with a deadline.
 
-- generate: one engine request; constraints (a compiled FSM from the lower_constraints pass,
-  a regex or a JSON schema) go to the engine's SamplingParams, which compiles them once.
-- images: the model is text-only; each image becomes ``<image: NAME>`` at its marker, exactly
-  as the gRPC server's default image mode (sglc.wire.prompt.resolve_prompt).
-- score and model info: the gRPC server's own code (:class:`RuntimeService` over the same
-  engine), so scoring (one batched prefill sharing the prompt), unconditional logprobs (the
-  choice tokens after the start token: the model's BOS, else its first EOS), the start token and
-  the chat template's split exist once. Its request limits (ServerLimits' defaults) apply.
-- cache_prefix: a prefill-only request (max_new_tokens=0); the radix cache keeps the prefix.
+Every call goes through the servers' own code, :class:`RuntimeService` over the same engine (a
+thin client of it, as the gRPC and HTTP servers are thin adapters), so these exist once:
+
+- generate: the service's prompt resolution (images: the model is text-only, so each becomes
+  ``<image: NAME>`` at its marker, as the gRPC server's default image mode), request limits
+  (ServerLimits' defaults), sampling validation and constraint compilation (a compiled FSM from
+  the lower_constraints pass, a regex or a JSON schema: the engine compiles each once);
+- score: one batched prefill sharing the prompt, unconditional logprobs (the choice tokens after
+  the start token: the model's BOS, else its first EOS);
+- cache_prefix: the service's prefill-only request (max_new_tokens=0); the radix cache keeps it;
+- model info, with the chat template's split.
+
+What the backend adds: a deadline per call (the call is cancelled when it passes) and
+``start=False`` (calls queue until ``start()``).
 """
 from __future__ import annotations
 
@@ -36,11 +41,10 @@ from sglc.wire.backend import (
     Prompt,
     ScoreResult,
 )
-from sglc.wire.prompt import IMAGE_MARKER, PromptInput, resolve_prompt
+from sglc.wire.prompt import PromptInput
 
 from ..engine import Engine
-from ..sampling.sampling_params import SamplingParams
-from .calls import CallCancelled
+from .calls import CallCancelled, GenerateCall
 from .service import RuntimeService, ServiceUnavailable
 
 #: Seconds one engine call may take before it is aborted and reported (CPU decoding is slow).
@@ -48,7 +52,7 @@ DEFAULT_CALL_TIMEOUT = 600.0
 
 def sampling_kwargs(params: GenParams) -> dict[str, Any]:
     """The runtime SamplingParams fields a GenParams sets (constraints aside), by runtime name."""
-    return sampling_table.to_runtime({key: getattr(params, key) for key in sampling_table.BY_FIELD})
+    return sampling_table.set_fields(params)
 
 
 class EngineBackend(Backend):
@@ -68,8 +72,9 @@ class EngineBackend(Backend):
         if start:
             self.start()
         self.timeout = timeout
-        #: The transport-neutral service the gRPC and HTTP servers adapt; here, in process.
-        self.service = RuntimeService(self.engine)
+        #: The transport-neutral service the gRPC and HTTP servers adapt; here, in process (calls
+        #: may queue before the engine starts: start=False).
+        self.service = RuntimeService(self.engine, require_running=False)
         self._info: Optional[ModelInfo] = None
         self._lock = threading.Lock()
 
@@ -92,28 +97,24 @@ class EngineBackend(Backend):
 
     # ----- calls -----
     def generate(self, prompt: Prompt, params: GenParams) -> GenResult:
-        sampling = self._sampling_params(params)
-        t0 = time.perf_counter()
-        out = self._run(self._text(prompt), sampling)
-        meta = CallMeta(out.prompt_tokens, out.cached_tokens, out.completion_tokens, out.finish_reason,
-                        time.perf_counter() - t0)
-        return GenResult(out.text, meta)
+        return self._generate(prompt, params, None)
 
     def generate_stream(self, prompt: Prompt, params: GenParams, on_text: Callable[[str], None]) -> GenResult:
         """`generate`, each decoded piece handed to `on_text` as the engine produces it."""
-        sampling = self._sampling_params(params)
+        return self._generate(prompt, params, on_text)
+
+    def _generate(self, prompt: Prompt, params: GenParams, on_text: Optional[Callable[[str], None]]) -> GenResult:
         t0 = time.perf_counter()
-        rid = self.engine.submit(self._text(prompt), sampling, stream=True)
-        self._wait_started()
-        out = None
-        for chunk in self.engine.chunks(rid):  # NOTE: leaving early (an exception) aborts the request
-            if chunk.text:
-                on_text(chunk.text)
-            if chunk.finished:
-                out = chunk.output
-        if out is None or (out.finish_reason or {}).get("type") == "abort":
-            reason = (out.finish_reason or {}).get("message") if out is not None else "no final output"
-            raise BackendError(f"the runtime aborted the request: {reason or 'no reason given'}")
+        sampling = self.service.sampling_params(**self._sampling_fields(params))
+        call = self._once_started(self.service.generate(self._prompt_input(prompt), sampling))
+        out = self.service.final_output(
+            call, None if on_text is None else (lambda chunk: on_text(chunk.text) if chunk.text else None),
+            self._deadline())
+        if out is None:
+            raise BackendError(f"the embedded runtime gave no answer within {self.timeout:g} s")
+        reason = out.finish_reason or {}
+        if reason.get("type") == "abort":
+            raise BackendError(f"the runtime aborted the request: {reason.get('message') or 'no reason given'}")
         meta = CallMeta(out.prompt_tokens, out.cached_tokens, out.completion_tokens, out.finish_reason,
                         time.perf_counter() - t0)
         return GenResult(out.text, meta)
@@ -134,12 +135,18 @@ class EngineBackend(Backend):
         return ScoreResult(results, meta)
 
     def cache_prefix(self, prompt: Prompt) -> CallMeta:
-        text = self._text(prompt)
-        if not text:
+        if not prompt.text and not prompt.images:
             return CallMeta()
         t0 = time.perf_counter()
-        out = self._run(text, SamplingParams(max_new_tokens=0))
-        return CallMeta(out.prompt_tokens, out.cached_tokens, 0, out.finish_reason, time.perf_counter() - t0)
+        try:
+            prompt_tokens, cached, _ = self.service.cache_prefix(self._prompt_input(prompt), started=self._once_started,
+                                                                 is_active=self._deadline())
+        except CallCancelled:
+            raise BackendError(f"the embedded runtime gave no answer within {self.timeout:g} s") from None
+        except (ServiceUnavailable, RuntimeError) as err:
+            raise BackendError(f"the embedded runtime could not cache the prefix: {err}") from None
+        # NOTE: a prefill-only request always finishes so: by length, nothing generated
+        return CallMeta(prompt_tokens, cached, 0, {"type": "length", "length": 0}, time.perf_counter() - t0)
 
     def flush_cache(self) -> bool:
         return bool(self.engine.flush_cache())
@@ -163,42 +170,37 @@ class EngineBackend(Backend):
         return self.engine.tokenizer
 
     # ----- helpers -----
-    def _run(self, text: str, sampling: Any) -> Any:
-        rid = self.engine.submit(text, sampling)
+    def _once_started(self, call: GenerateCall) -> GenerateCall:
+        """`call` (just submitted), once the engine runs (start=False: it waits queued); cancelled
+        when the engine does not start in time."""
         try:
             self._wait_started()
         except BackendError:
-            self.engine.abort(rid, "timed out")
+            call.cancel("timed out")
             raise
-        try:
-            out = self.engine.wait(rid, timeout=self.timeout)
-        except TimeoutError:
-            self.engine.abort(rid, "timed out")
-            raise BackendError(f"the embedded runtime gave no answer within {self.timeout:g} s") from None
-        reason = out.finish_reason or {}
-        if reason.get("type") == "abort":
-            raise BackendError(f"the runtime aborted the request: {reason.get('message') or 'no reason given'}")
-        return out
+        return call
+
+    def _deadline(self) -> Callable[[], bool]:
+        """is_active for one call: True until the call's timeout has passed."""
+        if self.timeout is None:
+            return lambda: True
+        deadline = time.monotonic() + self.timeout
+        return lambda: time.monotonic() < deadline
 
     @staticmethod
     def _prompt_input(prompt: Prompt) -> PromptInput:
         """The prompt as the service takes it: images become placeholders (the model is text-only)."""
         return PromptInput(text=prompt.text, images=tuple(prompt.images), image_mode="placeholder")
 
-    def _text(self, prompt: Prompt) -> str:
-        """The prompt text the model sees: each image marker becomes ``<image: NAME>`` (the model
-        is text-only), exactly as the gRPC server's default image mode does."""
-        if not prompt.images and IMAGE_MARKER not in prompt.text:
-            return prompt.text
-        text, _ = resolve_prompt(self._prompt_input(prompt))
-        return text  # type: ignore[return-value]
-
     def _wait_started(self) -> None:
         # NOTE: never drive a not-yet-started engine from here: concurrent callers would step it at once.
         if not self._started.wait(self.timeout):
             raise BackendError(f"the embedded runtime was not started within {self.timeout:g} s")
 
-    def _sampling_params(self, params: GenParams) -> SamplingParams:
-        kwargs = sampling_kwargs(params)
-        kwargs.update({k: getattr(params, k) for k in ("regex", "json_schema", "fsm") if getattr(params, k) is not None})
-        return SamplingParams(**kwargs)  # NOTE: the engine compiles the constraint once (its GrammarCache)
+    @staticmethod
+    def _sampling_fields(params: GenParams) -> dict[str, Any]:
+        """The runtime SamplingParams fields of a gen, its constraint included (the engine compiles
+        a constraint once: its GrammarCache)."""
+        fields = sampling_kwargs(params)
+        fields.update({k: getattr(params, k) for k in ("regex", "json_schema", "fsm") if getattr(params, k) is not None})
+        return fields

@@ -16,10 +16,12 @@ from functools import partial
 from typing import Any, AsyncIterator
 
 from . import openai_protocol as proto
+from .openai_request import parse_chat, parse_completion
 from .calls import CallGroup
 from .http_call import HttpError, Started, finished as _finished
 from .limits import utf8_or_error
 from sglc.wire.prompt import PromptInput
+from .request_model import FieldError
 from .service import RequestError, RuntimeService, abort_kind
 from .sglang_generate import SglangGenerate
 
@@ -50,8 +52,7 @@ class Handlers:
     def model_name(self) -> str:
         return self.svc.model_info().model_name
 
-    def check_model(self, body: dict) -> str:
-        model = body.get("model")
+    def check_model(self, model: str | None) -> str:
         if model in (None, "", "default", self.model_name):
             return self.model_name
         raise HttpError(404, f"the model {model!r} does not exist; this server serves {self.model_name!r}",
@@ -76,34 +77,24 @@ class Handlers:
         return {"object": "list", "data": [{"id": info.model_name, "object": "model", "created": int(self.started),
                                             "owned_by": "sglc", "max_model_len": info.context_length}]}
 
-    def _prompts(self, body: dict) -> list[str | list[int]]:
-        prompt = body.get("prompt")
-        if isinstance(prompt, str):
-            return [prompt]
-        if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            return [list(prompt)]
-        if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-            return list(prompt)
-        raise RequestError("'prompt' must be a string, a list of strings or a list of token ids")
-
-    def _logprobs_count(self, body: dict, name: str) -> int | None:
+    def _logprobs_count(self, value: int | None, name: str) -> int | None:
         """An OpenAI logprobs count (None when absent): an integer in 0..max_top_logprobs."""
-        value = body.get(name)
         if value is None:
             return None
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise RequestError(f"'{name}' must be an integer >= 0, got {value!r}")
+        if value < 0:
+            raise FieldError(name, f"'{name}' must be an integer >= 0, got {value!r}")
         self.limits.check_count("max_top_logprobs", f"'{name}'", value)
         return value
 
     def completions(self, body: dict) -> Started:
         """Submit every (prompt, n) completion now (so bad requests fail before streaming)."""
-        model = self.check_model(body)
-        n = proto.num_choices(body, self.limits.max_n)
-        logprobs = self._logprobs_count(body, "logprobs")
-        echo = bool(body.get("echo", False))
-        fields = proto.openai_sampling_fields(body)
-        prompts = self._prompts(body)
+        req = parse_completion(body)
+        model = self.check_model(req.model)
+        n = req.num_choices(self.limits.max_n)
+        logprobs = self._logprobs_count(req.logprobs, "logprobs")
+        echo = bool(req.echo)
+        fields = req.sampling_fields()
+        prompts = req.prompts()
         self.limits.check_count("max_batch", f"the number of completions ({len(prompts)} prompts x n={n})",
                                 len(prompts) * n)
         names = [f"prompt {i}" if len(prompts) > 1 else "the prompt" for i in range(len(prompts))]
@@ -166,13 +157,13 @@ class Handlers:
                                f"{str(err).strip()[:200]}") from None
 
     def chat(self, body: dict) -> Started:
-        model = self.check_model(body)
-        n = proto.num_choices(body, self.limits.max_n)
-        messages = proto.chat_messages(body)
-        want_lp = bool(body.get("logprobs", False))
-        top = self._logprobs_count(body, "top_logprobs") or 0
-        text = self._chat_text(messages)
-        params = self.params(proto.openai_sampling_fields(body), top if want_lp else None)
+        req = parse_chat(body)
+        model = self.check_model(req.model)
+        n = req.num_choices(self.limits.max_n)
+        want_lp = bool(req.logprobs)
+        top = self._logprobs_count(req.top_logprobs, "top_logprobs") or 0
+        text = self._chat_text(req.chat_messages())
+        params = self.params(req.sampling_fields(), top if want_lp else None)
         group = CallGroup()
         calls = group.submit_all([partial(self.svc.generate, PromptInput(text=text), params) for _ in range(n)])
         opts = {"logprobs": want_lp, "top": top}

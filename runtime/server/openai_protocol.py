@@ -1,8 +1,8 @@
-"""OpenAI / SGLang request fields -> RuntimeService calls, and engine outputs -> response JSON.
+"""Engine outputs -> OpenAI response JSON, and /generate's prompt and sampling shapes.
 
-Pure functions over dicts (no web framework): the HTTP server (http_server.py) parses the body,
-calls these, and serializes what they return. Every bad field raises :class:`RequestError`
-with a message naming the field (HTTP 400 in OpenAI's error shape).
+Pure functions over dicts (no web framework). The OpenAI request bodies are pydantic models
+(openai_request.py); /generate's batch shapes are checked here, each bad field a
+:class:`RequestError` naming it (HTTP 400 in OpenAI's error shape).
 """
 from __future__ import annotations
 
@@ -12,60 +12,11 @@ from typing import Any
 
 from sglc.wire.prompt import PromptInput, RequestError
 
-#: OpenAI request fields -> engine SamplingParams fields (same meaning, other name).
-_RENAMED = {"max_tokens": "max_new_tokens", "max_completion_tokens": "max_new_tokens"}
-_PASSED = ("temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
-           "repetition_penalty", "seed", "stop_token_ids", "ignore_eos", "min_tokens")
-
 
 def error_body(message: str, type_: str = "invalid_request_error", param: str | None = None,
                code: str | int | None = None) -> dict[str, Any]:
     """OpenAI's error shape."""
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
-
-
-def openai_sampling_fields(body: dict) -> dict[str, Any]:
-    """SamplingParams keyword fields from an OpenAI completions/chat request body."""
-    fields: dict[str, Any] = {}
-    for src, dst in _RENAMED.items():
-        if body.get(src) is not None:
-            value = body[src]
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise RequestError(f"'{src}' must be an integer, got {value!r}")
-            if value < 0:
-                raise RequestError(f"'{src}' must be >= 0, got {value}")
-            fields[dst] = value
-    for name in _PASSED:
-        if body.get(name) is not None:
-            fields["min_new_tokens" if name == "min_tokens" else name] = body[name]
-    stop = body.get("stop")
-    if stop is not None:
-        if isinstance(stop, str):
-            stop = [stop]
-        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-            raise RequestError(f"'stop' must be a string or a list of strings, got {stop!r}")
-        fields["stop"] = stop
-    regex = body.get("regex")
-    if regex is not None:
-        if not isinstance(regex, str):
-            raise RequestError(f"'regex' must be a string, got {regex!r}")
-        fields["regex"] = regex
-    fmt = body.get("response_format")
-    if fmt is not None:
-        kind = fmt.get("type") if isinstance(fmt, dict) else None
-        if kind == "json_schema":
-            spec = fmt.get("json_schema")
-            schema = spec.get("schema") if isinstance(spec, dict) else None
-            if not isinstance(schema, dict):
-                raise RequestError("'response_format.json_schema.schema' must be a JSON schema object")
-            fields["json_schema"] = json.dumps(schema)
-        elif kind == "json_object":
-            fields["json_schema"] = json.dumps({"type": "object"})
-        elif kind != "text":
-            raise RequestError(f"'response_format.type' must be text, json_object or json_schema, got {kind!r}")
-    if "regex" in fields and "json_schema" in fields:
-        raise RequestError("give at most one constraint: 'regex' or 'response_format' json_schema")
-    return fields
 
 
 def generate_prompts(body: dict) -> tuple[list[PromptInput], bool]:
@@ -135,40 +86,10 @@ def _shape(value: Any) -> str:
     return type(value).__name__
 
 
-def num_choices(body: dict, max_n: int = 64) -> int:
-    """OpenAI's ``n``: 1..max_n (the server limit max_n)."""
-    n = body.get("n", 1)
-    if n is None:
-        return 1
-    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= max_n:
-        raise RequestError(f"'n' must be an integer in 1..{max_n} (server limit max_n={max_n}), got {n!r}")
-    return n
-
-
 def finish_reason(reason: dict) -> str:
     """Engine finish dict -> OpenAI finish_reason."""
     kind = reason.get("type")
     return {"length": "length", "stop": "stop"}.get(kind, "abort")
-
-
-def chat_messages(body: dict) -> list[dict[str, Any]]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("'messages' must be a non-empty list of {role, content} objects")
-    out = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise RequestError(f"'messages[{i}]' must be an object with a 'role' string")
-        content = m.get("content")
-        if isinstance(content, list):  # content parts: keep the text ones
-            texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-            if not all(isinstance(t, str) for t in texts):
-                raise RequestError(f"'messages[{i}].content': a text part's 'text' must be a string")
-            content = "".join(texts)
-        if not isinstance(content, str):
-            raise RequestError(f"'messages[{i}].content' must be a string or a list of text parts")
-        out.append({"role": m["role"], "content": content})
-    return out
 
 
 # ----- logprobs -----

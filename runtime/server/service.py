@@ -10,7 +10,12 @@ model info (with the chat template split into role prefixes/suffixes), health, a
 (engine counters plus this server's request counters).
 
 Threading: every method may be called from any thread; the engine runs in its background
-thread (``Engine.start()``), which the service requires.
+thread (``Engine.start()``), which the service requires unless built with ``require_running=False``
+(the in-process backend: its calls may queue before it starts the engine).
+
+The servers and the in-process backend (engine_backend.py) are all adapters over this class, so
+prompt resolution, limits, sampling validation, constraint compilation, scoring and the
+cache-prefix hint exist once.
 """
 from __future__ import annotations
 
@@ -66,8 +71,10 @@ def abort_kind(message: str) -> str:
 class RuntimeService:
     """The runtime API over one Engine running in its background thread."""
 
-    def __init__(self, engine: Any, *, model_name: str | None = None, limits: ServerLimits | None = None) -> None:
+    def __init__(self, engine: Any, *, model_name: str | None = None, limits: ServerLimits | None = None,
+                 require_running: bool = True) -> None:
         self.engine = engine
+        self._require_running = require_running
         self.limits = limits if limits is not None else ServerLimits()
         self._model_name = model_name
         self._lock = threading.Lock()
@@ -109,7 +116,7 @@ class RuntimeService:
     def _check_open(self) -> None:
         if self._draining:
             raise ServiceUnavailable("the server is shutting down")
-        if not self.engine_running:
+        if self._require_running and not self.engine_running:
             raise ServiceUnavailable("the engine is not running")
 
     def _count(self, name: str | None, n: int = 1) -> None:
@@ -260,19 +267,17 @@ class RuntimeService:
         info = self.model_info()
         return info.bos_token_id if info.bos_token_id is not None else info.eos_token_ids[0]
 
-    def cache_prefix(self, prompt: PromptInput, *,
-                     started: Callable[[GenerateCall], Any] | None = None) -> tuple[int, int, list[str]]:
+    def cache_prefix(self, prompt: PromptInput, *, started: Callable[[GenerateCall], Any] | None = None,
+                     is_active: Callable[[], bool] = lambda: True) -> tuple[int, int, list[str]]:
         """Prefill the prompt and keep it cached: (prompt_tokens, cached_tokens before, warnings).
-        Blocks until done; `started(call)` gets the GenerateCall first (its cancel aborts it)."""
+        Blocks until done; `started(call)` gets the GenerateCall first (its cancel aborts it);
+        when `is_active()` turns False (a deadline) the call is cancelled (CallCancelled)."""
         from sglc_runtime.sampling.sampling_params import SamplingParams
 
         call = self.generate(prompt, SamplingParams(max_new_tokens=0))
         if started is not None:
             started(call)
-        out = None
-        for chunk in call.chunks():
-            if chunk.finished:
-                out = chunk.output
+        out = self.final_output(call, is_active=is_active)
         if out is None:
             raise CallCancelled("the cache-prefix request was cancelled")
         if out.finish_reason.get("type") == "abort":
@@ -284,6 +289,18 @@ class RuntimeService:
                 raise RuntimeError(f"cache prefix aborted: {message}")
             raise CallCancelled(message)
         return out.prompt_tokens, out.cached_tokens, call.warnings
+
+    @staticmethod
+    def final_output(call: GenerateCall, on_chunk: Callable[[Any], None] | None = None,
+                     is_active: Callable[[], bool] = lambda: True) -> Any:
+        """Read `call` to its end: its final GenerateOutput, each chunk handed to `on_chunk` first;
+        None when `is_active()` turned False before (the call is then cancelled)."""
+        for chunk in call.chunks(is_active=is_active, poll_s=0.05):
+            if on_chunk is not None:
+                on_chunk(chunk)
+            if chunk.finished:
+                return chunk.output
+        return None
 
     def flush(self) -> tuple[bool, str]:
         """Empty the prefix cache if idle: (flushed, reason when not)."""

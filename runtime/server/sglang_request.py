@@ -19,48 +19,29 @@ from __future__ import annotations
 
 from typing import Any, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel
 
-from sglc.wire.prompt import RequestError
+from sglc.wire import sampling_table
 
-__all__ = ["FieldError", "SglangGenerateRequest", "SglangSamplingParams", "parse_model"]
+from .request_model import STRICT as _STRICT, FieldError, is_default as _is_default, parse_model as _parse_model
+from .request_model import sampling_model
 
-_STRICT = ConfigDict(extra="forbid", strict=True)
+__all__ = ["API", "FieldError", "SglangGenerateRequest", "SglangSamplingParams", "parse_model"]
 
-
-class FieldError(RequestError):
-    """A 400 about one request field; ``param`` names it (the error body's ``param``)."""
-
-    def __init__(self, param: str, message: str) -> None:
-        super().__init__(message)
-        self.param = param
+#: How errors name this request.
+API = "SGLang's /generate request"
 
 
-class SglangSamplingParams(BaseModel):
-    """One prompt's ``sampling_params`` object (SGLang's SamplingParams API fields)."""
+class SglangSamplingParams(sampling_model("_SglangSampling", sampling_table.BY_SGLANG, with_defaults=True)):
+    """One prompt's ``sampling_params`` object (SGLang's SamplingParams API fields): the sampling
+    table's ``sglang`` column (its defaults are SGLang's), plus the fields below."""
 
     model_config = _STRICT
 
-    max_new_tokens: int | None = 128
-    min_new_tokens: int | None = 0
     n: int | None = 1
-    stop: Union[str, list[str], None] = None
-    stop_token_ids: list[int] | None = None
-    stop_regex: Union[str, list[str], None] = None
-    temperature: float | None = 1.0
-    top_p: float | None = 1.0
-    top_k: int | None = -1
-    min_p: float | None = 0.0
-    frequency_penalty: float | None = 0.0
-    presence_penalty: float | None = 0.0
-    repetition_penalty: float | None = 1.0
-    ignore_eos: bool | None = False
-    skip_special_tokens: bool | None = True
     spaces_between_special_tokens: bool | None = True
-    no_stop_trim: bool | None = False
     regex: str | None = None
     json_schema: Union[str, dict, None] = None
-    sampling_seed: int | None = None
     #: sglc's extension: a constraint already lowered by `sglc compile` (sglc.fsm's dict form), so a
     #: graph's constrained gen is not recompiled from its regex. SGLang servers do not take it.
     fsm: dict | None = None
@@ -98,22 +79,14 @@ class SglangSamplingParams(BaseModel):
     def to_engine_fields(self) -> dict[str, Any]:
         """Keyword fields of our SamplingParams (SGLang's meaning; null = the default)."""
         fields: dict[str, Any] = {}
-        for name in ("max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p",
-                     "frequency_penalty", "presence_penalty", "repetition_penalty", "ignore_eos",
-                     "skip_special_tokens", "no_stop_trim", "regex", "stop_regex"):
-            value = getattr(self, name)
-            if value is not None:
-                fields[name] = value
-        if self.stop:  # NOTE: SGLang's client sends [] for "no stop strings"
-            fields["stop"] = self.stop
-        if self.stop_token_ids:
-            fields["stop_token_ids"] = list(self.stop_token_ids)
-        if self.json_schema is not None:
-            fields["json_schema"] = self.json_schema
-        if self.sampling_seed is not None:
-            fields["seed"] = self.sampling_seed
-        if self.fsm is not None:
-            fields["fsm"] = self.fsm
+        for key, row in sampling_table.BY_SGLANG.items():
+            value = getattr(self, key)
+            # NOTE: SGLang's client sends [] for "no stop strings"
+            if value is not None and not (row.kind in ("str_list", "token_ids") and not value):
+                fields[row.name] = list(value) if row.kind == "token_ids" else value
+        for name in ("regex", "json_schema", "fsm"):
+            if getattr(self, name) is not None:
+                fields[name] = getattr(self, name)
         return fields
 
 
@@ -218,25 +191,6 @@ class SglangGenerateRequest(BaseModel):
         return [value] * num_prompts
 
 
-def _is_default(value: Any) -> bool:
-    return value is None or value is False or value == [] or value == {} or (
-        isinstance(value, list) and all(v is None for v in value))
-
-
 def parse_model(model: type[BaseModel], data: Any, where: str = "") -> Any:
-    """``model`` validated from `data`; RequestError naming the first bad field otherwise."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as err:
-        first = err.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        field = f"{where}.{loc}" if where and loc else (where or loc)
-        if first["type"] == "extra_forbidden":
-            raise FieldError(field, f"'{field}' is not a field of SGLang's /generate request "
-                               "(see docs/http_server.md for the fields this server takes)") from None
-        raise FieldError(field, f"'{field}': {first['msg']}, got {_short(first.get('input'))}") from None
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    """``model`` validated from `data`; FieldError naming the first bad field otherwise."""
+    return _parse_model(model, data, where, API)

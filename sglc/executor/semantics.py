@@ -33,10 +33,10 @@ log = logging.getLogger("sglc.executor")
 DEFAULT_SAMPLING: dict[str, Any] = dict(sampling_table.RUN_DEFAULTS)
 
 #: Run-level keyword (SGLang's `run(..., max_new_tokens=...)` names) -> GenParams field.
-RUN_SAMPLING_KEYS = {key: row.field for key, row in sampling_table.BY_RUN.items()}
+RUN_SAMPLING_KEYS = {key: row.name for key, row in sampling_table.BY_RUN.items()}
 
 #: GEN attributes that are sampling parameters (same names as GenParams fields).
-_GEN_SAMPLING_ATTRS = tuple(sampling_table.BY_FIELD)
+_GEN_SAMPLING_ATTRS = tuple(sampling_table.GEN_FIELDS)
 
 
 def sampling_defaults(run_kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -136,8 +136,9 @@ def gen(
         sampling_table.at_most_one_constraint({"regex": regex, "json_schema": json_schema, "dtype": dtype}, "gen")
     except ValueError as err:
         raise ValueError(f"{user_source()}: {err}") from None
-    attrs: dict[str, Any] = {key: SAMPLING_CHECKS[key](key, value) for key, value in sampling.items()
-                             if value is not None}
+    # NOTE: stored under the table's name (the DSL's max_tokens is the IR's max_new_tokens)
+    attrs: dict[str, Any] = {sampling_table.BY_DSL[key].name: SAMPLING_CHECKS[key](key, value)
+                             for key, value in sampling.items() if value is not None}
     if regex is not None:
         attrs["regex"] = check_regex(regex)
     if json_schema is not None:

@@ -25,7 +25,7 @@ class Node:
       into the chat template's text for that role.
     - ``image`` / ``video``: one input or attr ``path`` (a file path or URL); ``video`` also has
       ``num_frames``. Appends the media to the stream.
-    - ``gen``: attrs ``name`` (the variable) and sampling parameters (``max_tokens``, ``stop``,
+    - ``gen``: attrs ``name`` (the variable) and sampling parameters (``max_new_tokens``, ``stop``,
       ``temperature``, ...), optional constraint attrs (``regex``, ``json_schema``, ``dtype``,
       ``choices``, and after lowering ``fsm``). Generates after the stream's text, appends the
       result, and outputs it (STR; a typed gen's dtype only constrains the text).

@@ -27,7 +27,7 @@ Check = Callable[[Any], Optional[str]]
 GEN_DTYPES = ("str", "int", "float", "bool")
 JOIN_MODES = ("gather_variable", "concate_and_append")
 
-#: Largest ``max_tokens`` of a gen (and ``num_api_spec_tokens`` of a graph), largest
+#: Largest ``max_new_tokens`` of a gen (and ``num_api_spec_tokens`` of a graph), largest
 #: temperature, token id (``stop_token_ids``) and ``top_k``: the sampling table's bounds.
 MAX_GEN_TOKENS = sampling_table.MAX_NEW_TOKENS
 MAX_TEMPERATURE = sampling_table.MAX_TEMPERATURE
@@ -106,7 +106,20 @@ def _sampling(row: sampling_table.SamplingParam) -> Check:
 
 
 #: Sampling parameters of a gen (all optional): the DSL rows of sglc.wire.sampling_table.
-SAMPLING_ATTRS: dict[str, tuple[bool, Check]] = {key: (False, _sampling(row)) for key, row in sampling_table.BY_DSL.items()}
+SAMPLING_ATTRS: dict[str, tuple[bool, Check]] = {key: (False, _sampling(row)) for key, row in sampling_table.GEN_ATTRS.items()}
+
+def _dsl_spelling(row: sampling_table.SamplingParam) -> Check:
+    """The DSL's spelling of a parameter named otherwise inside (``max_tokens``): always refused,
+    so a graph that carries it is not silently run with the default."""
+    def check(v: Any) -> Optional[str]:
+        return f"the IR spells {row.dsl!r} as {row.name!r} (gen(...)'s keyword is renamed when the gen is built)"
+
+    return check
+
+
+#: Edge spellings that must not appear as gen attributes (rows whose DSL keyword is not their name).
+DSL_ONLY_ATTRS: dict[str, tuple[bool, Check]] = {
+    row.dsl: (False, _dsl_spelling(row)) for row in sampling_table.GEN_ATTRS.values() if row.dsl != row.name}
 
 ATTR_RULES: dict[Op, dict[str, tuple[bool, Check]]] = {
     Op.ARGUMENT: {"name": _NAME, "default": (False, _any)},
@@ -119,6 +132,7 @@ ATTR_RULES: dict[Op, dict[str, tuple[bool, Check]]] = {
     Op.GEN: {
         "name": _NAME,
         **SAMPLING_ATTRS,
+        **DSL_ONLY_ATTRS,
         "regex": (False, _type(str)),
         "json_schema": (False, _type(str, dict)),
         "dtype": (False, _one_of(GEN_DTYPES)),

@@ -1,7 +1,7 @@
 """Human-readable forms of a Graph: an SSA listing (`str(graph)`) and a table.
 
 The listing prints one node per line in graph order,
-``%judgment : str = gen[name='judgment', max_tokens=256, stop='END'](stream=2)  # essay_judge.py:21``,
+``%judgment : str = gen[name='judgment', max_new_tokens=256, stop='END'](stream=2)  # essay_judge.py:21``,
 indented under a header for each child stream (``stream 2 (item 1 of %fork):``) and for each
 branch case (``case 0 'yes' of %branch:``). Long strings and bytes are shortened; everything
 else is printed with repr so that types stay visible (1 vs 1.0 vs True).

@@ -9,7 +9,10 @@ graph that fails :func:`sglc.ir.verify.verify` or holds an FSM that :func:`sglc.
 refuses.
 
 Format versions: 1 has no checksum (still read); 2 ends with ``checksum``, the SHA-256 of every
-byte before it (proto/graph.proto), so a flipped bit anywhere is caught before decoding.
+byte before it (proto/graph.proto), so a flipped bit anywhere is caught before decoding; 3 stores
+a lowered FSM as a typed message; 4 spells a gen's sampling attributes by their one inside name
+(``max_new_tokens``, ``min_new_tokens``), where 1-3 used the DSL's (``max_tokens``, ``min_tokens``):
+older files are renamed as they are read.
 """
 from __future__ import annotations
 
@@ -30,10 +33,12 @@ from sglc.wire.proto import graph_pb2 as pb
 
 #: The format version this sglc writes; it reads this and every older version. Version 3 writes a
 #: lowered FSM as a typed sglc.fsm.FSM (AttrValue.fsm_value); versions 1 and 2 held it as a map,
-#: which still decodes to the same dict.
-FORMAT_VERSION = 3
+#: which still decodes to the same dict. Version 4 renamed two gen attributes (_RENAMED_IN_4).
+FORMAT_VERSION = 4
 #: The first version whose files end with a checksum.
 CHECKSUM_SINCE = 2
+#: Gen attributes versions 1-3 spelled as the DSL does -> their name since version 4.
+_RENAMED_IN_4 = {"max_tokens": "max_new_tokens", "min_tokens": "min_new_tokens"}
 #: How the checksum field is encoded at the end of a file: tag of field 16 (length-delimited),
 #: length 32, then the SHA-256 digest of everything before it.
 _CHECKSUM_PREFIX = b"\x82\x01\x20"
@@ -174,7 +179,7 @@ def decode(data: Union[bytes, bytearray, memoryview], *, check: bool = True) -> 
     graph.meta = _read_map(msg.meta, "graph meta")
     by_name: dict[str, Node] = {}
     for index, node_msg in enumerate(msg.nodes):
-        node = _read_node(graph, node_msg, index, by_name)
+        node = _read_node(graph, node_msg, index, by_name, version)
         by_name[node.name] = node
     if check:
         try:
@@ -227,7 +232,7 @@ def _one_line(err: BaseException) -> str:
     return (text.splitlines()[0] if text else type(err).__name__)[:300]
 
 
-def _read_node(graph: Graph, msg: pb.Node, index: int, by_name: dict[str, Node]) -> Node:
+def _read_node(graph: Graph, msg: pb.Node, index: int, by_name: dict[str, Node], version: int) -> Node:
     where = f"node {index} (%{_shown(msg.name)})"
     if msg.name in by_name:
         raise GraphFormatError(f"graph.pb is corrupt: duplicate node name %{_shown(msg.name)}")
@@ -256,6 +261,8 @@ def _read_node(graph: Graph, msg: pb.Node, index: int, by_name: dict[str, Node])
             raise GraphFormatError(f"graph.pb: {where} has meta key {entry.key!r} twice")
         meta[entry.key] = entry.value
     attrs = _read_map(msg.attrs, f"{where} attrs")
+    if version < 4 and op is Op.GEN:
+        attrs = _renamed_attrs(attrs, where)
     try:
         node = graph.create_node(op, inputs, attrs, value_type, msg.stream, guard, meta, name=msg.name)
     except (TypeError, ValueError) as err:
@@ -263,6 +270,17 @@ def _read_node(graph: Graph, msg: pb.Node, index: int, by_name: dict[str, Node])
     if node.name != msg.name:
         raise GraphFormatError(f"graph.pb: {where} has an invalid node name {msg.name!r}")
     return node
+
+
+def _renamed_attrs(attrs: dict[str, Any], where: str) -> dict[str, Any]:
+    """A version 1-3 gen's attributes under their version 4 names (order kept)."""
+    out: dict[str, Any] = {}
+    for key, value in attrs.items():
+        if key in _RENAMED_IN_4.values():
+            raise GraphFormatError(f"graph.pb: {where} has attribute {key!r}, which format version 4 introduced, in an "
+                                   "older file")
+        out[_RENAMED_IN_4.get(key, key)] = value
+    return out
 
 
 def _read_map(msg: pb.AttrMap, where: str) -> dict[str, Any]:

@@ -34,12 +34,12 @@ _FIELD_TYPES = {"int": Optional[int], "float": Optional[float], "bool": Optional
                 "str_list": Optional[list[str]], "token_ids": Optional[list[int]]}
 
 #: Sampling parameters of one gen (None = the backend's default) and its constraint. The
-#: sampling fields are the table's (sglc.wire.sampling_table.BY_FIELD, the compiler half's
-#: spellings: ``max_tokens``); at most one constraint: a regex, a JSON schema (JSON text) or a
+#: sampling fields are the table's (sglc.wire.sampling_table.GEN_FIELDS, by name:
+#: ``max_new_tokens``); at most one constraint: a regex, a JSON schema (JSON text) or a
 #: compiled FSM (dict form).
 GenParams = dataclasses.make_dataclass(
     "GenParams",
-    [*((p.field, _FIELD_TYPES[p.kind], dataclasses.field(default=None)) for p in sampling_table.BY_FIELD.values()),
+    [*((p.name, _FIELD_TYPES[p.kind], dataclasses.field(default=None)) for p in sampling_table.GEN_FIELDS.values()),
      ("regex", Optional[str], dataclasses.field(default=None)),
      ("json_schema", Optional[str], dataclasses.field(default=None)),
      ("fsm", Optional[dict], dataclasses.field(default=None))],

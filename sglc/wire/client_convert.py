@@ -28,7 +28,7 @@ def prompt_to_pb(prompt: bk.Prompt | str, image_mode: str = "reject") -> pb.Prom
 def gen_params_to_pb(params: bk.GenParams) -> pb.SamplingParams:
     """GenParams (None = the runtime's default) as SamplingParams (the table's proto spellings)."""
     s = pb.SamplingParams()
-    values = sampling_table.to_runtime({key: getattr(params, key) for key in sampling_table.BY_FIELD})
+    values = sampling_table.set_fields(params)
     for name, value in values.items():
         row = sampling_table.BY_NAME[name]
         if row.kind == "str_list":

@@ -6,11 +6,12 @@ spells it. Everything else is derived from it:
 - the runtime's SamplingParams fields, defaults and validation (``sglc_runtime.sampling``);
 - the runtime.proto conversion on both sides (``sglc.wire.client_convert`` / ``server_convert``).
 
-Spellings: ``name`` is the one inside the runtime and runtime.proto (SGLang's ``sampling_params``
-key, e.g. ``max_new_tokens``); ``dsl`` is ``gen(...)``'s keyword, which is also the graph.pb
-attribute and the GenParams field (e.g. ``max_tokens``; graph.pb's attribute names are part of
-its file format); ``run`` is ``SglFunction.run``'s keyword; ``openai`` the OpenAI request field.
-``to_runtime`` is the one place where a GenParams becomes runtime names.
+Spellings: ``name`` is the one spelling inside, in both halves: the IR's gen attribute (and so
+graph.pb's, since format 4), the GenParams field, the runtime's SamplingParams field and
+runtime.proto's (SGLang's ``sampling_params`` key, e.g. ``max_new_tokens``). The other columns
+are edges, read only where a user's spelling comes in: ``dsl`` is ``gen(...)``'s keyword (SGLang's
+``max_tokens``), ``run`` is ``SglFunction.run``'s keyword, ``openai`` the OpenAI request fields,
+``sglang`` the key in SGLang's /generate ``sampling_params`` (``seed`` is its ``sampling_seed``).
 
 Adding a parameter is one row here plus its runtime behaviour.
 """
@@ -50,17 +51,13 @@ class SamplingParam:
     dsl_low: Optional[float] = None
     run: Optional[str] = None
     openai: tuple[str, ...] = ()
+    sglang: Optional[str] = None
     proto: Optional[str] = None
     #: False: accepted by the DSL for SGLang compatibility, but no backend takes it.
     runtime: bool = True
 
     def __post_init__(self) -> None:
         assert self.kind in _KINDS, f"{self.name}: kind {self.kind!r} is not one of {_KINDS}"
-
-    @property
-    def field(self) -> str:
-        """The compiler half's spelling: the GenParams field (= the DSL keyword when there is one)."""
-        return self.dsl or self.name
 
     def range_text(self, low: Optional[float] = None) -> str:
         """``[0, 1048576]``, ``(0, 1]``, ``[-1, inf)``."""
@@ -116,7 +113,7 @@ class SamplingParam:
 
     def check_gen(self, value: Any, where: Optional[str] = None) -> Any:
         """The check a gen's (and a graph.pb attribute's) value passes: dsl_low, if any, as its bound."""
-        return self.check(value, self.field if where is None else where, self.dsl_low)
+        return self.check(value, self.name if where is None else where, self.dsl_low)
 
 
 def _is_int(v: Any) -> bool:
@@ -134,36 +131,41 @@ P = SamplingParam
 #: Every sampling parameter, one row each.
 TABLE: tuple[SamplingParam, ...] = (
     P("max_new_tokens", "int", 128, 0, MAX_NEW_TOKENS, dsl="max_tokens", dsl_low=1, run="max_new_tokens",
-      openai=("max_tokens", "max_completion_tokens"), proto="max_new_tokens",
+      openai=("max_tokens", "max_completion_tokens"), sglang="max_new_tokens", proto="max_new_tokens",
       doc="upper bound on generated tokens (0 = prefill only, e.g. a cache-prefix hint; a gen asks for >= 1)"),
     P("min_new_tokens", "int", 0, 0, MAX_NEW_TOKENS, dsl="min_tokens", run="min_new_tokens", openai=("min_tokens",),
-      proto="min_new_tokens",
+      sglang="min_new_tokens", proto="min_new_tokens",
       doc="eos / stop tokens / stop strings are suppressed until this many tokens exist"),
-    P("stop", "str_list", None, dsl="stop", run="stop", openai=("stop",), proto="stop",
+    P("stop", "str_list", None, dsl="stop", run="stop", openai=("stop",), sglang="stop", proto="stop",
       doc="strings that end the output (a str is a one-item list)"),
     P("stop_token_ids", "token_ids", None, dsl="stop_token_ids", run="stop_token_ids", openai=("stop_token_ids",),
-      proto="stop_token_ids", doc="token ids that end the output"),
+      sglang="stop_token_ids", proto="stop_token_ids", doc="token ids that end the output"),
     P("temperature", "float", 1.0, 0.0, MAX_TEMPERATURE, dsl="temperature", run="temperature",
-      openai=("temperature",), proto="temperature", doc="0 (or below 1e-5) is greedy"),
-    P("top_p", "float", 1.0, 0.0, 1.0, low_open=True, dsl="top_p", run="top_p", openai=("top_p",), proto="top_p"),
-    P("top_k", "int", -1, 1, MAX_TOKEN_ID, special=(-1,), dsl="top_k", run="top_k", openai=("top_k",), proto="top_k",
-      doc="-1 is off; 1 is greedy"),
-    P("min_p", "float", 0.0, 0.0, 1.0, dsl="min_p", run="min_p", openai=("min_p",), proto="min_p", doc="0 is off"),
+      openai=("temperature",), sglang="temperature", proto="temperature", doc="0 (or below 1e-5) is greedy"),
+    P("top_p", "float", 1.0, 0.0, 1.0, low_open=True, dsl="top_p", run="top_p", openai=("top_p",), sglang="top_p",
+      proto="top_p"),
+    P("top_k", "int", -1, 1, MAX_TOKEN_ID, special=(-1,), dsl="top_k", run="top_k", openai=("top_k",), sglang="top_k",
+      proto="top_k", doc="-1 is off; 1 is greedy"),
+    P("min_p", "float", 0.0, 0.0, 1.0, dsl="min_p", run="min_p", openai=("min_p",), sglang="min_p", proto="min_p",
+      doc="0 is off"),
     P("frequency_penalty", "float", 0.0, -2.0, 2.0, dsl="frequency_penalty", run="frequency_penalty",
-      openai=("frequency_penalty",), proto="frequency_penalty", doc="OpenAI semantics, over output tokens"),
+      openai=("frequency_penalty",), sglang="frequency_penalty", proto="frequency_penalty",
+      doc="OpenAI semantics, over output tokens"),
     P("presence_penalty", "float", 0.0, -2.0, 2.0, dsl="presence_penalty", run="presence_penalty",
-      openai=("presence_penalty",), proto="presence_penalty", doc="OpenAI semantics, over output tokens"),
+      openai=("presence_penalty",), sglang="presence_penalty", proto="presence_penalty",
+      doc="OpenAI semantics, over output tokens"),
     P("repetition_penalty", "float", 1.0, 0.0, 2.0, low_open=True, openai=("repetition_penalty",),
-      proto="repetition_penalty", doc="HF/CTRL semantics, over output tokens; 1 is off"),
-    P("seed", "int", None, 0, MAX_SEED, run="seed", openai=("seed",), proto="seed",
+      sglang="repetition_penalty", proto="repetition_penalty", doc="HF/CTRL semantics, over output tokens; 1 is off"),
+    P("seed", "int", None, 0, MAX_SEED, run="seed", openai=("seed",), sglang="sampling_seed", proto="seed",
       doc="a per-request generator: reproducible regardless of batching"),
-    P("stop_regex", "str_list", None,
+    P("stop_regex", "str_list", None, sglang="stop_regex",
       doc="SGLang's field: the output ends once a match of one of these regexes ends in it (run as a DFA; "
           "the matched text stays in the output)"),
-    P("no_stop_trim", "bool", False,
+    P("no_stop_trim", "bool", False, sglang="no_stop_trim",
       doc="keep a matched stop string (and a stop token's text) in the output text"),
-    P("ignore_eos", "bool", False, dsl="ignore_eos", run="ignore_eos", openai=("ignore_eos",), proto="ignore_eos"),
-    P("skip_special_tokens", "bool", True, proto="skip_special_tokens"),
+    P("ignore_eos", "bool", False, dsl="ignore_eos", run="ignore_eos", openai=("ignore_eos",), sglang="ignore_eos",
+      proto="ignore_eos"),
+    P("skip_special_tokens", "bool", True, sglang="skip_special_tokens", proto="skip_special_tokens"),
     P("return_logprob", "bool", False, dsl="return_logprob"),
     P("top_logprobs_num", "int", 0, 0, None, dsl="top_logprobs_num"),
     P("logprob_start_len", "int", -1, -1, None, dsl="logprob_start_len",
@@ -173,18 +175,24 @@ TABLE: tuple[SamplingParam, ...] = (
 del P
 
 BY_NAME: Mapping[str, SamplingParam] = {p.name: p for p in TABLE}
-#: gen(...) keyword -> row: what the DSL checks and the IR stores as GEN attributes.
+#: gen(...) keyword -> row: what the DSL takes (its edge spelling, e.g. ``max_tokens``).
 BY_DSL: Mapping[str, SamplingParam] = {p.dsl: p for p in TABLE if p.dsl}
+#: The IR's GEN sampling attributes, by name: the rows the DSL spells.
+GEN_ATTRS: Mapping[str, SamplingParam] = {p.name: p for p in TABLE if p.dsl}
 #: SglFunction.run keyword -> row: run-level defaults; these rows are the GenParams fields.
 BY_RUN: Mapping[str, SamplingParam] = {p.run: p for p in TABLE if p.run}
 #: GenParams field -> row (a gen's parameters as the executor hands them to a backend).
-BY_FIELD: Mapping[str, SamplingParam] = {p.field: p for p in TABLE if p.run}
+GEN_FIELDS: Mapping[str, SamplingParam] = {p.name: p for p in TABLE if p.run}
 #: The runtime's SamplingParams fields (in table order).
 RUNTIME: tuple[SamplingParam, ...] = tuple(p for p in TABLE if p.runtime)
 #: runtime.proto SamplingParams fields.
 PROTO: tuple[SamplingParam, ...] = tuple(p for p in TABLE if p.proto)
+#: OpenAI request field -> row (both of max_new_tokens' spellings).
+BY_OPENAI: Mapping[str, SamplingParam] = {name: p for p in TABLE for name in p.openai}
+#: SGLang /generate ``sampling_params`` key -> row.
+BY_SGLANG: Mapping[str, SamplingParam] = {p.sglang: p for p in TABLE if p.sglang}
 #: Defaults the executor sends with every gen (SGLang's SglFunction.run keyword defaults).
-RUN_DEFAULTS: Mapping[str, Any] = {BY_NAME[n].field: BY_NAME[n].default for n in ("max_new_tokens", "temperature")}
+RUN_DEFAULTS: Mapping[str, Any] = {n: BY_NAME[n].default for n in ("max_new_tokens", "temperature")}
 
 
 #: Request fields of the OpenAI API itself; the other OpenAI spellings are extensions that only
@@ -193,10 +201,9 @@ OPENAI_STANDARD = frozenset({"max_tokens", "temperature", "top_p", "frequency_pe
                              "stop"})
 
 
-def to_runtime(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """GenParams-spelled values (None = unset) -> the runtime's names: ``max_tokens`` ->
-    ``max_new_tokens``. The one place where the compiler half's spellings become the runtime's."""
-    return {BY_FIELD[k].name: v for k, v in fields.items() if k in BY_FIELD and v is not None}
+def set_fields(params: Any) -> dict[str, Any]:
+    """The sampling fields a GenParams sets (None = unset), by name: what a backend sends."""
+    return {name: value for name in GEN_FIELDS if (value := getattr(params, name)) is not None}
 
 
 def at_most_one_constraint(given: Mapping[str, Any], what: str = "a gen") -> list[str]:

@@ -6,11 +6,11 @@ then appends its template text and a later gen's prompt is a prefix of prompt + 
 gen is answered from the surplus without a call, as a separate call would have answered it:
 
 - the later gen's own stop strings cut the value;
-- the later gen's own ``max_tokens`` caps it: the speculative call asks for logprobs so the
-  response lists its tokens, and a value longer than ``max_tokens`` tokens is cut after its
-  ``max_tokens``-th token and finishes by ``length``. Without token texts from the endpoint a
-  value is taken only if it cannot be too long (no more characters than ``max_tokens``);
-- a surplus that was cut by length and holds neither a stop nor ``max_tokens`` tokens may end
+- the later gen's own ``max_new_tokens`` caps it: the speculative call asks for logprobs so the
+  response lists its tokens, and a value longer than ``max_new_tokens`` tokens is cut after its
+  ``max_new_tokens``-th token and finishes by ``length``. Without token texts from the endpoint a
+  value is taken only if it cannot be too long (no more characters than ``max_new_tokens``);
+- a surplus that was cut by length and holds neither a stop nor ``max_new_tokens`` tokens may end
   mid-answer: no hit.
 
 When nothing matches (the model's surplus left the template), the gen falls back to a call.
@@ -93,19 +93,20 @@ class SpeculativeCache:
                 return hit
         if not self.can_speculate(params):
             return self._plain(params, call)
-        spec = dataclasses.replace(params, stop=None, max_tokens=max(self.num_spec_tokens, params.max_tokens or 0))
+        spec = dataclasses.replace(params, stop=None,
+                                   max_new_tokens=max(self.num_spec_tokens, params.max_new_tokens or 0))
         with self._lock:
             self.stats.api_calls += 1
         result, tokens = call(spec, True)
         full = prompt_text + result.text
         entry = _Entry(ended=(result.meta.finish_reason or {}).get("type") != "length",
                        token_ends=_token_ends(len(prompt_text), result.text, tokens))
-        if params.max_tokens in (None, spec.max_tokens):  # NOTE: same budget: exactly a plain call's answer
+        if params.max_new_tokens in (None, spec.max_new_tokens):  # NOTE: same budget: exactly a plain call's answer
             text, stopped = _cut(result.text, params.stop or [])
             answer: Optional[_Answer] = _Answer(text, "stop" if stopped or entry.ended else "length")
         else:
             answer = _answer(full, entry, len(prompt_text), params)
-        if answer is None:  # NOTE: maybe over max_tokens, and no token texts to cut it: ask again
+        if answer is None:  # NOTE: maybe over max_new_tokens, and no token texts to cut it: ask again
             return self._plain(params, call)
         with self._lock:
             self._entries[full] = entry
@@ -152,7 +153,7 @@ def _answer(full: str, entry: _Entry, start: int, params: GenParams) -> Optional
     """What a call for prompt ``full[:start]`` with `params` would have answered, read from `full`;
     None when the surplus cannot tell (it may end mid-answer, or it is too long to cut safely)."""
     text, stopped = _cut(full[start:], params.stop or [])
-    limit = params.max_tokens
+    limit = params.max_new_tokens
     if entry.token_ends is None:
         if limit is not None and len(text) > limit:  # NOTE: a token has >= 1 char; shorter is safe
             return None

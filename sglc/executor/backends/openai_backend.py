@@ -1,7 +1,7 @@
 """OpenAIBackend: the executor's Backend over any OpenAI-compatible HTTP endpoint (`openai` package).
 
     backend = OpenAIBackend("http://127.0.0.1:30001", model="SmolLM2-135M-Instruct")
-    backend.generate(Prompt("Hello"), GenParams(max_tokens=8, temperature=0)).text
+    backend.generate(Prompt("Hello"), GenParams(max_new_tokens=8, temperature=0)).text
 
 Two model types:
 
@@ -165,7 +165,7 @@ class OpenAIBackend(Backend):
         """OpenAI request fields for one gen (sampling + constraint); BackendError if unsupported."""
         fields: dict[str, Any] = {}
         extra: dict[str, Any] = {}
-        for key, row in sampling_table.BY_FIELD.items():  # NOTE: spelled as the table's openai column says
+        for key, row in sampling_table.GEN_FIELDS.items():  # NOTE: spelled as the table's openai column says
             value = getattr(params, key)
             if value is None or not row.openai or (row.kind == "str_list" and not value):
                 continue

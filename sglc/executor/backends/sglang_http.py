@@ -1,7 +1,7 @@
 """SGLangBackend: the executor's Backend over SGLang's HTTP protocol (`/generate`).
 
     backend = SGLangBackend("http://127.0.0.1:30000")   # sglang-router, one `sglc serve --http-port`,
-    backend.generate(Prompt("Hi"), GenParams(max_tokens=8, temperature=0)).text   # or a real SGLang server
+    backend.generate(Prompt("Hi"), GenParams(max_new_tokens=8, temperature=0)).text   # or a real SGLang server
 
 One wire format for three kinds of servers, so a graph compiled by sglc runs on an SGLang
 deployment unchanged:
@@ -44,8 +44,6 @@ from sglc.wire.auth import API_KEY_ENV
 from sglc.wire.backend import (Backend, CallMeta, ChatTemplate, ChoiceLogprobs, GenParams, GenResult, ModelInfo,
                                Prompt, ScoreResult)
 
-#: Where SGLang's /generate spells a runtime name differently (everything else: the runtime's name).
-SGLANG_SPELLING = {"seed": "sampling_seed"}
 #: Statuses after which one retry is safe: the router found no (live) worker; nothing was generated for us.
 RETRY_STATUSES = (502, 503)
 #: Choices scored at once by one select (one request each).
@@ -143,8 +141,12 @@ class SGLangBackend(Backend):
     # --- requests ---
     def sampling_params(self, params: GenParams) -> dict[str, Any]:
         """GenParams -> SGLang's sampling_params (None fields left out: the server's defaults)."""
-        given = {name: getattr(params, name) for name in sampling_table.BY_FIELD}
-        sp: dict[str, Any] = {SGLANG_SPELLING.get(k, k): v for k, v in sampling_table.to_runtime(given).items()}
+        sp: dict[str, Any] = {}
+        for name, value in sampling_table.set_fields(params).items():  # NOTE: the table's sglang column
+            key = sampling_table.BY_NAME[name].sglang
+            if key is None:
+                raise BackendError(f"sglang backend {self.url}: SGLang's /generate has no field for {name}")
+            sp[key] = value
         sp.setdefault("max_new_tokens", sampling_table.BY_NAME["max_new_tokens"].default)
         for constraint in ("regex", "json_schema"):
             if getattr(params, constraint) is not None:

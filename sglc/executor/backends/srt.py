@@ -1,7 +1,7 @@
 """SrtBackend: the executor's Backend over gRPC to an sglc runtime (`sglc serve`).
 
     backend = SrtBackend("127.0.0.1:30000")
-    backend.generate(Prompt("Hello"), GenParams(max_tokens=8, temperature=0)).text
+    backend.generate(Prompt("Hello"), GenParams(max_new_tokens=8, temperature=0)).text
 
 - Safe to share between threads (one channel; gRPC multiplexes calls over it).
 - Every call has a deadline (``timeout``; ``info_timeout`` for the small RPCs), so a dead or
