@@ -1,7 +1,8 @@
 """Engine outputs -> OpenAI response JSON, and /generate's prompt and sampling shapes.
 
 Pure functions over dicts (no web framework). The OpenAI request bodies are pydantic models
-(openai_request.py); /generate's batch shapes are checked here, each bad field a
+(openai_request.py), and so are the answers (openai_response.py: every envelope and error body
+built here passes its model); /generate's batch shapes are checked here, each bad field a
 :class:`RequestError` naming it (HTTP 400 in OpenAI's error shape).
 """
 from __future__ import annotations
@@ -12,11 +13,13 @@ from typing import Any
 
 from sglc.wire.prompt import PromptInput, RequestError
 
+from .openai_response import BY_OBJECT, ErrorBody, checked
+
 
 def error_body(message: str, type_: str = "invalid_request_error", param: str | None = None,
                code: str | int | None = None) -> dict[str, Any]:
     """OpenAI's error shape."""
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    return checked(ErrorBody, {"error": {"message": message, "type": type_, "param": param, "code": code}})
 
 
 def generate_prompts(body: dict) -> tuple[list[PromptInput], bool]:
@@ -136,10 +139,11 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dic
 
 
 def envelope(kind: str, rid: str, model: str, choices: list[dict], usage_: dict | None = None) -> dict[str, Any]:
+    """An answer or SSE chunk whose ``object`` is `kind`, checked by that object's response model."""
     body = {"id": rid, "object": kind, "created": int(time.time()), "model": model, "choices": choices}
     if usage_ is not None:
         body["usage"] = usage_
-    return body
+    return checked(BY_OBJECT[kind], body)
 
 
 def sse(data: Any) -> str:
