@@ -85,6 +85,19 @@ def test_constraints_are_sent(backend):
     assert isinstance(json.loads(r.text)["ok"], bool)
 
 
+def test_extensions_are_refused_by_a_plain_openai_endpoint_never_dropped(server, monkeypatch_module):
+    """An endpoint that is not an sglc/SGLang server (here: the same server seen as a plain OpenAI
+    one) gets the standard fields; a set extension (top_k, stop_regex, ...) is an error naming it,
+    not silently left out (the answer would change); an extension at its default is fine."""
+    plain = make_backend("openai", server.http, model=MODEL)
+    plain._sglc_info = None
+    assert plain.request_fields(GenParams(max_new_tokens=4, temperature=0, top_k=-1)) == {"max_tokens": 4,
+                                                                                          "temperature": 0}
+    with pytest.raises(BackendError, match="takes no 'top_k'"):
+        plain.request_fields(GenParams(max_new_tokens=4, top_k=5))
+    plain.close()
+
+
 def test_chat_model_maps_roles_and_refuses_select(server, monkeypatch_module):
     """model_type=chat sends the messages (open assistant turn dropped); select names why it cannot run."""
     chat = make_backend("openai", server.http, model=MODEL, model_type="chat")

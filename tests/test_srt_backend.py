@@ -86,6 +86,21 @@ def test_stream_pieces_join_to_the_generated_text(backend):
 
 
 @pytest.mark.model
+def test_stop_regex_crosses_grpc(backend, runtime):
+    """stop_regex travels in runtime.proto's SamplingParams: the answer ends at the first match's
+    end, and equals the in-process engine's."""
+    import re
+
+    params = GenParams(max_new_tokens=20, temperature=0, stop_regex=[r" [6-9],"])
+    r = backend.generate(Prompt("1, 2, 3, 4, 5,"), params)
+    match = re.search(r" [6-9],", r.text)
+    assert match is not None and match.end() == len(r.text) and r.meta.finish_reason["type"] == "stop", r.text
+    local = runtime.engine.generate(["1, 2, 3, 4, 5,"], [{"max_new_tokens": 20, "temperature": 0,
+                                                          "stop_regex": [r" [6-9],"]}])[0]
+    assert local.text == r.text
+
+
+@pytest.mark.model
 def test_stop_and_max_tokens_are_honoured(backend):
     """stop strings cut the text; max_tokens bounds the completion."""
     r = backend.generate(Prompt("1, 2, 3, 4, 5,"), GenParams(max_new_tokens=20, temperature=0, stop=[" 8"]))

@@ -46,7 +46,8 @@ def sampling_defaults(run_kwargs: dict[str, Any]) -> dict[str, Any]:
         if key not in RUN_SAMPLING_KEYS:
             raise TypeError(f"unknown sampling keyword {key!r}; known: {', '.join(RUN_SAMPLING_KEYS)}")
         if value is not None:
-            out[RUN_SAMPLING_KEYS[key]] = [value] if key == "stop" and isinstance(value, str) else value
+            listed = sampling_table.BY_RUN[key].kind == "str_list" and isinstance(value, str)
+            out[RUN_SAMPLING_KEYS[key]] = [value] if listed else value
     return out
 
 

@@ -158,7 +158,8 @@ TABLE: tuple[SamplingParam, ...] = (
       sglang="repetition_penalty", proto="repetition_penalty", doc="HF/CTRL semantics, over output tokens; 1 is off"),
     P("seed", "int", None, 0, MAX_SEED, run="seed", openai=("seed",), sglang="sampling_seed", proto="seed",
       doc="a per-request generator: reproducible regardless of batching"),
-    P("stop_regex", "str_list", None, sglang="stop_regex",
+    P("stop_regex", "str_list", None, dsl="stop_regex", run="stop_regex", openai=("stop_regex",), sglang="stop_regex",
+      proto="stop_regex",
       doc="SGLang's field: the output ends once a match of one of these regexes ends in it (run as a DFA; "
           "the matched text stays in the output)"),
     P("no_stop_trim", "bool", False, sglang="no_stop_trim",

@@ -78,11 +78,14 @@ class SpeculativeCache:
     @staticmethod
     def can_speculate(params: GenParams) -> bool:
         """Only unconstrained gens with a stop start a speculative call."""
-        return bool(params.stop) and params.regex is None and params.json_schema is None and params.fsm is None
+        return bool(params.stop) and SpeculativeCache._unconstrained(params)
 
     @staticmethod
     def _unconstrained(params: GenParams) -> bool:
-        return params.regex is None and params.json_schema is None and params.fsm is None
+        """Gens whose answer a surplus can give: cut by stop strings and a token budget only (a
+        constraint, a stop regex or a minimum length would need the model's own run)."""
+        return (params.regex is None and params.json_schema is None and params.fsm is None
+                and not params.stop_regex and not params.min_new_tokens)
 
     def generate(self, prompt_text: str, params: GenParams, call: SpecCall) -> GenResult:
         """Answer from a surplus when the prompt continues one; else one call (speculative when the

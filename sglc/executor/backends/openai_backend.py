@@ -176,6 +176,9 @@ class OpenAIBackend(Backend):
                 fields[name] = value
             elif self.is_sglc:  # NOTE: extensions only sglc/SGLang know
                 extra[name] = value
+            elif value != row.default:  # NOTE: never dropped silently: it would change the answer
+                raise BackendError(f"openai backend {self.base_url}: this endpoint takes no {name!r} (only sglc/SGLang "
+                                   f"servers understand that extension); leave it at its default {row.default!r}")
         regex = params.regex if params.regex is not None else (params.fsm or {}).get("pattern")
         if params.fsm is not None and regex is None:
             raise BackendError("openai backend: a compiled FSM constraint without its pattern cannot be sent")
