@@ -7,9 +7,6 @@ The backend speaks only OpenAI's protocol (the real `openai` package); the same 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -27,8 +24,6 @@ SAMPLES = {"few_shot_qa": "samples/few_shot_qa.py", "json_extraction": "samples/
            "react_agent": "samples/react_agent.py", "multi_turn_chat": "samples/multi_turn_chat.py",
            "essay_judge": "samples/essay_judge.py", "tree_of_thought": "samples/tree_of_thought.py",
            "call_other_program": "samples/call_other_program.py:research_brief"}
-ENV = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-       "OPENAI_API_KEY": "sk-local"}
 
 
 server = serve_http_fixture(16384)
@@ -110,7 +105,7 @@ def test_chat_model_maps_roles_and_refuses_select(server, monkeypatch_module):
     chat.close()
 
 
-def test_samples_run_through_backend_openai(server, srt, tmp_path):
+def test_samples_run_through_backend_openai(server, srt, tmp_path, monkeypatch_module, capsys):
     """Samples compiled by `sglc compile` run via `sglc run --backend openai --endpoint URL --model NAME`:
     exit 0, one error-free result per input, constraints respected; the greedy few-shot answers
     equal the srt backend's on the same server."""
@@ -128,12 +123,10 @@ def test_samples_run_through_backend_openai(server, srt, tmp_path):
             if kind == "srt" and name != "few_shot_qa":
                 continue
             out = tmp_path / f"{name}.{kind}.jsonl"
-            proc = subprocess.run([sys.executable, "-m", "sglc.cli", "run", str(graph), "--backend", kind,
-                                   "--endpoint", endpoint, "--input", str(args),
-                                   "--output", str(out), "--no-progress"]
-                                  + (["--model", MODEL] if kind == "openai" else []),
-                                  cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
-            assert proc.returncode == 0, (name, kind, proc.stderr[-2000:])
+            # NOTE: in process (the CLI's own subprocess runs are tests/test_run_cli.py's)
+            code = sglc_main(["run", str(graph), "--backend", kind, "--endpoint", endpoint, "--input", str(args),
+                              "--output", str(out), "--no-progress"] + (["--model", MODEL] if kind == "openai" else []))
+            assert code == 0, (name, kind, capsys.readouterr().err[-2000:])
             outputs[name, kind] = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
         results = outputs[name, "openai"]
         assert [r["index"] for r in results] == [0]
