@@ -38,22 +38,30 @@ class CompletionLogprobs(_Model):
     text_offset: list[int]
 
 
-class CompletionChoice(_Model):
+class _Choice(_Model):
     index: int
-    text: str
-    logprobs: Optional[CompletionLogprobs] = None
     finish_reason: Optional[str] = None
 
 
-class Completion(_Model):
-    """A /v1/completions answer, and each of its SSE chunks (same object, partial text)."""
+class CompletionChoice(_Choice):
+    text: str
+    logprobs: Optional[CompletionLogprobs] = None
+
+
+class _Envelope(_Model):
+    """What every answer and chunk carries around its choices."""
 
     id: str
-    object: Literal["text_completion"]
     created: int
     model: str
-    choices: list[CompletionChoice]
     usage: Optional[Usage] = None
+
+
+class Completion(_Envelope):
+    """A /v1/completions answer, and each of its SSE chunks (same object, partial text)."""
+
+    object: Literal["text_completion"]
+    choices: list[CompletionChoice]
 
 
 class TopLogprob(_Model):
@@ -75,20 +83,17 @@ class AssistantMessage(_Model):
     content: str
 
 
-class ChatChoice(_Model):
-    index: int
-    message: AssistantMessage
+class _ChatChoice(_Choice):
     logprobs: Optional[ChatLogprobs] = None
-    finish_reason: Optional[str] = None
 
 
-class ChatCompletion(_Model):
-    id: str
+class ChatChoice(_ChatChoice):
+    message: AssistantMessage
+
+
+class ChatCompletion(_Envelope):
     object: Literal["chat.completion"]
-    created: int
-    model: str
     choices: list[ChatChoice]
-    usage: Optional[Usage] = None
 
 
 class Delta(_Model):
@@ -96,20 +101,13 @@ class Delta(_Model):
     content: Optional[str] = None
 
 
-class ChatChunkChoice(_Model):
-    index: int
+class ChatChunkChoice(_ChatChoice):
     delta: Delta
-    logprobs: Optional[ChatLogprobs] = None
-    finish_reason: Optional[str] = None
 
 
-class ChatCompletionChunk(_Model):
-    id: str
+class ChatCompletionChunk(_Envelope):
     object: Literal["chat.completion.chunk"]
-    created: int
-    model: str
     choices: list[ChatChunkChoice]
-    usage: Optional[Usage] = None
 
 
 class ErrorDetail(_Model):
