@@ -49,7 +49,7 @@ def run(mode: str, n: int, clients: int, rt: Runtime, stub, backend: SrtBackend)
         return len(msgs[-1].complete.output_ids)
 
     def via_srt(i: int) -> int:
-        return backend.generate(Prompt(prompt(i)), GenParams(max_tokens=1 + i % 2, temperature=0)).meta.completion_tokens
+        return backend.generate(Prompt(prompt(i)), GenParams(max_new_tokens=1 + i % 2, temperature=0)).meta.completion_tokens
 
     fn = {"direct": direct, "grpc": via_grpc, "srt": via_srt}[mode]
     t0 = time.perf_counter()

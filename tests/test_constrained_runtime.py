@@ -200,26 +200,26 @@ def test_jump_retokenizes_the_boundary_and_keeps_earlier_tokens(cache, tokenizer
 @pytest.mark.model
 def test_a_jump_that_only_merges_into_the_last_token_is_still_made(cache, tokenizer):
     """A sampled ' ' before the forced 'ok' becomes the single token ' ok': no extra token, but
-    the text grows, so the jump is made (and with a tight max_tokens too)."""
+    the text grows, so the jump is made (and with a tight max_new_tokens too)."""
     state = cache.get(ConstraintSpec.of(regex="[a-z] ok")).new_cursor()
     out = tokenizer.encode("a", add_special_tokens=False) + tokenizer.encode(" ", add_special_tokens=False)
     for t in out:
         state.advance(t)
     for cap in (None, len(out)):
-        plan = plan_jump(state, out, tokenizer, max_tokens=cap)
+        plan = plan_jump(state, out, tokenizer, max_new_tokens=cap)
         assert plan is not None and plan.start == len(out) - 1
         assert text_of(tokenizer, plan.apply_to(out)) == "a ok" and len(plan.apply_to(out)) == len(out)
 
 
 @pytest.mark.model
-def test_jump_respects_max_tokens(cache, tokenizer):
+def test_jump_respects_max_new_tokens(cache, tokenizer):
     """With a cap the new tail is cut to fit; with no room to progress there is no jump."""
     state = cache.get(ConstraintSpec.of(regex="The answer is [0-9]")).new_cursor()
     full = plan_jump(state, [], tokenizer)
     assert len(full.token_ids) > 2
-    cut = plan_jump(state, [], tokenizer, max_tokens=2)
+    cut = plan_jump(state, [], tokenizer, max_new_tokens=2)
     assert cut.token_ids == full.token_ids[:2] and cut.state.num_tokens == 2
-    assert plan_jump(state, [], tokenizer, max_tokens=0) is None
+    assert plan_jump(state, [], tokenizer, max_new_tokens=0) is None
 
 
 PATTERNS = [

@@ -78,6 +78,17 @@ def test_completion_greedy_equals_engine(client, model, runtime):
     assert r.usage.completion_tokens == 8 and r.choices[0].finish_reason == "length"
 
 
+def test_completion_prompts_as_token_id_lists_equal_the_texts(client, model, runtime):
+    """OpenAI's prompt forms: a list of token-id lists gives one choice per prompt, each the greedy
+    answer to the same text."""
+    texts = ["The capital of France is", "One, two,"]
+    ids = [list(runtime.engine.tokenizer.encode(t)) for t in texts]
+    by_ids = client.completions.create(model=model, prompt=ids, max_tokens=4, temperature=0)
+    by_text = client.completions.create(model=model, prompt=texts, max_tokens=4, temperature=0)
+    assert [c.text for c in by_ids.choices] == [c.text for c in by_text.choices]
+    assert len(by_ids.choices) == 2
+
+
 def test_completion_stop_and_n(client, model):
     """`stop` cuts the text before the stop string; `n` returns n choices."""
     r = client.completions.create(model=model, prompt="Count: 1, 2, 3,", max_tokens=20, temperature=0, stop=[","])

@@ -67,12 +67,12 @@ def plan_jump(
     tokenizer: Any,
     *,
     window: int = DEFAULT_WINDOW,
-    max_tokens: int | None = None,
+    max_new_tokens: int | None = None,
 ) -> JumpPlan | None:
     """Plan a jump-forward from ``state`` (which must have taken exactly ``output_ids``).
 
     ``tokenizer.encode(text, add_special_tokens=False)`` retokenizes the boundary.
-    ``max_tokens`` caps the output length after the jump (the tail is cut to fit; the cut
+    ``max_new_tokens`` caps the output length after the jump (the tail is cut to fit; the cut
     tokens still spell a valid prefix of the forced text).
     """
     if state.num_tokens != len(output_ids):
@@ -105,8 +105,8 @@ def plan_jump(
         keep += 1
     first = start + keep
     tail = new[keep:]
-    if max_tokens is not None:
-        tail = tail[: max(max_tokens - first, 0)]
+    if max_new_tokens is not None:
+        tail = tail[: max(max_new_tokens - first, 0)]
         kept = sum(len(vocab.token_bytes(t)) for t in tail)  # type: ignore[arg-type]
         if kept <= sum(len(p) for p in pieces[keep:]):  # type: ignore[arg-type]
             return None  # the cut tail would add no text

@@ -79,7 +79,7 @@ class EngineConstraints:
         if not (self.jump_forward and req.sampling_params.jump_forward and isinstance(cursor, ConstraintState)) \
                 or cursor.is_finished():
             return False
-        plan = plan_jump(cursor, req.output_ids, self._tokenizer, max_tokens=req.max_new_tokens - 1)
+        plan = plan_jump(cursor, req.output_ids, self._tokenizer, max_new_tokens=req.max_new_tokens - 1)
         if plan is None:
             return False
         completes = not queued and plan.state.is_finished()

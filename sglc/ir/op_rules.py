@@ -7,7 +7,7 @@ options) as long as they are in the attribute domain. NODE_RULES holds the few r
 several attributes of one node; GRAPH_META_RULES checks the graph's meta entries by key.
 
 Numbers are finite and bounded: a graph.pb is untrusted input, and a sampling parameter such as
-``max_tokens=10**30`` or ``temperature=inf`` must be refused here, naming the node, not deep in a
+``max_new_tokens=10**30`` or ``temperature=inf`` must be refused here, naming the node, not deep in a
 backend. The bounds are generous (no real program comes near them):
 ``MAX_GEN_TOKENS``, ``MAX_TEMPERATURE``, ``MAX_TOKEN_ID``, ``MAX_COUNT``.
 """
