@@ -139,6 +139,23 @@ def test_streaming_chunks_concatenate_to_the_full_answer(client, model):
     assert parts[-1].choices[0].finish_reason in ("length", "stop")
 
 
+def test_stream_options_include_usage_ends_the_stream_with_the_usage(client, model):
+    """stream_options={"include_usage": true}: the last chunk has no choices and the same usage as
+    the non-streamed answer (both endpoints, n=2 summed)."""
+    full = client.completions.create(model=model, prompt="Once upon a time", max_tokens=6, temperature=0, n=2)
+    parts = list(client.completions.create(model=model, prompt="Once upon a time", max_tokens=6, temperature=0, n=2,
+                                           stream=True, stream_options={"include_usage": True}))
+    assert parts[-1].choices == [] and all(p.choices for p in parts[:-1])
+    assert (parts[-1].usage.prompt_tokens, parts[-1].usage.completion_tokens) == (
+        full.usage.prompt_tokens, full.usage.completion_tokens)
+    msgs = [{"role": "user", "content": "Say hello."}]
+    full = client.chat.completions.create(model=model, messages=msgs, max_tokens=6, temperature=0)
+    parts = list(client.chat.completions.create(model=model, messages=msgs, max_tokens=6, temperature=0, stream=True,
+                                                stream_options={"include_usage": True}))
+    assert parts[-1].choices == [] and parts[-1].usage.completion_tokens == full.usage.completion_tokens
+    assert parts[-1].usage.total_tokens == full.usage.total_tokens
+
+
 def test_json_schema_response_format_output_validates(client, model):
     """response_format json_schema constrains the output: it parses and matches the schema."""
     r = client.chat.completions.create(

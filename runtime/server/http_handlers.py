@@ -108,12 +108,13 @@ class Handlers:
         calls = group.submit_all([partial(self.svc.generate, PromptInput(token_ids=ids), params)
                                   for ids in encoded for _ in range(n)])
         pairs = list(zip([ids for ids in encoded for _ in range(n)], calls))  # (prompt ids, call), n per prompt
-        opts = {"logprobs": logprobs, "echo": echo}
+        opts = {"logprobs": logprobs, "echo": echo, "usage": req.stream_usage}
         return Started(group, partial(self.finish_completions, model, pairs, opts),
                        partial(self.completions_stream, model, pairs, opts))
 
     async def completions_stream(self, model: str, calls: list, opts: dict) -> AsyncIterator[str]:
         rid = f"cmpl-{uuid.uuid4().hex}"
+        tally = [0, 0, 0]
         for index, (ids, call) in enumerate(calls):
             if opts["echo"]:
                 yield proto.sse(proto.envelope("text_completion", rid, model, [
@@ -125,18 +126,25 @@ class Handlers:
                 return proto.envelope("text_completion", rid, model,
                                       [{"index": index, "text": text, "finish_reason": finish, "logprobs": lp}])
 
-            async for event in self._stream_call(call, make):
+            async for event in self._stream_call(call, make, tally):
                 yield event
+        if opts["usage"]:
+            yield proto.sse(proto.envelope("text_completion", rid, model, [], proto.usage(*tally)))
         yield proto.sse("[DONE]")
 
-    async def _stream_call(self, call: Any, make: Any) -> AsyncIterator[str]:
+    async def _stream_call(self, call: Any, make: Any, tally: list[int]) -> AsyncIterator[str]:
+        """The call's SSE events; its token counts are added to `tally` [prompt, completion, cached]."""
         async for chunk in call.achunks():
             if chunk.finished:
-                reason = chunk.output.finish_reason
+                out = chunk.output
+                reason = out.finish_reason
                 if reason.get("type") == "abort":
                     yield proto.sse(proto.error_body(str(reason.get("message")), "server_error", code=abort_kind(
                         str(reason.get("message")))))
                     return
+                tally[0] += out.prompt_tokens
+                tally[1] += out.completion_tokens
+                tally[2] += out.cached_tokens
                 yield proto.sse(make(chunk.text, chunk, proto.finish_reason(reason)))
             elif chunk.text or chunk.token_ids:
                 yield proto.sse(make(chunk.text, chunk, None))
@@ -166,11 +174,12 @@ class Handlers:
         params = self.params(req.sampling_fields(), top if want_lp else None)
         group = CallGroup()
         calls = group.submit_all([partial(self.svc.generate, PromptInput(text=text), params) for _ in range(n)])
-        opts = {"logprobs": want_lp, "top": top}
+        opts = {"logprobs": want_lp, "top": top, "usage": req.stream_usage}
         return Started(group, partial(self.finish_chat, model, calls, opts), partial(self.chat_stream, model, calls, opts))
 
     async def chat_stream(self, model: str, calls: list, opts: dict) -> AsyncIterator[str]:
         rid = f"chatcmpl-{uuid.uuid4().hex}"
+        tally = [0, 0, 0]
         for index, call in enumerate(calls):
             yield proto.sse(proto.envelope("chat.completion.chunk", rid, model, [
                 {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
@@ -183,8 +192,10 @@ class Handlers:
                                                      chunk.top_logprobs if opts["top"] else None)
                      if opts["logprobs"] and chunk.logprobs else None}])
 
-            async for event in self._stream_call(call, make):
+            async for event in self._stream_call(call, make, tally):
                 yield event
+        if opts["usage"]:
+            yield proto.sse(proto.envelope("chat.completion.chunk", rid, model, [], proto.usage(*tally)))
         yield proto.sse("[DONE]")
 
     # --- SGLang native ---

@@ -5,8 +5,9 @@ row per parameter, ``max_tokens`` and ``max_completion_tokens`` both spelling ma
 checked by the row's own range check under the name the client sent. The other fields are
 OpenAI's, in three kinds, as in sglang_request.py:
 
-- honoured (``prompt``, ``messages``, ``n``, ``stream``, ``logprobs``, ``echo``, ``top_logprobs``,
-  ``response_format``, and sglc's / SGLang's ``regex`` extension);
+- honoured (``prompt``, ``messages``, ``n``, ``stream``, ``stream_options.include_usage``,
+  ``logprobs``, ``echo``, ``top_logprobs``, ``response_format``, and sglc's / SGLang's ``regex``
+  extension);
 - harmless no-ops accepted with any value (``user``: an end-user id for the provider's abuse
   monitoring);
 - not supported: accepted only at OpenAI's default (``null`` / empty / ``best_of`` 1 / a
@@ -78,9 +79,6 @@ class _OpenAIRequest(sampling_model("_OpenAISampling", sampling_table.BY_OPENAI,
         for name in self.UNSUPPORTED:
             if not is_default(getattr(self, name)):
                 return FieldError(name, f"'{name}' is not supported by this server (only null is accepted)")
-        if self.stream_options is not None and self.stream_options.include_usage:
-            return FieldError("stream_options.include_usage", "'stream_options.include_usage' is not supported by "
-                                                              "this server; the non-streamed answer carries usage")
         return None
 
     def sampling_fields(self) -> dict[str, Any]:
@@ -119,6 +117,11 @@ class _OpenAIRequest(sampling_model("_OpenAISampling", sampling_table.BY_OPENAI,
             raise FieldError("response_format.json_schema.schema",
                              "'response_format.json_schema.schema' must be a JSON schema object")
         return json.dumps(schema)
+
+    @property
+    def stream_usage(self) -> bool:
+        """``stream_options.include_usage``: a last chunk with no choices carries the usage."""
+        return self.stream_options is not None and bool(self.stream_options.include_usage)
 
     def num_choices(self, max_n: int) -> int:
         """OpenAI's ``n``: 1..max_n (the server limit)."""
