@@ -17,6 +17,7 @@ import pytest
 from grpc_helpers import runtime_fixture
 
 from sglc_runtime.sampling.sampling_params import SamplingParams
+from sglc_runtime.server.openai_response import ChatCompletionChunk, Completion, checked
 
 pytestmark = pytest.mark.model
 
@@ -154,6 +155,34 @@ def test_stream_options_include_usage_ends_the_stream_with_the_usage(client, mod
                                                 stream_options={"include_usage": True}))
     assert parts[-1].choices == [] and parts[-1].usage.completion_tokens == full.usage.completion_tokens
     assert parts[-1].usage.total_tokens == full.usage.total_tokens
+
+
+def _sse_events(base: str, path: str, body: dict) -> list[dict]:
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        lines = [line[len("data: "):] for line in r.read().decode().splitlines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(line) for line in lines[:-1]]
+
+
+def test_every_streamed_chunk_has_openais_shape(base):
+    """The server does not re-validate each chunk (they are built per token), so this does: every
+    SSE event of both endpoints, with echo, logprobs, n=2 and the usage chunk, passes its response
+    model unchanged (no field missing, misspelled or of the wrong type)."""
+    streams = {
+        "/v1/completions": (Completion, {"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0, "n": 2,
+                                         "echo": True, "logprobs": 2, "stream": True,
+                                         "stream_options": {"include_usage": True}}),
+        "/v1/chat/completions": (ChatCompletionChunk, {"messages": [{"role": "user", "content": "Say hello."}],
+                                                       "max_tokens": 4, "temperature": 0, "n": 2, "logprobs": True,
+                                                       "top_logprobs": 2, "stream": True,
+                                                       "stream_options": {"include_usage": True}}),
+    }
+    for path, (response_model, body) in streams.items():
+        events = _sse_events(base, path, body)
+        assert len(events) > 4 and events[-1]["usage"]["completion_tokens"] == 8, path
+        for event in events:
+            assert checked(response_model, event) == event, (path, event)
 
 
 def test_json_schema_response_format_output_validates(client, model):

@@ -50,6 +50,8 @@ def test_each_edge_has_exactly_the_table_rows_it_spells():
     assert RUN_SAMPLING_KEYS == {key: row.name for key, row in BY_RUN.items()}
     assert [f.name for f in dataclasses.fields(GenParams)] == [*GEN_FIELDS, "regex", "json_schema", "fsm"]
     assert all(row.proto in (None, row.name) for row in TABLE)
+    # NOTE: every GenParams field reaches every backend: runtime.proto, OpenAI and SGLang spell it
+    assert all(row.proto and row.openai and row.sglang for row in GEN_FIELDS.values())
     proto_fields = {f.name for f in pb.SamplingParams.DESCRIPTOR.fields} - {"regex", "json_schema", "fsm"}
     assert proto_fields == {row.proto for row in PROTO}
     runtime_fields = {f.name: f.default for f in dataclasses.fields(SamplingParams)}

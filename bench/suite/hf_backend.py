@@ -40,8 +40,8 @@ from sglc.wire.backend import (
     ScoreResult,
 )
 from sglc.executor.errors import BackendError
+from sglc.wire import sampling_table
 from sglc_runtime.cache.token_prefix import common_prefix_len
-from sglc_runtime.server.engine_backend import sampling_kwargs  # NOTE: one GenParams -> SamplingParams mapping
 
 
 class HFPerCallBackend(Backend):
@@ -229,7 +229,7 @@ class HFPerCallBackend(Backend):
         """The runtime's SamplingParams for `params` (same defaults and checks as the engine)."""
         from sglc_runtime.sampling.sampling_params import SamplingParams
 
-        return SamplingParams(**sampling_kwargs(params))
+        return SamplingParams(**sampling_table.set_fields(params))  # NOTE: the one GenParams -> runtime mapping
 
     def _grammar(self, params: GenParams) -> Any:
         """The compiled constraint of `params` (None without one); ValueError naming a bad one."""

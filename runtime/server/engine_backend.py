@@ -50,11 +50,6 @@ from .service import RuntimeService, ServiceUnavailable
 #: Seconds one engine call may take before it is aborted and reported (CPU decoding is slow).
 DEFAULT_CALL_TIMEOUT = 600.0
 
-def sampling_kwargs(params: GenParams) -> dict[str, Any]:
-    """The runtime SamplingParams fields a GenParams sets (constraints aside), by runtime name."""
-    return sampling_table.set_fields(params)
-
-
 class EngineBackend(Backend):
     """A Backend over an in-process ``sglc_runtime.engine.Engine`` (thread-safe).
 
@@ -201,6 +196,6 @@ class EngineBackend(Backend):
     def _sampling_fields(params: GenParams) -> dict[str, Any]:
         """The runtime SamplingParams fields of a gen, its constraint included (the engine compiles
         a constraint once: its GrammarCache)."""
-        fields = sampling_kwargs(params)
+        fields = sampling_table.set_fields(params)
         fields.update({k: getattr(params, k) for k in ("regex", "json_schema", "fsm") if getattr(params, k) is not None})
         return fields

@@ -269,8 +269,7 @@ class Handlers:
                                                    tops if opts["logprobs"] else None, 0)
             choices.append({"index": index, "text": text, "logprobs": lp,
                             "finish_reason": proto.finish_reason(out.finish_reason)})
-        return proto.envelope("text_completion", f"cmpl-{uuid.uuid4().hex}", model, choices,
-                              proto.usage(pt, ct, cached))
+        return proto.answer("text_completion", f"cmpl-{uuid.uuid4().hex}", model, choices, proto.usage(pt, ct, cached))
 
     def finish_chat(self, model: str, calls: list, opts: dict) -> dict:
         """The JSON answer of a non-streamed /v1/chat/completions."""
@@ -283,5 +282,4 @@ class Handlers:
                   if opts["logprobs"] else None)
             choices.append({"index": index, "message": {"role": "assistant", "content": out.text},
                             "logprobs": lp, "finish_reason": proto.finish_reason(out.finish_reason)})
-        return proto.envelope("chat.completion", f"chatcmpl-{uuid.uuid4().hex}", model, choices,
-                              proto.usage(pt, ct, cached))
+        return proto.answer("chat.completion", f"chatcmpl-{uuid.uuid4().hex}", model, choices, proto.usage(pt, ct, cached))

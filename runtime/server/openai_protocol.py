@@ -1,8 +1,8 @@
 """Engine outputs -> OpenAI response JSON, and /generate's prompt and sampling shapes.
 
 Pure functions over dicts (no web framework). The OpenAI request bodies are pydantic models
-(openai_request.py), and so are the answers (openai_response.py: every envelope and error body
-built here passes its model); /generate's batch shapes are checked here, each bad field a
+(openai_request.py), and so are the answers (openai_response.py: every whole answer and error
+body built here passes its model; SSE chunks, built per token, are checked by the tests); /generate's batch shapes are checked here, each bad field a
 :class:`RequestError` naming it (HTTP 400 in OpenAI's error shape).
 """
 from __future__ import annotations
@@ -139,11 +139,17 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dic
 
 
 def envelope(kind: str, rid: str, model: str, choices: list[dict], usage_: dict | None = None) -> dict[str, Any]:
-    """An answer or SSE chunk whose ``object`` is `kind`, checked by that object's response model."""
+    """An SSE chunk (or the body of an answer) whose ``object`` is `kind`. NOTE: not validated:
+    chunks are built per token; tests hold them to openai_response's models."""
     body = {"id": rid, "object": kind, "created": int(time.time()), "model": model, "choices": choices}
     if usage_ is not None:
         body["usage"] = usage_
-    return checked(BY_OBJECT[kind], body)
+    return body
+
+
+def answer(kind: str, rid: str, model: str, choices: list[dict], usage_: dict | None = None) -> dict[str, Any]:
+    """A whole (non-streamed) answer, checked by its object's response model (once per call)."""
+    return checked(BY_OBJECT[kind], envelope(kind, rid, model, choices, usage_))
 
 
 def sse(data: Any) -> str:

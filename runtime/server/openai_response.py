@@ -1,9 +1,10 @@
 """OpenAI's response bodies as pydantic models: what /v1/completions and /v1/chat/completions answer.
 
-openai_protocol.py builds each answer (and each SSE chunk) as a dict and passes it through the
-model of its ``object`` (:func:`checked`): a field we misspell or a value of the wrong type fails
-here, in our tests, not in a client. Fields are dumped exactly as given (``exclude_unset``), so a
-chunk's ``delta`` stays ``{}`` when it carries no text, as OpenAI sends it.
+openai_protocol.py passes each whole answer and error body through the model of its ``object``
+(:func:`checked`): a field we misspell or a value of the wrong type fails here, not in a client.
+SSE chunks are built per token, so the server does not re-validate each; the tests hold every
+chunk shape to these models. Fields are dumped exactly as given (``exclude_unset``), so a chunk's
+``delta`` stays ``{}`` when it carries no text, as OpenAI sends it.
 """
 from __future__ import annotations
 

@@ -321,10 +321,7 @@ class RuntimeService:
             try:  # NOTE: a tracked call: cancelled at the deadline, never left running
                 call = self.generate(PromptInput(token_ids=[self._start_token()]),
                                      SamplingParams(max_new_tokens=1, temperature=0.0))
-                out = None
-                for chunk in call.chunks(is_active=lambda: time.monotonic() < deadline, poll_s=0.05):
-                    if chunk.finished:
-                        out = chunk.output
+                out = self.final_output(call, is_active=lambda: time.monotonic() < deadline)
             except Exception as err:
                 return "not_serving", f"generation check failed: {one_line(err)}"
             if out is None:

@@ -46,8 +46,7 @@ def sampling_defaults(run_kwargs: dict[str, Any]) -> dict[str, Any]:
         if key not in RUN_SAMPLING_KEYS:
             raise TypeError(f"unknown sampling keyword {key!r}; known: {', '.join(RUN_SAMPLING_KEYS)}")
         if value is not None:
-            listed = sampling_table.BY_RUN[key].kind == "str_list" and isinstance(value, str)
-            out[RUN_SAMPLING_KEYS[key]] = [value] if listed else value
+            out[RUN_SAMPLING_KEYS[key]] = value  # NOTE: a str for a list is made one in gen_params
     return out
 
 
@@ -118,8 +117,9 @@ class Semantics:
         """Sampling parameters for a GEN: its attrs over the run's defaults; its constraint."""
         values = {k: v for k, v in self.defaults.items()}
         values.update({k: attrs[k] for k in _GEN_SAMPLING_ATTRS if attrs.get(k) is not None})
-        if isinstance(values.get("stop"), str):
-            values["stop"] = [values["stop"]]
+        for key, value in values.items():  # NOTE: a str stop (or stop_regex) is a one-item list
+            if isinstance(value, str) and sampling_table.GEN_FIELDS[key].kind == "str_list":
+                values[key] = [value]
         params = GenParams(**values)
         fsm = attrs.get("fsm")
         if fsm is not None:

@@ -108,6 +108,7 @@ def _sampling(row: sampling_table.SamplingParam) -> Check:
 #: Sampling parameters of a gen (all optional): the DSL rows of sglc.wire.sampling_table.
 SAMPLING_ATTRS: dict[str, tuple[bool, Check]] = {key: (False, _sampling(row)) for key, row in sampling_table.GEN_ATTRS.items()}
 
+
 def _dsl_spelling(row: sampling_table.SamplingParam) -> Check:
     """The DSL's spelling of a parameter named otherwise inside (``max_tokens``): always refused,
     so a graph that carries it is not silently run with the default."""

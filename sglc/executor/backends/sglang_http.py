@@ -141,12 +141,9 @@ class SGLangBackend(Backend):
     # --- requests ---
     def sampling_params(self, params: GenParams) -> dict[str, Any]:
         """GenParams -> SGLang's sampling_params (None fields left out: the server's defaults)."""
-        sp: dict[str, Any] = {}
-        for name, value in sampling_table.set_fields(params).items():  # NOTE: the table's sglang column
-            key = sampling_table.BY_NAME[name].sglang
-            if key is None:
-                raise BackendError(f"sglang backend {self.url}: SGLang's /generate has no field for {name}")
-            sp[key] = value
+        # NOTE: every GenParams field has an SGLang spelling (tests/test_sampling_table.py)
+        sp: dict[str, Any] = {sampling_table.GEN_FIELDS[name].sglang: value
+                              for name, value in sampling_table.set_fields(params).items()}
         sp.setdefault("max_new_tokens", sampling_table.BY_NAME["max_new_tokens"].default)
         for constraint in ("regex", "json_schema"):
             if getattr(params, constraint) is not None:
