@@ -12,5 +12,5 @@ runtime_packages = [
 setup(
     packages=find_packages(include=["sglc", "sglc.*"]) + runtime_packages,
     package_dir={"sglc_runtime": "runtime"},
-    package_data={"sglc": ["py.typed"]},
+    package_data={"sglc": ["py.typed"], "sglc_runtime.model.native": ["*.cpp"]},
 )

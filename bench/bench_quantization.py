@@ -40,7 +40,12 @@ PROMPTS = [
     "The main difference between a virus and a bacterium is",
     "Once upon a time, in a small village by the mountains,",
 ]
-CONFIGS = [("fp32", "float32", "none"), ("bf16", "bfloat16", "none"), ("int8", None, "int8"), ("int4", None, "int4")]
+#: (name, dtype, quantization, native_ops). The reference is "fp32 eager": plain torch ops, the
+#: model tests/test_model_parity.py holds to Hugging Face's; "eager" rows run with the native CPU
+#: kernels off (models/layer_ops.py), so each precision shows what the kernels change.
+CONFIGS = [("fp32 eager", "float32", "none", False), ("fp32", "float32", "none", None),
+           ("bf16", "bfloat16", "none", None), ("int8", None, "int8", None),
+           ("int4 eager", None, "int4", False), ("int4", None, "int4", None)]
 
 
 def _encode(prompts: list[str]) -> list[list[int]]:
@@ -123,11 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     path = resolve_model_path(None)
-    reference = load_model(path, dtype="float32")
+    reference = load_model(path, dtype="float32", native_ops=False)
     sequences = float_continuations(reference, PROMPTS, args.new_tokens)
     rows = {}
-    for name, dtype, quantization in CONFIGS:
-        model = reference if name == "fp32" else load_model(path, dtype=dtype, quantization=quantization)
+    for name, dtype, quantization, native in CONFIGS:
+        model = reference if name == "fp32 eager" else load_model(path, dtype=dtype, quantization=quantization,
+                                                                  native_ops=native)
         row = agreement(reference, model, sequences)
         row["ms_per_step_1"] = decode_ms(model, 1, args.steps)
         row["ms_per_step_8"] = decode_ms(model, 8, args.steps)

@@ -28,7 +28,7 @@ def _reference(q, k_all, v_all, prefix_len):
     return out.reshape(e, H * D)
 
 
-def _run_case(prefix_lens, extend_lens, num_slots=200, seed=0):
+def _run_case(prefix_lens, extend_lens, num_slots=200, seed=0, native=None):
     """Fill prefixes at random slots, run one forward, compare with the reference per request."""
     gen = torch.Generator().manual_seed(seed)
     kv = KVBuffer(num_layers=2, num_slots=num_slots, num_kv_heads=KVH, head_dim=D)
@@ -51,14 +51,19 @@ def _run_case(prefix_lens, extend_lens, num_slots=200, seed=0):
     k_new = torch.cat([fk[p:] for fk, p in zip(full_k, prefix_lens)])
     v_new = torch.cat([fv[p:] for fv, p in zip(full_v, prefix_lens)])
     before_k = kv.k[1].clone()
-    backend = create_backend("torch", H, KVH, D)
+    backend = TorchAttentionBackend(H, KVH, D, native=native)
     backend.prepare(batch)
     out = backend.forward(1, q, k_new, v_new, kv)
     return batch, q, out, full_k, full_v, kv, before_k, slots
 
 
-def _check(prefix_lens, extend_lens, seed=0):
-    batch, q, out, full_k, full_v, kv, before_k, slots = _run_case(prefix_lens, extend_lens, seed=seed)
+#: None: decode rows on the native CPU kernel (the default where it builds); False: eager SDPA
+BACKEND_PATHS = pytest.mark.parametrize("native", [None, False], ids=["native", "eager"])
+
+
+def _check(prefix_lens, extend_lens, seed=0, native=None):
+    batch, q, out, full_k, full_v, kv, before_k, slots = _run_case(prefix_lens, extend_lens, seed=seed,
+                                                                   native=native)
     assert out.shape == (batch.num_tokens, H * D)
     start = 0
     for i, (p, e) in enumerate(zip(prefix_lens, extend_lens)):
@@ -71,19 +76,22 @@ def _check(prefix_lens, extend_lens, seed=0):
     torch.testing.assert_close(kv.k[1][batch.out_cache_loc], torch.cat([fk[p:] for fk, p in zip(full_k, prefix_lens)]))
 
 
-def test_mixed_batch_matches_dense_reference():
+@BACKEND_PATHS
+def test_mixed_batch_matches_dense_reference(native):
     """Decode, prefill and prefix-extend requests in one batch each match dense causal attention."""
-    _check(prefix_lens=[5, 0, 17, 3, 0], extend_lens=[1, 7, 4, 1, 1])
+    _check(prefix_lens=[5, 0, 17, 3, 0], extend_lens=[1, 7, 4, 1, 1], native=native)
 
 
-def test_pure_decode_batch_with_equal_lengths_matches_reference():
+@BACKEND_PATHS
+def test_pure_decode_batch_with_equal_lengths_matches_reference(native):
     """The unpadded fast path (all requests the same length) matches the reference."""
-    _check(prefix_lens=[9, 9, 9], extend_lens=[1, 1, 1])
+    _check(prefix_lens=[9, 9, 9], extend_lens=[1, 1, 1], native=native)
 
 
-def test_pure_decode_batch_with_ragged_lengths_matches_reference():
+@BACKEND_PATHS
+def test_pure_decode_batch_with_ragged_lengths_matches_reference(native):
     """The padded decode path masks each request's padding."""
-    _check(prefix_lens=[0, 1, 30, 12], extend_lens=[1, 1, 1, 1])
+    _check(prefix_lens=[0, 1, 30, 12], extend_lens=[1, 1, 1, 1], native=native)
 
 
 @settings(max_examples=25, deadline=None)
@@ -91,9 +99,10 @@ def test_pure_decode_batch_with_ragged_lengths_matches_reference():
     reqs=st.lists(st.tuples(st.integers(0, 12), st.integers(1, 6)), min_size=1, max_size=5),
     seed=st.integers(0, 2**16),
 )
-def test_any_batch_shape_matches_dense_reference(reqs, seed):
+@BACKEND_PATHS
+def test_any_batch_shape_matches_dense_reference(native, reqs, seed):
     """For any mix of prefix/extend lengths, paged attention equals dense causal attention."""
-    _check([p for p, _ in reqs], [e for _, e in reqs], seed=seed)
+    _check([p for p, _ in reqs], [e for _, e in reqs], seed=seed, native=native)
 
 
 def test_forward_before_prepare_raises():
@@ -208,7 +217,7 @@ class _Sim:
 def test_decode_workspace_is_reused_across_steps_and_rebuilt_on_changes():
     """Same requests decoding again reuse the workspace; joins, leaves, reorders, prefill rebuild it."""
     sim = _Sim(seed=7)
-    backend = create_backend("torch", H, KVH, D)
+    backend = TorchAttentionBackend(H, KVH, D, native=False)  # NOTE: the native kernel needs no workspace
     ws = backend.workspace
     for name, p in (("a", 5), ("b", 17), ("c", 0)):
         sim.add(name, p)
@@ -231,15 +240,31 @@ def test_decode_workspace_is_reused_across_steps_and_rebuilt_on_changes():
 def test_decode_workspace_outgrows_its_headroom_and_respects_its_memory_cap():
     """Past its capacity the workspace rebuilds bigger; over the byte cap it is not used at all."""
     sim = _Sim(seed=8, num_slots=600)
-    backend = create_backend("torch", H, KVH, D)
+    backend = TorchAttentionBackend(H, KVH, D, native=False)
     sim.add("a", 3)
     for _ in range(70):  # headroom is 64 steps
         sim.step(backend, ["a"])
     assert backend.workspace.num_rebuilds == 2
-    tiny = TorchAttentionBackend(H, KVH, D, decode_workspace_bytes=1)
+    tiny = TorchAttentionBackend(H, KVH, D, decode_workspace_bytes=1, native=False)
     sim.step(tiny, ["a"])
     sim.step(tiny, ["a"])
     assert tiny.workspace.num_rebuilds == 0
     off = TorchAttentionBackend(H, KVH, D, decode_workspace_bytes=0)
     sim.step(off, ["a"])
     assert off.workspace is None
+
+
+def test_native_decode_reads_the_paged_buffer_in_place_through_joins_leaves_and_prefills():
+    """The native kernel keeps no copies: the same churn as above matches the reference at every
+    step and never builds a workspace."""
+    sim = _Sim(seed=9)
+    backend = TorchAttentionBackend(H, KVH, D)
+    for name, p in (("a", 5), ("b", 17), ("c", 0)):
+        sim.add(name, p)
+    for names in (["a", "b", "c"], ["a", "b", "c"], ["a", "c"], ["c", "a"]):
+        sim.step(backend, names)
+    sim.add("d", 9)
+    sim.step(backend, ["c", "a", "d"], extend={"a": 3})
+    sim.step(backend, ["c", "a", "d"])
+    assert backend.native is None or backend.native  # it was not switched off by a failed build
+    assert backend.workspace.num_rebuilds == 0

@@ -2,7 +2,8 @@
 
 Bottom-up: ``model_config.py``, ``weights.py``, ``gguf_convert.py`` / ``default_model.py``
 (model files), ``tokenizer.py``, ``forward_batch.py`` (the runner <-> model contract),
-``attention/`` (backends), ``models/`` (Llama family), ``placement.py`` (device and backend),
+``native/`` (fused CPU kernels, built once per machine), ``attention/`` (backends), ``models/``
+(Llama family), ``placement.py`` (device and backend),
 ``cuda_graph.py`` (decode replay), ``model_runner.py`` (ScheduleBatch -> logits -> tokens).
 
 Imports ``cache`` (KVBuffer), ``sampling`` (sampler, logprobs) and, in ``model_runner.py`` only,

@@ -6,6 +6,7 @@ import importlib.util
 import os
 from pathlib import Path
 
+from .cache_root import cache_root
 from .gguf_convert import convert_gguf
 from .model_config import ModelConfig
 
@@ -17,9 +18,7 @@ _DEFAULT_SPECS = {None, "", "default", DEFAULT_MODEL_NAME, f"HuggingFaceTB/{DEFA
 
 def cache_dir() -> Path:
     """Root of converted models: ``$SGLC_CACHE_DIR/models`` or ``~/.cache/sglc/models``."""
-    root = os.environ.get("SGLC_CACHE_DIR")
-    base = Path(root).expanduser() if root else Path.home() / ".cache" / "sglc"
-    return base / "models"
+    return cache_root() / "models"
 
 
 def find_default_gguf() -> Path:

@@ -8,8 +8,11 @@ positions" of that kv head (they share the same keys and, at decode, the same ma
 Extend requests (prefill, chunked prefill, select scoring) run one SDPA each with a causal mask
 offset by the request's prefix.
 
-When consecutive pure-decode steps run the same requests, a :class:`DecodeWorkspace` keeps
-contiguous K/V copies and appends the new token instead of re-gathering whole histories.
+On CPU, decode requests go to the native kernel ``sglc_cpu.decode_attention_``
+(``native/cpu_ops.cpp``) when it builds: it writes the new K/V and attends reading each request's
+slots in place, with no gather and no SDPA call (~40 us each at one query row). Otherwise, when
+consecutive pure-decode steps run the same requests, a :class:`DecodeWorkspace` keeps contiguous
+K/V copies and appends the new token instead of re-gathering whole histories.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import torch.nn.functional as F
 
 from ...cache.kv_buffer import KVBuffer
 from ..forward_batch import ForwardBatch
+from ..native import load_cpu_ops
 from .base import AttentionBackend
 from .decode_workspace import DecodeWorkspace
 
@@ -59,10 +63,16 @@ class TorchAttentionBackend(AttentionBackend):
         head_dim: int,
         scale: float | None = None,
         decode_workspace_bytes: int = 1 << 30,
+        native: bool | None = None,
     ):
-        """``decode_workspace_bytes``: memory cap of the decode workspace (0 disables it)."""
+        """``decode_workspace_bytes``: memory cap of the decode workspace (0 disables it).
+        ``native``: decode attention on the native CPU kernel; None = on CPU when it builds,
+        True = required (ValueError at the first CPU batch if it cannot build), False = never."""
         super().__init__(num_heads, num_kv_heads, head_dim, scale)
         self.workspace = DecodeWorkspace(decode_workspace_bytes) if decode_workspace_bytes > 0 else None
+        self.native = native
+        self._native_kernel = None  # torch.ops.sglc_cpu.decode_attention_ once resolved
+        self._native_step = False  # this batch's decode requests use it
         self._use_workspace: bool | None = None  # decided at the first layer of a decode step
         self._loc: torch.Tensor | None = None
         self._decode: _DecodeGroup | None = None
@@ -92,6 +102,7 @@ class TorchAttentionBackend(AttentionBackend):
             start += e
         self._decode = None
         self._use_workspace = False
+        self._native_step = bool(decode_reqs) and device.type == "cpu" and self._resolve_native()
         if decode_reqs:
             all_rows = len(decode_reqs) == batch.batch_size
             self._decode = self._build_decode(
@@ -99,11 +110,25 @@ class TorchAttentionBackend(AttentionBackend):
                 None if all_rows else torch.tensor(decode_rows, dtype=torch.long, device=device),
                 device,
             )
-            if all_rows and self.workspace is not None:
+            if all_rows and self.workspace is not None and not self._native_step:
                 self.workspace.stage(self._decode.index, self._decode.lens, self._decode.max_len)
                 self._use_workspace = None
         if self._use_workspace is False and self.workspace is not None:
             self.workspace.invalidate()
+
+    def _resolve_native(self) -> bool:
+        """Whether the native decode kernel is loaded (building it the first time)."""
+        if self.native is False:
+            return False
+        if self._native_kernel is None:
+            why = load_cpu_ops()
+            if why is not None:
+                if self.native:
+                    raise ValueError(f"native decode attention requested but unavailable: {why}")
+                self.native = False
+                return False
+            self._native_kernel = torch.ops.sglc_cpu.decode_attention_
+        return True
 
     @staticmethod
     def _build_decode(kv: list[torch.Tensor], rows: torch.Tensor | None, device) -> _DecodeGroup:
@@ -140,10 +165,13 @@ class TorchAttentionBackend(AttentionBackend):
             raise RuntimeError("TorchAttentionBackend.forward called before prepare(batch)")
         k_cache = kv_buffer.k[layer_id]
         v_cache = kv_buffer.v[layer_id]
+        dec = self._decode
+        native = self._native_step and q.dtype == k.dtype == k_cache.dtype
+        if native and dec.rows is None:  # pure decode batch on CPU: one kernel writes and attends
+            return self._native_kernel(k_cache, v_cache, self._loc, k, v, q, dec.index, dec.lens, self.scale)
         k_cache.index_copy_(0, self._loc, k.to(k_cache.dtype))
         v_cache.index_copy_(0, self._loc, v.to(v_cache.dtype))
 
-        dec = self._decode
         if dec is not None and dec.rows is None:  # pure decode batch: the fast path
             if self._use_workspace is None:
                 self._use_workspace = self.workspace.begin(kv_buffer)
@@ -153,7 +181,12 @@ class TorchAttentionBackend(AttentionBackend):
             return self._decode_attend(dec, q, k_cache, v_cache)
 
         out = q.new_empty(self._num_tokens, self.num_heads * self.head_dim)
-        if dec is not None:
+        if dec is not None and native:  # NOTE: rewrites the decode rows' K/V just written: same values
+            r = dec.rows
+            out.index_copy_(0, r, self._native_kernel(
+                k_cache, v_cache, self._loc.index_select(0, r), k.index_select(0, r), v.index_select(0, r),
+                q.index_select(0, r), dec.index, dec.lens, self.scale))
+        elif dec is not None:
             out.index_copy_(0, dec.rows, self._decode_attend(dec, q.index_select(0, dec.rows), k_cache, v_cache))
         for ext in self._extends:
             s, e = ext.start, ext.start + ext.length

@@ -14,13 +14,14 @@ import torch
 import torch.nn.functional as F
 
 from ...cache.kv_buffer import KVBuffer
-from ..attention import AttentionBackend, create_backend
+from ..attention import AttentionBackend, TorchAttentionBackend, create_backend
 from ..forward_batch import ForwardBatch
 from ..model_config import ModelConfig, parse_dtype
 from ..weights import check_state_dict, load_state_dict
+from .layer_ops import layer_ops_for
 from .linear import Linear, can_pack_weights
 from .quantized_linear import QUANTIZATIONS, QuantizationError, RowDispatchLinear, quantized_linear
-from .rope import RotaryEmbedding, apply_rope
+from .rope import RotaryEmbedding
 
 
 AnyLinear = Linear | RowDispatchLinear
@@ -38,15 +39,6 @@ class _Layer:
     down: AnyLinear  # [hidden, intermediate]
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm, statistics in float32 (one fused op).
-
-    NOTE: for bf16 this rounds once after scaling by ``weight``; HF rounds before and after, so
-    bf16 outputs may differ from HF's by an ulp. float32 matches HF to ~1e-7.
-    """
-    return F.rms_norm(x, weight.shape, weight, eps)
-
-
 class LlamaForCausalLM:
     """Causal LM whose ``forward(batch, kv_buffer)`` returns float32 logits.
 
@@ -62,6 +54,7 @@ class LlamaForCausalLM:
         attention: AttentionBackend | str = "torch",
         pack_weights: bool | None = None,
         quantization: str = "none",
+        native_ops: bool | None = None,
     ) -> None:
         """``quantization``: 'int4' or 'int8' runs the decoder layers' linears on packed integers
         below ``LARGE_BATCH_ROWS`` input rows (the lm_head in int8 in both, as GGUF's Q4 files keep
@@ -70,7 +63,9 @@ class LlamaForCausalLM:
         another one is an error). ``pack_weights``: pre-pack linear weights for oneDNN; None = when
         :func:`can_pack_weights`. bf16/fp16: ~1.5x faster matmuls than ``F.linear``. fp32: keeps
         the plain weights too and uses the packed ones from 4 rows on (batched decode, prefill),
-        ~2x faster there, at twice the weight memory (see :mod:`.linear`)."""
+        ~2x faster there, at twice the weight memory (see :mod:`.linear`). ``native_ops``: the small
+        per-layer ops (norms, RoPE, residual adds, SiLU) on fused CPU kernels; None = when they
+        build, True = required, False = eager torch ops (see :mod:`.layer_ops`)."""
         self.config = config
         if quantization not in QUANTIZATIONS:
             raise QuantizationError(f"unknown weight quantization {quantization!r}; expected one of {QUANTIZATIONS}")
@@ -89,12 +84,16 @@ class LlamaForCausalLM:
         elif pack_weights and not can_pack_weights(self.dtype, self.device):
             raise ValueError(f"pack_weights=True needs CPU oneDNN support for {self.dtype} ({self.device})")
         self.pack_weights = pack_weights
+        self.ops = layer_ops_for(self.device, self.dtype, native_ops)
+        self.native_ops = native_ops
         c = config
         self.attn = (
             attention
             if isinstance(attention, AttentionBackend)
             else create_backend(attention, c.num_attention_heads, c.num_key_value_heads, c.head_dim)
         )
+        if native_ops is False and isinstance(self.attn, TorchAttentionBackend):
+            self.attn.native = False  # NOTE: eager means eager everywhere (A/B runs, debugging)
         self.rope = RotaryEmbedding(
             c.head_dim, c.rope_theta, c.rope_scaling, c.max_position_embeddings, self.device
         )
@@ -113,11 +112,12 @@ class LlamaForCausalLM:
         attention: AttentionBackend | str = "torch",
         pack_weights: bool | None = None,
         quantization: str = "none",
+        native_ops: bool | None = None,
     ) -> "LlamaForCausalLM":
         """Load config.json and the safetensors weights of a Hugging Face model folder."""
         config = ModelConfig.from_pretrained(path)
         model = cls(config, dtype=dtype, device=device, attention=attention, pack_weights=pack_weights,
-                    quantization=quantization)
+                    quantization=quantization, native_ops=native_ops)
         model.load_state_dict(load_state_dict(path), source=str(path))
         return model
 
@@ -142,7 +142,8 @@ class LlamaForCausalLM:
             if quantized:  # NOTE: integer kernels for small batches, bf16 for big ones (see RowDispatchLinear)
                 large = Linear.build(weight.to(self.dtype).contiguous(),
                                      None if bias is None else bias.to(self.dtype), pack=self.pack_weights)
-                return RowDispatchLinear(quantized_linear(kind or self.quantization, weight, bias), large)
+                small = quantized_linear(kind or self.quantization, weight, bias, native=self.native_ops is not False)
+                return RowDispatchLinear(small, large)
             return Linear.build(weight, bias, pack=self.pack_weights)
 
         self.embed = get("model.embed_tokens.weight")
@@ -182,30 +183,34 @@ class LlamaForCausalLM:
         """
         if self.embed is None:
             raise RuntimeError("model weights are not loaded (call load_state_dict)")
-        c = self.config
+        c, ops = self.config, self.ops
         t = batch.num_tokens
         nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        q_size, kv_size, inter, eps = c.q_size, c.kv_size, c.intermediate_size, c.rms_norm_eps
+        q_size, kv_size, eps = c.q_size, c.kv_size, c.rms_norm_eps
 
         self.attn.prepare(batch)
         # NOTE: the largest position from the host-side lengths: no device sync on a GPU.
         max_pos = max(p + e for p, e in zip(batch.prefix_lens, batch.extend_lens)) - 1
-        cos, sin = self.rope.cos_sin(batch.positions, self.dtype, max_pos)
-        h = F.embedding(batch.input_ids, self.embed)
-        for i, layer in enumerate(self.layers):
-            x = rms_norm(h, layer.input_norm, eps)
+        rope = ops.rope_inputs(self.rope, batch.positions, self.dtype, max_pos)
+        h = F.embedding(batch.input_ids, self.embed)  # NOTE: a fresh tensor: native ops add into it
+        layers = self.layers
+        x = ops.rms_norm(h, layers[0].input_norm, eps)
+        for i, layer in enumerate(layers):
             qkv = layer.qkv(x)
-            qk = apply_rope(qkv[:, : q_size + kv_size].view(t, nh + nkv, hd), cos, sin)
+            qk = ops.rope(qkv, rope, nh + nkv, hd)
             v = qkv[:, q_size + kv_size :].view(t, nkv, hd)
             o = self.attn.forward(i, qk[:, :nh], qk[:, nh:], v, kv_buffer)
-            h = h + layer.o(o)
-            gu = layer.gate_up(rms_norm(h, layer.post_norm, eps))
-            h = h + layer.down(F.silu(gu[:, :inter]) * gu[:, inter:])
+            h, x = ops.add_rms_norm(h, layer.o(o), layer.post_norm, eps)
+            down = layer.down(ops.silu_mul(layer.gate_up(x)))
+            if i + 1 < len(layers):  # NOTE: the residual add fused with the next layer's norm
+                h, x = ops.add_rms_norm(h, down, layers[i + 1].input_norm, eps)
+            else:
+                h = h + down
 
         rows = _logit_rows(batch)
         if rows is not None:
             h = h.index_select(0, rows.to(h.device))
-        h = rms_norm(h, self.final_norm, eps)
+        h = ops.rms_norm(h, self.final_norm, eps)
         return self.lm_head(h).float()
 
     __call__ = forward

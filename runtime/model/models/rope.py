@@ -70,6 +70,13 @@ class RotaryEmbedding:
         self._cos = emb.cos() * self.attention_scaling
         self._sin = emb.sin() * self.attention_scaling
 
+    def tables(self, max_position: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The float32 ``[positions, head_dim]`` cos and sin tables, covering ``max_position``."""
+        need = max_position + 1
+        if need > self._cos.shape[0]:
+            self._grow(max(need, 2 * self._cos.shape[0]))
+        return self._cos, self._sin
+
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype,
                 max_position: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(cos, sin_signed)`` of shape ``[T, 1, head_dim]`` for :func:`apply_rope`.
@@ -80,11 +87,9 @@ class RotaryEmbedding:
         """
         if max_position is None:
             max_position = int(positions.max()) if positions.numel() else -1
-        need = max_position + 1
-        if need > self._cos.shape[0]:
-            self._grow(max(need, 2 * self._cos.shape[0]))
-        cos = self._cos.index_select(0, positions).to(dtype)
-        sin = self._sin.index_select(0, positions).to(dtype)
+        cos_table, sin_table = self.tables(max_position)
+        cos = cos_table.index_select(0, positions).to(dtype)
+        sin = sin_table.index_select(0, positions).to(dtype)
         half = self.head_dim // 2
         sin = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
         return cos.unsqueeze(1), sin.unsqueeze(1)

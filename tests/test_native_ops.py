@@ -1,0 +1,180 @@
+"""The native CPU kernels (runtime/model/native/cpu_ops.cpp) against their eager definitions.
+
+Each kernel replaces a run of torch ops; here it must compute the same thing (float32: to float
+rounding; bf16: to about one bf16 ulp, since the kernels round once where eager rounds after
+every op), on shapes that take both the inline and the thread-pool paths, and refuse bad input
+with an error naming it before writing anything.
+"""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sglc_runtime.model.models.layer_ops import EagerLayerOps, NativeLayerOps, layer_ops_for
+from sglc_runtime.model.models.quantized_linear import Int8Linear
+from sglc_runtime.model.models.rope import RotaryEmbedding
+from sglc_runtime.model.native import load_cpu_ops
+
+pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
+                                reason="no C++ compiler: the native kernels cannot be built here")
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def tol(dtype: torch.dtype) -> dict:
+    return {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 1.6e-2}
+
+
+@pytest.fixture(scope="module")
+def native() -> NativeLayerOps:
+    why = load_cpu_ops()
+    assert why is None, f"the native kernels did not build on a machine with a compiler: {why}"
+    return NativeLayerOps()
+
+
+def test_the_model_picks_native_ops_on_cpu_and_eager_elsewhere(native):
+    assert isinstance(layer_ops_for(torch.device("cpu"), torch.bfloat16), NativeLayerOps)
+    assert isinstance(layer_ops_for(torch.device("cpu"), torch.bfloat16, native=False), EagerLayerOps)
+    assert isinstance(layer_ops_for(torch.device("cuda"), torch.bfloat16), EagerLayerOps)
+    with pytest.raises(ValueError, match="CPU only"):
+        layer_ops_for(torch.device("cuda"), torch.float32, native=True)
+    with pytest.raises(ValueError, match="not built for torch.float64"):
+        layer_ops_for(torch.device("cpu"), torch.float64, native=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 7, 100])  # NOTE: 100 rows spread over the thread pool
+def test_norms_and_silu_match_eager(native, dtype, rows):
+    g = torch.Generator().manual_seed(rows)
+    h = (torch.randn(rows, 576, generator=g) * 3).to(dtype)
+    delta = torch.randn(rows, 576, generator=g).to(dtype)
+    w = torch.randn(576, generator=g).to(dtype)
+    torch.testing.assert_close(native.rms_norm(h, w, 1e-5), EagerLayerOps.rms_norm(h, w, 1e-5), **tol(dtype))
+
+    h_eager, x_eager = EagerLayerOps.add_rms_norm(h, delta, w, 1e-5)
+    h_native = h.clone()
+    same, x_native = native.add_rms_norm(h_native, delta, w, 1e-5)
+    assert same is h_native  # in place
+    assert torch.equal(h_native, h_eager)  # one rounding of h + delta either way
+    torch.testing.assert_close(x_native, x_eager, **tol(dtype))
+
+    gu = (torch.randn(rows, 2 * 1536, generator=g) * 4).to(dtype)
+    torch.testing.assert_close(native.silu_mul(gu), EagerLayerOps.silu_mul(gu), **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rope_rotates_in_place_like_eager(native, dtype):
+    rope = RotaryEmbedding(64, 10000.0, None, 2048)
+    qkv = torch.randn(5, (9 + 3 + 3) * 64).to(dtype)
+    positions = torch.tensor([0, 3, 17, 900, 2047])
+    eager = EagerLayerOps.rope(qkv, EagerLayerOps.rope_inputs(rope, positions, dtype, 2047), 12, 64)
+    before_v = qkv[:, 12 * 64:].clone()
+    out = native.rope(qkv, native.rope_inputs(rope, positions, dtype, 2047), 12, 64)
+    assert out.data_ptr() == qkv.data_ptr()
+    torch.testing.assert_close(out, eager, **tol(dtype))
+    assert torch.equal(qkv[:, 12 * 64:], before_v)  # v untouched
+    with pytest.raises(RuntimeError, match="position 5000 outside the table"):
+        native.rope(qkv, (torch.tensor([0, 1, 2, 3, 5000]), *rope.tables(2047)), 12, 64)
+
+
+def reference_decode(k_cache, v_cache, q, index, lens, scale):
+    """Per request: SDPA over its slots, the query heads grouped as Hugging Face's repeat_kv."""
+    h, kvh, d = q.shape[1], k_cache.shape[1], q.shape[2]
+    out = []
+    for r in range(q.shape[0]):
+        slots = index[r, : int(lens[r])]
+        kk = k_cache[slots].float().transpose(0, 1)
+        vv = v_cache[slots].float().transpose(0, 1)
+        o = F.scaled_dot_product_attention(q[r].float().view(kvh, h // kvh, d), kk, vv, scale=scale)
+        out.append(o.reshape(-1))
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lens", [[1], [37], [5, 300, 64], [700] * 4])  # 4 x 700: the thread pool
+def test_decode_attention_writes_then_attends_over_scattered_slots(native, dtype, lens):
+    g = torch.Generator().manual_seed(sum(lens))
+    slots, kvh, h, d = 4096, 3, 9, 64
+    k_cache = torch.randn(slots, kvh, d, generator=g).to(dtype)
+    v_cache = torch.randn(slots, kvh, d, generator=g).to(dtype)
+    perm = torch.randperm(slots, generator=g)
+    max_len, taken, rows = max(lens), 0, []
+    for n in lens:  # NOTE: each request's slots are scattered, padded with its first slot
+        own = perm[taken: taken + n]
+        taken += n
+        rows.append(torch.cat([own, own[:1].expand(max_len - n)]))
+    index = torch.stack(rows)
+    lens_t = torch.tensor(lens)
+    loc = index[torch.arange(len(lens)), lens_t - 1]
+    q = torch.randn(len(lens), h, d, generator=g).to(dtype)
+    k_new = torch.randn(len(lens), kvh, d, generator=g).to(dtype)
+    v_new = torch.randn(len(lens), kvh, d, generator=g).to(dtype)
+    k_expected, v_expected = k_cache.clone(), v_cache.clone()
+    k_expected[loc], v_expected[loc] = k_new, v_new
+
+    out = torch.ops.sglc_cpu.decode_attention_(k_cache, v_cache, loc, k_new, v_new, q, index, lens_t, 0.125)
+    assert torch.equal(k_cache, k_expected) and torch.equal(v_cache, v_expected)
+    expected = reference_decode(k_expected, v_expected, q, index, lens_t, 0.125)
+    assert out.dtype == dtype and out.shape == (len(lens), h * d)
+    torch.testing.assert_close(out.float(), expected, **tol(dtype))
+
+
+def test_decode_attention_refuses_bad_slots_before_writing(native):
+    k_cache, v_cache = torch.zeros(16, 1, 8), torch.zeros(16, 1, 8)
+    q, k_new, v_new = torch.ones(1, 2, 8), torch.ones(1, 1, 8), torch.ones(1, 1, 8)
+    index, lens = torch.tensor([[0, 1, 99]]), torch.tensor([3])
+    with pytest.raises(RuntimeError, match="slot 99 outside 16 slots"):
+        torch.ops.sglc_cpu.decode_attention_(k_cache, v_cache, torch.tensor([2]), k_new, v_new, q, index, lens, 1.0)
+    with pytest.raises(RuntimeError, match="length 4 outside"):
+        torch.ops.sglc_cpu.decode_attention_(k_cache, v_cache, torch.tensor([2]), k_new, v_new, q, index,
+                                             torch.tensor([4]), 1.0)
+    with pytest.raises(RuntimeError, match="share one dtype"):
+        torch.ops.sglc_cpu.decode_attention_(k_cache, v_cache, torch.tensor([2]), k_new, v_new, q.double(),
+                                             index, lens, 1.0)
+    assert not k_cache.any() and not v_cache.any()  # nothing written
+
+
+@pytest.mark.parametrize("rows", [1, 3, 7])
+def test_vnni_int8_linear_error_stays_within_its_activation_quantization_bound(native, rows):
+    """The VNNI kernel rounds each activation to int8 in blocks of 32: an output can move by at most
+    sum over inputs of |w| * (block max / 254) from the exact product of the int8 weights, plus
+    the bf16 rounding of the output."""
+    if not torch.ops.sglc_cpu.has_vnni():
+        pytest.skip("this CPU has no AVX512-VNNI: Int8Linear runs torch's kernel")
+    g = torch.Generator().manual_seed(rows)
+    w = torch.randn(200 * 16, 576, generator=g) * 0.05
+    bias = torch.randn(200 * 16, generator=g).bfloat16()
+    x = torch.randn(rows, 576, generator=g).bfloat16()
+    lin = Int8Linear.quantize(w, bias)
+    assert lin.kernel == "vnni" and Int8Linear.quantize(w, native=False).kernel == "torch"
+    w_exact = lin.weight.float() * lin.scales.float()[:, None]
+    exact = x.float() @ w_exact.t() + bias.float()
+    block_max = x.float().abs().view(rows, -1, 32).amax(-1).repeat_interleave(32, 1)
+    bound = (block_max / 254) @ w_exact.abs().t()
+    y = lin(x).float()
+    slack = exact.abs() * 2 ** -8 + 1e-6  # NOTE: the bf16 output's rounding
+    assert bool(((y - exact).abs() <= bound + slack).all())
+    assert float((y - exact).abs().max()) > 0  # the activations were really quantized
+    with pytest.raises(RuntimeError, match="multiple of 32"):
+        torch.ops.sglc_cpu.q8_linear(torch.ones(1, 40).bfloat16(), torch.ones(4, 40, dtype=torch.int8),
+                                     torch.ones(4), None)
+
+
+@pytest.mark.model
+def test_native_and_eager_models_agree_on_the_real_model(native):
+    """SmolLM2 int4, one prompt and 24 decode steps: the native path's logits stay close to the
+    eager path's, and its greedy tokens agree at nearly every teacher-forced position."""
+    from bench.bench_quantization import PROMPTS, agreement, float_continuations
+    from sglc_runtime.model.default_model import resolve_model_path
+    from sglc_runtime.model.models import load_model
+
+    path = resolve_model_path(None)
+    eager = load_model(path, quantization="int4", native_ops=False)
+    fast = load_model(path, quantization="int4")
+    assert isinstance(fast.ops, NativeLayerOps) and isinstance(eager.ops, EagerLayerOps)
+    sequences = float_continuations(eager, PROMPTS[:3], new_tokens=24)
+    stats = agreement(eager, fast, sequences)
+    assert stats["top1_agreement"] >= 0.9, stats
