@@ -1,6 +1,6 @@
 """`sglc serve`: start the runtime (gRPC) on one model until SIGTERM / SIGINT.
 
-    sglc serve --model PATH_OR_DEFAULT --port N [--host 127.0.0.1] [--dtype float32|bfloat16] [--quantization none|int8|int4]
+    sglc serve --model PATH_OR_DEFAULT --port N [--host 127.0.0.1] [--dtype float32|bfloat16] [--quantization auto|none|int8|int4]
                [--threads N]
                [--kv-slots N] [--chunked-prefill-size N] [--schedule-policy lpm|fcfs|random]
                [--disable-radix-cache] [--device auto|cpu|cuda] [--attention-backend auto|torch|triton|flashinfer]
@@ -35,10 +35,11 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--http-port", type=port, default=None, metavar="N",
                    help="also serve OpenAI-compatible and SGLang HTTP endpoints on port N (0 = any free port)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
-                   help="weights and KV cache dtype (default: float32, or bfloat16 with --quantization)")
-    p.add_argument("--quantization", choices=("none", "int8", "int4"), default="none",
+                   help="weights and KV cache dtype (default: float32, or bfloat16 when quantized)")
+    p.add_argument("--quantization", choices=("auto", "none", "int8", "int4"), default="auto",
                    help="decoder weights as packed integers, computing in bfloat16 (CPU): int4 keeps a Q4_1 "
-                        "GGUF's levels (groups of 32), int8 one scale per channel (default: none)")
+                        "GGUF's levels (groups of 32), int8 one scale per channel. Default auto: int4 for the "
+                        "default model (it ships as Q4_1) on a CPU unless --dtype float32, else none")
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="CPU threads computing each step (default: OMP_NUM_THREADS when set, else the physical cores "
                         "this process may use)")

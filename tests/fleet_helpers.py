@@ -31,7 +31,9 @@ class FleetProcess:
     """`python -m sglc.cli fleet ...`; ``start()`` returns once it printed the router and worker lines."""
 
     def __init__(self, *args: str, dp: int = 2, ready_timeout: float = 300.0) -> None:
-        self.args = ["--dp", str(dp), "--port", "0", "--worker-arg=--kv-slots", "--worker-arg=4096", *args]
+        # NOTE: float32 workers, as tests/grpc_helpers.py's ServeProcess (why: there)
+        self.args = ["--dp", str(dp), "--port", "0", "--worker-arg=--kv-slots", "--worker-arg=4096",
+                     "--worker-arg=--quantization", "--worker-arg=none", *args]
         self.dp = dp
         self.ready_timeout = ready_timeout
         self.proc: subprocess.Popen | None = None

@@ -64,7 +64,10 @@ class ServeProcess:
     """`python -m sglc.cli serve ...` in a subprocess; ``start()`` returns once it listens."""
 
     def __init__(self, *args: str, port: int = 0, ready_timeout: float = 300.0) -> None:
-        self.args = ["--port", str(port), "--kv-slots", "4096", *args]
+        # NOTE: float32 unless a test asks otherwise: tests compare against float32 references
+        # (recorded outputs, in-process engines); `sglc serve`'s own default is --quantization auto.
+        pin = [] if any(a.startswith(("--quantization", "--dtype")) for a in args) else ["--quantization", "none"]
+        self.args = ["--port", str(port), "--kv-slots", "4096", *pin, *args]
         self.ready_timeout = ready_timeout
         self.proc: subprocess.Popen | None = None
         self.host = ""

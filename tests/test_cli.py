@@ -215,6 +215,31 @@ def test_serve_constraint_flags_reach_the_engine_config(capsys, monkeypatch):
     assert compiler.budget.max_nfa_states == 50_000  # unnamed limits keep their defaults
 
 
+@pytest.mark.parametrize("flags, expected", [
+    ([], ("int4", "bfloat16")),  # the default model ships as Q4_1: kept at 4 bits on a CPU
+    (["--dtype", "float32"], ("none", "float32")),
+    (["--dtype", "bfloat16"], ("int4", "bfloat16")),
+    (["--quantization", "none"], ("none", "float32")),
+    (["--quantization", "int8"], ("int8", "bfloat16")),
+    (["--device", "cpu", "--model", "SmolLM2-135M-Instruct"], ("int4", "bfloat16")),
+])
+def test_serve_picks_its_precision_with_quantization_auto(capsys, monkeypatch, flags, expected):
+    """`sglc serve` defaults to --quantization auto: int4 for the default model on a CPU unless
+    float32 is asked for (the library's EngineConfig keeps float32 unless told)."""
+    from sglc_runtime.engine.engine_config import EngineConfig
+    from sglc_runtime.server import launch
+
+    captured = []
+    monkeypatch.setattr(launch, "serve", lambda config: captured.append(config) or 0)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert run_main(capsys, "serve", "--port", "0", *flags)[0] == 0
+    config = captured[0].engine_config()
+    assert (config.quantization, config.dtype) == expected
+    assert EngineConfig().quantization == "none"
+    assert EngineConfig(quantization="auto", model="/some/other/model").quantization == "none"
+    assert EngineConfig(quantization="auto", device="cuda").quantization == "none"
+
+
 def test_serve_constraint_budget_with_an_unknown_limit_exits_2_naming_it(capsys):
     """An unknown --constraint-budget entry is refused by name before anything loads."""
     with pytest.raises(SystemExit) as info:

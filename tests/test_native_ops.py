@@ -178,3 +178,31 @@ def test_native_and_eager_models_agree_on_the_real_model(native):
     sequences = float_continuations(eager, PROMPTS[:3], new_tokens=24)
     stats = agreement(eager, fast, sequences)
     assert stats["top1_agreement"] >= 0.9, stats
+
+
+@pytest.mark.model
+def test_sglc_serve_by_default_runs_the_shipped_int4_weights_on_the_native_kernels():
+    """`sglc serve` with no precision flag: bfloat16 compute over int4 weights (ModelInfo says
+    bfloat16), and greedy answers that match an in-process engine built the same way."""
+    import grpc
+    from grpc_helpers import ServeProcess
+
+    from sglc.wire.proto import runtime_pb2 as pb
+    from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
+    from sglc_runtime.engine import Engine
+
+    prompts = ["The capital of France is", "def add(a, b):"]
+    engine = Engine(quantization="int4", threads=2)
+    try:
+        expected = [o.token_ids for o in engine.generate(prompts, {"temperature": 0, "max_new_tokens": 12})]
+    finally:
+        engine.shutdown()
+    with ServeProcess("--quantization", "auto", "--threads", "2") as server:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.RuntimeStub(channel)
+            assert stub.ModelInfo(pb.ModelInfoRequest(), timeout=60).dtype == "bfloat16"
+            for prompt, want in zip(prompts, expected):
+                req = pb.GenerateRequest(prompt=pb.Prompt(text=prompt),
+                                         sampling=pb.SamplingParams(max_new_tokens=12, temperature=0.0))
+                done = list(stub.Generate(req, timeout=120))[-1].complete
+                assert list(done.output_ids) == list(want)

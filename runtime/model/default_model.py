@@ -43,6 +43,11 @@ def default_model_path() -> Path:
     return convert_gguf(find_default_gguf(), cache_dir() / DEFAULT_MODEL_NAME)
 
 
+def is_default_model(spec: str | os.PathLike | None) -> bool:
+    """Whether ``spec`` names the default model (its layers ship as Q4_1, its embedding as Q8_0)."""
+    return spec is None or str(spec) in _DEFAULT_SPECS
+
+
 def resolve_model_path(spec: str | os.PathLike | None) -> Path:
     """Turn a user's model spec into a ready Hugging Face model folder.
 
@@ -54,7 +59,7 @@ def resolve_model_path(spec: str | os.PathLike | None) -> Path:
         FileNotFoundError: the path does not exist or lacks config.json / weights.
         ValueError: the folder's architecture or config is not supported.
     """
-    if spec is None or str(spec) in _DEFAULT_SPECS:
+    if is_default_model(spec):
         return default_model_path()
     path = Path(spec).expanduser()
     if not path.exists():
