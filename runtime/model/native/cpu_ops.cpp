@@ -246,12 +246,13 @@ constexpr int64_t kPrefetchAhead = 6;  // keys
 // Attention of one request's `heads` query heads (rows of q, `q_stride` apart) over its keys:
 // key t's row of all kv heads is k + slots[t] * row_stride (row_stride = kv_heads * d), query
 // head h reads kv head h / group. Key-major: each K/V row is read once, for every head, in slot
-// order. Scratch: qf [heads * d], scores [heads * len], acc [heads * d]. Writes out [heads * d].
+// order, converted to float once (kv heads are shared by `group` query heads). Scratch: qf
+// [heads * d], scores [heads * len], acc [heads * d], row [row_stride]. Writes out [heads * d].
 template <typename T>
 void attend_request(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k, const T* __restrict__ v,
                     int64_t row_stride, const int64_t* __restrict__ slots, int64_t len, int64_t heads,
                     int64_t group, int64_t d, float scale, float* __restrict__ qf, float* __restrict__ scores,
-                    float* __restrict__ acc, T* __restrict__ out) {
+                    float* __restrict__ acc, float* __restrict__ row, T* __restrict__ out) {
   const int64_t row_bytes = row_stride * static_cast<int64_t>(sizeof(T));
   for (int64_t h = 0; h < heads; ++h) {
     _Pragma("omp simd")
@@ -260,7 +261,9 @@ void attend_request(const T* __restrict__ q, int64_t q_stride, const T* __restri
   for (int64_t t = 0; t < len; ++t) {
     if (t + kPrefetchAhead < len) prefetch_row(k + slots[t + kPrefetchAhead] * row_stride, row_bytes);
     const T* kr = k + slots[t] * row_stride;
-    for (int64_t h = 0; h < heads; ++h) scores[h * len + t] = dot_row(qf + h * d, kr + (h / group) * d, d);
+    _Pragma("omp simd")
+    for (int64_t i = 0; i < row_stride; ++i) row[i] = to_float(kr[i]);
+    for (int64_t h = 0; h < heads; ++h) scores[h * len + t] = dot_row(qf + h * d, row + (h / group) * d, d);
   }
   for (int64_t h = 0; h < heads; ++h) {
     float* sh = scores + h * len;
@@ -282,12 +285,14 @@ void attend_request(const T* __restrict__ q, int64_t q_stride, const T* __restri
   for (int64_t t = 0; t < len; ++t) {
     if (t + kPrefetchAhead < len) prefetch_row(v + slots[t + kPrefetchAhead] * row_stride, row_bytes);
     const T* vr = v + slots[t] * row_stride;
+    _Pragma("omp simd")
+    for (int64_t i = 0; i < row_stride; ++i) row[i] = to_float(vr[i]);
     for (int64_t h = 0; h < heads; ++h) {
       const float p = scores[h * len + t];
-      const T* vh = vr + (h / group) * d;
+      const float* vh = row + (h / group) * d;
       float* ah = acc + h * d;
       _Pragma("omp simd")
-      for (int64_t i = 0; i < d; ++i) ah[i] += p * to_float(vh[i]);
+      for (int64_t i = 0; i < d; ++i) ah[i] += p * vh[i];
     }
   }
   for (int64_t h = 0; h < heads; ++h) {
@@ -366,18 +371,18 @@ at::Tensor decode_attention_(at::Tensor& k_cache, at::Tensor& v_cache, const at:
     }
     const scalar_t* qp = q.const_data_ptr<scalar_t>();
     scalar_t* op = out.data_ptr<scalar_t>();
-    // NOTE: one task = one request (all its heads read each K/V row once). Below ~2k key rows
-    // in all, waking the intra-op pool costs more than it saves.
+    // NOTE: one task = one request (all its heads read each K/V row once). Below ~256 key rows
+    // in all (~20 us of work), waking the intra-op pool costs more than it saves.
     const auto run = [&](int64_t begin, int64_t end) {
-      std::vector<float> qf(h * d), acc(h * d), scores;
+      std::vector<float> qf(h * d), acc(h * d), row(kvh * d), scores;
       for (int64_t r = begin; r < end; ++r) {
         const int64_t len = lenp[r];
         scores.resize(h * len);
         attend_request(qp + r * q.stride(0), q.stride(1), kc, vc, kvh * d, idx + r * max_len, len, h, group, d,
-                       static_cast<float>(scale), qf.data(), scores.data(), acc.data(), op + r * h * d);
+                       static_cast<float>(scale), qf.data(), scores.data(), acc.data(), row.data(), op + r * h * d);
       }
     };
-    if (b == 1 || total_keys < 2048) {
+    if (b == 1 || total_keys < 256) {
       run(0, b);
     } else {
       at::parallel_for(0, b, 1, run);
