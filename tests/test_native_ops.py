@@ -35,6 +35,23 @@ def native() -> NativeLayerOps:
     return NativeLayerOps()
 
 
+def test_a_stale_build_lock_is_removed_and_a_fresh_one_kept(tmp_path):
+    """A builder killed mid-build leaves torch's lock file, on which the next start would wait
+    forever; one older than any build is removed, a live one is left to its builder."""
+    import os
+    import time
+
+    from sglc_runtime.model.native.build import STALE_LOCK_SECONDS, clear_stale_lock
+
+    lock = tmp_path / "lock"
+    assert not clear_stale_lock(tmp_path)
+    lock.write_text("")
+    assert not clear_stale_lock(tmp_path) and lock.exists()
+    old = time.time() - STALE_LOCK_SECONDS - 60
+    os.utime(lock, (old, old))
+    assert clear_stale_lock(tmp_path) and not lock.exists()
+
+
 def test_the_model_picks_native_ops_on_cpu_and_eager_elsewhere(native):
     assert isinstance(layer_ops_for(torch.device("cpu"), torch.bfloat16), NativeLayerOps)
     assert isinstance(layer_ops_for(torch.device("cpu"), torch.bfloat16, native=False), EagerLayerOps)

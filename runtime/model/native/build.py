@@ -20,6 +20,7 @@ import shutil
 import sys
 import sysconfig
 import threading
+import time
 from pathlib import Path
 
 import torch
@@ -31,6 +32,11 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("cpu_ops.cpp")
 LIBRARY = "sglc_cpu"  # the torch.ops namespace cpu_ops.cpp registers
 ENV = "SGLC_NATIVE_OPS"  # "0": never build; "require": a failed build raises; else build when possible
+
+#: torch's builder serialises builders with a ``lock`` file in the build folder and waits, without
+#: end, while it exists; a builder killed mid-build (Ctrl-C on a first `sglc serve`) leaves it.
+#: A build takes ~20 s, so a lock this old is stale.
+STALE_LOCK_SECONDS = 300
 
 _lock = threading.Lock()
 _state: dict[str, str | None] = {}  # "error" -> None once loaded, or why not
@@ -88,12 +94,27 @@ def _ninja_on_path() -> None:
             return
 
 
+def clear_stale_lock(build_dir: Path, now: float | None = None) -> bool:
+    """Remove ``build_dir/lock`` when it is older than :data:`STALE_LOCK_SECONDS`; True if removed."""
+    lock = build_dir / "lock"
+    try:
+        age = (time.time() if now is None else now) - lock.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    if age <= STALE_LOCK_SECONDS:
+        return False
+    log.warning("removing a stale build lock %s (%.0f s old: a build was interrupted)", lock, age)
+    lock.unlink(missing_ok=True)
+    return True
+
+
 def _build_and_load() -> None:
     from torch.utils.cpp_extension import load  # NOTE: imported here: it pulls in setuptools
 
     source = SOURCE.read_bytes()
     build_dir = cache_root() / "native" / build_key(source)
     build_dir.mkdir(parents=True, exist_ok=True)
+    clear_stale_lock(build_dir)
     _ninja_on_path()
     load(name="sglc_cpu_ops", sources=[str(SOURCE)], build_directory=str(build_dir),
          extra_cflags=CFLAGS, is_python_module=False, verbose=False)
