@@ -268,3 +268,45 @@ def test_native_decode_reads_the_paged_buffer_in_place_through_joins_leaves_and_
     sim.step(backend, ["c", "a", "d"])
     assert backend.native is None or backend.native  # it was not switched off by a failed build
     assert backend.workspace.num_rebuilds == 0
+
+
+@BACKEND_PATHS
+@pytest.mark.parametrize("extend", [None, 4], ids=["pure-decode", "with-a-prefill"])
+def test_decode_requests_sharing_prefix_slots_match_reference(native, extend):
+    """Requests whose first 40 slots are the same slots (as the radix cache hands out) attend
+    like the reference; the native path attends them as one group (cascade)."""
+    gen = torch.Generator().manual_seed(3)
+    kv = KVBuffer(num_layers=2, num_slots=300, num_kv_heads=KVH, head_dim=D)
+    perm = torch.randperm(300, generator=gen)
+    shared, used = perm[:40], 40
+    kv.k[1][shared] = torch.randn(40, KVH, D, generator=gen)
+    kv.v[1][shared] = torch.randn(40, KVH, D, generator=gen)
+    own_lens = [0, 5, 2, 31]
+    slots, prefix_lens, extend_lens = [], [], []
+    for n in own_lens:
+        own = perm[used: used + n + 1]
+        used += n + 1
+        kv.k[1][own[:n]] = torch.randn(n, KVH, D, generator=gen)
+        kv.v[1][own[:n]] = torch.randn(n, KVH, D, generator=gen)
+        slots.append(torch.cat([shared, own]))
+        prefix_lens.append(40 + n)
+        extend_lens.append(1)
+    if extend:  # a prefill of its own in the same batch: the decode rows take the mixed path
+        slots.append(perm[used: used + extend])
+        prefix_lens.append(0)
+        extend_lens.append(extend)
+    batch = ForwardBatch.from_requests([[0] * e for e in extend_lens], slots, prefix_lens=prefix_lens)
+    q = torch.randn(batch.num_tokens, H, D, generator=gen)
+    k_new = torch.randn(batch.num_tokens, KVH, D, generator=gen)
+    v_new = torch.randn(batch.num_tokens, KVH, D, generator=gen)
+    backend = TorchAttentionBackend(H, KVH, D, native=native)
+    backend.prepare(batch)
+    out = backend.forward(1, q, k_new, v_new, kv)
+    if backend.native is not False:
+        group_of, shared_lens = backend._decode.shared
+        assert group_of.tolist() == [0, 0, 0, 0] and shared_lens.tolist() == [40]
+    start = 0
+    for i, (p, e) in enumerate(zip(prefix_lens, extend_lens)):
+        ref = _reference(q[start: start + e], kv.k[1][slots[i]], kv.v[1][slots[i]], p)
+        torch.testing.assert_close(out[start: start + e].double(), ref, atol=1e-5, rtol=1e-5)
+        start += e

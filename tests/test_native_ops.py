@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from sglc_runtime.model.attention.shared_prefix import shared_prefix_groups
 from sglc_runtime.model.models.layer_ops import EagerLayerOps, NativeLayerOps, layer_ops_for
 from sglc_runtime.model.models.quantized_linear import Int8Linear
 from sglc_runtime.model.models.rope import RotaryEmbedding
@@ -139,6 +140,84 @@ def test_decode_attention_writes_then_attends_over_scattered_slots(native, dtype
     torch.testing.assert_close(out.float(), expected, **tol(dtype))
 
 
+def shared_prefix_batch(groups, loose, dtype, seed):
+    """Requests whose index rows start with their group's shared slots, then their own scattered
+    ones; ``groups``: (prefix length, [own lengths]) each; ``loose``: own lengths of requests in no
+    group. Returns the caches, the decode inputs and prefix_group / prefix_lens."""
+    g = torch.Generator().manual_seed(seed)
+    slots, kvh, h, d = 8192, 3, 9, 64
+    k_cache = torch.randn(slots, kvh, d, generator=g).to(dtype)
+    v_cache = torch.randn(slots, kvh, d, generator=g).to(dtype)
+    perm, taken = torch.randperm(slots, generator=g), 0
+
+    def take(n):
+        nonlocal taken
+        taken += n
+        return perm[taken - n: taken]
+
+    rows, group_of, prefix_lens = [], [], []
+    for gi, (prefix, owns) in enumerate(groups):
+        shared = take(prefix)
+        prefix_lens.append(prefix)
+        for n in owns:
+            rows.append(torch.cat([shared, take(n)]))
+            group_of.append(gi)
+    for n in loose:
+        rows.append(take(n))
+        group_of.append(-1)
+    lens = torch.tensor([len(r) for r in rows])
+    max_len = int(lens.max())
+    index = torch.stack([torch.cat([r, r[:1].expand(max_len - len(r))]) for r in rows])
+    b = len(rows)
+    loc = index[torch.arange(b), lens - 1]
+    q = torch.randn(b, h, d, generator=g).to(dtype)
+    k_new = torch.randn(b, kvh, d, generator=g).to(dtype)
+    v_new = torch.randn(b, kvh, d, generator=g).to(dtype)
+    return (k_cache, v_cache, loc, k_new, v_new, q, index, lens,
+            torch.tensor(group_of), torch.tensor(prefix_lens, dtype=torch.long))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("groups,loose", [
+    ([(40, [1, 5])], []),                     # one chunk, inline
+    ([(700, [1, 3, 9, 2, 1, 1, 4, 30])], []),  # 3 chunks of prefix keys, the thread pool
+    ([(300, [1 + i % 4 for i in range(25)])], []),  # 75 query rows per kv head: two blocks
+    ([(64, [2, 2]), (513, [1, 7, 3])], [50, 1]),  # two groups and requests in none
+])
+def test_decode_attention_reads_a_shared_prefix_once_for_its_group(native, dtype, groups, loose):
+    k_cache, v_cache, loc, k_new, v_new, q, index, lens, group_of, prefix_lens = shared_prefix_batch(
+        groups, loose, dtype, seed=len(groups) * 100 + len(loose))
+    k_expected, v_expected = k_cache.clone(), v_cache.clone()
+    k_expected[loc], v_expected[loc] = k_new, v_new
+
+    out = torch.ops.sglc_cpu.decode_attention_(k_cache, v_cache, loc, k_new, v_new, q, index, lens, 0.125,
+                                               group_of, prefix_lens)
+    assert torch.equal(k_cache, k_expected) and torch.equal(v_cache, v_expected)
+    torch.testing.assert_close(out.float(), reference_decode(k_expected, v_expected, q, index, lens, 0.125),
+                               **tol(dtype))
+
+
+def test_decode_attention_refuses_a_false_shared_prefix_before_writing(native):
+    k_cache, v_cache, loc, k_new, v_new, q, index, lens, group_of, prefix_lens = shared_prefix_batch(
+        [(20, [1, 2])], [], torch.float32, seed=7)
+    before = k_cache.clone()
+    wrong = index.clone()
+    wrong[1, 5] = wrong[1, 21]  # the second request's 6th slot is its own, not the group's
+    with pytest.raises(RuntimeError, match="request 1 does not share the first 20 slots of group 0"):
+        torch.ops.sglc_cpu.decode_attention_(k_cache, v_cache, loc, k_new, v_new, q, wrong, lens, 1.0,
+                                             group_of, prefix_lens)
+    with pytest.raises(RuntimeError, match="shared prefix of 21 slots for request 0 of length 21"):
+        torch.ops.sglc_cpu.decode_attention_(k_cache, v_cache, loc, k_new, v_new, q, index, lens, 1.0,
+                                             group_of, torch.tensor([21]))
+    with pytest.raises(RuntimeError, match="prefix_group 1 outside"):
+        torch.ops.sglc_cpu.decode_attention_(k_cache, v_cache, loc, k_new, v_new, q, index, lens, 1.0,
+                                             torch.tensor([0, 1]), prefix_lens)
+    with pytest.raises(RuntimeError, match="go together"):
+        torch.ops.sglc_cpu.decode_attention_(k_cache, v_cache, loc, k_new, v_new, q, index, lens, 1.0,
+                                             group_of, None)
+    assert torch.equal(k_cache, before)  # nothing written
+
+
 def test_decode_attention_refuses_bad_slots_before_writing(native):
     k_cache, v_cache = torch.zeros(16, 1, 8), torch.zeros(16, 1, 8)
     q, k_new, v_new = torch.ones(1, 2, 8), torch.ones(1, 1, 8), torch.ones(1, 1, 8)
@@ -195,6 +274,35 @@ def test_native_and_eager_models_agree_on_the_real_model(native):
     sequences = float_continuations(eager, PROMPTS[:3], new_tokens=24)
     stats = agreement(eager, fast, sequences)
     assert stats["top1_agreement"] >= 0.9, stats
+
+
+@pytest.mark.model
+def test_requests_decoding_under_one_prefix_answer_as_they_do_alone(native, monkeypatch):
+    """The real engine (float32): three requests under one ~70-token prompt decode together, their
+    shared slots attended once (cascade), and answer token for token as each does alone."""
+    import sglc_runtime.model.attention.torch_backend as torch_backend
+    from sglc_runtime.engine import Engine
+
+    seen = []
+
+    def spy(index, lens):
+        found = shared_prefix_groups(index, lens)
+        seen.append(found is not None and int(found[1].min()) >= 60)
+        return found
+
+    monkeypatch.setattr(torch_backend, "shared_prefix_groups", spy)
+    prefix = "Here is a list of facts about the planets of the solar system, one per line. " * 5
+    prompts = [prefix + f"Question {i}: which planet is the largest?" for i in range(3)]
+    params = {"temperature": 0, "max_new_tokens": 16, "ignore_eos": True}
+    engine = Engine(threads=2)
+    try:
+        alone = [engine.generate([p], params)[0].token_ids for p in prompts]
+        seen.clear()
+        together = [o.token_ids for o in engine.generate(prompts, params)]
+    finally:
+        engine.shutdown()
+    assert sum(seen) >= 10, "the concurrent decode steps did not find the shared prefix"
+    assert together == alone
 
 
 @pytest.mark.model

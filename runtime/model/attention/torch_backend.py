@@ -10,7 +10,9 @@ offset by the request's prefix.
 
 On CPU, decode requests go to the native kernel ``sglc_cpu.decode_attention_``
 (``native/cpu_ops.cpp``) when it builds: it writes the new K/V and attends reading each request's
-slots in place, with no gather and no SDPA call (~40 us each at one query row). Otherwise, when
+slots in place, with no gather and no SDPA call (~40 us each at one query row); a prefix of slots
+that several decode requests share (``shared_prefix.py``) is attended once for all of them
+(cascade). Otherwise, when
 consecutive pure-decode steps run the same requests, a :class:`DecodeWorkspace` keeps contiguous
 K/V copies and appends the new token instead of re-gathering whole histories.
 """
@@ -26,6 +28,7 @@ from ..forward_batch import ForwardBatch
 from ..native import load_cpu_ops
 from .base import AttentionBackend
 from .decode_workspace import DecodeWorkspace
+from .shared_prefix import shared_prefix_groups
 
 
 @dataclass(slots=True)
@@ -35,9 +38,11 @@ class _DecodeGroup:
     rows: torch.Tensor | None  # token rows of these requests in the batch; None = all rows, in order
     index: torch.Tensor  # LongTensor[B, Lmax], slots, padded with a valid slot
     lens: torch.Tensor  # LongTensor[B], sequence lengths
+    len_list: list[int]  # the same, as ints
     mask: torch.Tensor | None  # BoolTensor[B, 1, 1, Lmax], True = attend; None = no padding
     batch_size: int
     max_len: int
+    shared: tuple[torch.Tensor, torch.Tensor] | None = None  # native kernel: (prefix_group, prefix_lens)
 
 
 @dataclass(slots=True)
@@ -110,6 +115,8 @@ class TorchAttentionBackend(AttentionBackend):
                 None if all_rows else torch.tensor(decode_rows, dtype=torch.long, device=device),
                 device,
             )
+            if self._native_step:
+                self._decode.shared = shared_prefix_groups(self._decode.index, self._decode.len_list)
             if all_rows and self.workspace is not None and not self._native_step:
                 self.workspace.stage(self._decode.index, self._decode.lens, self._decode.max_len)
                 self._use_workspace = None
@@ -149,7 +156,7 @@ class TorchAttentionBackend(AttentionBackend):
             mask = (torch.arange(max_len, device=device)[None, :] < lens_t[:, None]).view(
                 bsz, 1, 1, max_len
             )
-        return _DecodeGroup(rows, index, lens_t, mask, bsz, max_len)
+        return _DecodeGroup(rows, index, lens_t, lens, mask, bsz, max_len)
 
     # ------------------------------------------------------------------ forward
     def forward(
@@ -168,7 +175,8 @@ class TorchAttentionBackend(AttentionBackend):
         dec = self._decode
         native = self._native_step and q.dtype == k.dtype == k_cache.dtype
         if native and dec.rows is None:  # pure decode batch on CPU: one kernel writes and attends
-            return self._native_kernel(k_cache, v_cache, self._loc, k, v, q, dec.index, dec.lens, self.scale)
+            return self._native_kernel(k_cache, v_cache, self._loc, k, v, q, dec.index, dec.lens, self.scale,
+                                       *(dec.shared or ()))
         k_cache.index_copy_(0, self._loc, k.to(k_cache.dtype))
         v_cache.index_copy_(0, self._loc, v.to(v_cache.dtype))
 
@@ -185,7 +193,7 @@ class TorchAttentionBackend(AttentionBackend):
             r = dec.rows
             out.index_copy_(0, r, self._native_kernel(
                 k_cache, v_cache, self._loc.index_select(0, r), k.index_select(0, r), v.index_select(0, r),
-                q.index_select(0, r), dec.index, dec.lens, self.scale))
+                q.index_select(0, r), dec.index, dec.lens, self.scale, *(dec.shared or ())))
         elif dec is not None:
             out.index_copy_(0, dec.rows, self._decode_attend(dec, q.index_select(0, dec.rows), k_cache, v_cache))
         for ext in self._extends:

@@ -243,16 +243,40 @@ inline void prefetch_row(const void* row, int64_t bytes) {
 
 constexpr int64_t kPrefetchAhead = 6;  // keys
 
-// Attention of one request's `heads` query heads (rows of q, `q_stride` apart) over its keys:
-// key t's row of all kv heads is k + slots[t] * row_stride (row_stride = kv_heads * d), query
-// head h reads kv head h / group. Key-major: each K/V row is read once, for every head, in slot
-// order, converted to float once (kv heads are shared by `group` query heads). Scratch: qf
-// [heads * d], scores [heads * len], acc [heads * d], row [row_stride]. Writes out [heads * d].
+// Attention state of query rows over a run of keys: per row m = the largest score, l = the sum of
+// exp(score - m), acc = the sum of exp(score - m) * v (unnormalised). States over disjoint runs of
+// keys merge exactly (merge_state), which is how a shared prefix's attention, computed once for
+// every request sharing it, joins each request's own suffix.
+
+// Folds the state (m2, l2, acc2) into (m, l, acc): one query row, d values.
+inline void merge_state(float& m, float& l, float* __restrict__ acc, float m2, float l2,
+                        const float* __restrict__ acc2, int64_t d) {
+  const float mn = std::max(m, m2);
+  const float a = exp_approx(m - mn), b = exp_approx(m2 - mn);
+  l = l * a + l2 * b;
+  m = mn;
+  _Pragma("omp simd")
+  for (int64_t i = 0; i < d; ++i) acc[i] = acc[i] * a + acc2[i] * b;
+}
+
+template <typename T>
+inline void write_normalised(const float* __restrict__ acc, float l, int64_t d, T* __restrict__ out) {
+  const float inv = 1.f / l;
+  _Pragma("omp simd")
+  for (int64_t i = 0; i < d; ++i) out[i] = from_float<T>(acc[i] * inv);
+}
+
+// State of one request's `heads` query heads (rows of q, `q_stride` apart) over its keys: key t's
+// row of all kv heads is k + slots[t] * row_stride (row_stride = kv_heads * d), query head h reads
+// kv head h / group. Key-major: each K/V row is read once, for every head, in slot order, converted
+// to float once (kv heads are shared by `group` query heads). Scratch: qf [heads * d], scores
+// [heads * len], row [row_stride]. Writes m, l [heads] and acc [heads * d].
 template <typename T>
 void attend_request(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k, const T* __restrict__ v,
                     int64_t row_stride, const int64_t* __restrict__ slots, int64_t len, int64_t heads,
                     int64_t group, int64_t d, float scale, float* __restrict__ qf, float* __restrict__ scores,
-                    float* __restrict__ acc, float* __restrict__ row, T* __restrict__ out) {
+                    float* __restrict__ row, float* __restrict__ m, float* __restrict__ l,
+                    float* __restrict__ acc) {
   const int64_t row_bytes = row_stride * static_cast<int64_t>(sizeof(T));
   for (int64_t h = 0; h < heads; ++h) {
     _Pragma("omp simd")
@@ -267,19 +291,18 @@ void attend_request(const T* __restrict__ q, int64_t q_stride, const T* __restri
   }
   for (int64_t h = 0; h < heads; ++h) {
     float* sh = scores + h * len;
-    float m = sh[0];
-    _Pragma("omp simd reduction(max : m)")
-    for (int64_t t = 1; t < len; ++t) m = std::max(m, sh[t]);
+    float mh = sh[0];
+    _Pragma("omp simd reduction(max : mh)")
+    for (int64_t t = 1; t < len; ++t) mh = std::max(mh, sh[t]);
     float sum = 0.f;
     _Pragma("omp simd reduction(+ : sum)")
     for (int64_t t = 0; t < len; ++t) {
-      const float e = exp_approx(sh[t] - m);
+      const float e = exp_approx(sh[t] - mh);
       sh[t] = e;
       sum += e;
     }
-    const float inv = 1.f / sum;
-    _Pragma("omp simd")
-    for (int64_t t = 0; t < len; ++t) sh[t] *= inv;
+    m[h] = mh;
+    l[h] = sum;
   }
   std::fill(acc, acc + heads * d, 0.f);
   for (int64_t t = 0; t < len; ++t) {
@@ -295,11 +318,151 @@ void attend_request(const T* __restrict__ q, int64_t q_stride, const T* __restri
       for (int64_t i = 0; i < d; ++i) ah[i] += p * vh[i];
     }
   }
-  for (int64_t h = 0; h < heads; ++h) {
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cascade attention over a prefix that several decode requests share (the same slots: the radix
+// cache hands every request that matched a prefix the same KV slots). The per-request kernel
+// above reads the prefix once per request and pays a horizontal sum per (key, head); here the
+// query rows of all sharing requests for one kv head (W = rows rounded up to 16 lanes) are
+// transposed once, so each key's scores for all rows are d broadcast-FMAs of W-wide vectors, and
+// each K/V row is converted once for all of them. The prefix is split into chunks of keys, one
+// task each (per kv head), and every request merges its chunks' states with its own suffix's.
+
+constexpr int kLanes = 16;            // query rows per vector of scores
+constexpr int kMaxChunks = 4;         // at most 64 query rows per block of sharing requests
+constexpr int64_t kChunkKeys = 256;   // prefix keys per task
+constexpr int64_t kValueBlock = 16;   // V rows converted at a time
+constexpr int64_t kAccWidth = 64;     // accumulator columns kept in registers
+
+// acc[k][0:kAccWidth] += sum_i p[i * p_stride + k] * v[i * v_stride + 0:kAccWidth] for the first
+// `nr` of 4 rows k (p holds 4 readable values per i), over n rows of v: the P V update of
+// shared_prefix_state, 16 accumulators in registers, each V load used by 4 rows.
+inline void add_weighted_rows(const float* __restrict__ p, int64_t p_stride, const float* __restrict__ v,
+                              int64_t v_stride, int64_t n, float* __restrict__ acc, int64_t acc_stride,
+                              int64_t nr) {
+  static_assert(kAccWidth == 64, "add_weighted_rows holds 4 x 64 accumulators");
+#if defined(__AVX512F__)
+  __m512 a[4][4];
+  for (int k = 0; k < 4; ++k) {
+    for (int c = 0; c < 4; ++c) a[k][c] = k < nr ? _mm512_loadu_ps(acc + k * acc_stride + c * 16) : _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float* vi = v + i * v_stride;
+    const __m512 v0 = _mm512_loadu_ps(vi), v1 = _mm512_loadu_ps(vi + 16), v2 = _mm512_loadu_ps(vi + 32),
+                 v3 = _mm512_loadu_ps(vi + 48);
+    for (int k = 0; k < 4; ++k) {
+      const __m512 pk = _mm512_set1_ps(p[i * p_stride + k]);
+      a[k][0] = _mm512_fmadd_ps(pk, v0, a[k][0]);
+      a[k][1] = _mm512_fmadd_ps(pk, v1, a[k][1]);
+      a[k][2] = _mm512_fmadd_ps(pk, v2, a[k][2]);
+      a[k][3] = _mm512_fmadd_ps(pk, v3, a[k][3]);
+    }
+  }
+  for (int64_t k = 0; k < nr; ++k) {
+    for (int c = 0; c < 4; ++c) _mm512_storeu_ps(acc + k * acc_stride + c * 16, a[k][c]);
+  }
+#else
+  for (int64_t k = 0; k < nr; ++k) {
+    float* ak = acc + k * acc_stride;
+    for (int64_t i = 0; i < n; ++i) {
+      const float pk = p[i * p_stride + k];
+      _Pragma("omp simd")
+      for (int64_t j = 0; j < kAccWidth; ++j) ak[j] += pk * v[i * v_stride + j];
+    }
+  }
+#endif
+}
+
+// State of `rows` query rows over keys slots[0, len) of one kv head (at `head_off` in a slot's
+// row): qt [d][W] the rows transposed (scaled; padding rows zero). Scratch: s [len * W],
+// kv [kValueBlock * dp] (dp = d rounded up to kAccWidth, padding zero). Writes m, l [W] and
+// acc [rows * dp].
+template <int NC, typename T>
+void shared_prefix_state(const float* __restrict__ qt, int64_t rows, const T* __restrict__ k,
+                         const T* __restrict__ v, int64_t row_stride, int64_t head_off,
+                         const int64_t* __restrict__ slots, int64_t len, int64_t d, int64_t dp,
+                         float* __restrict__ s, float* __restrict__ kv, float* __restrict__ m,
+                         float* __restrict__ l, float* __restrict__ acc) {
+  constexpr int W = NC * kLanes;
+  // Keys scored together: kKeys * NC accumulators in registers (16 of AVX-512's 32).
+  constexpr int64_t kKeys = NC <= 2 ? 16 / NC : 4;
+  const int64_t bytes = d * static_cast<int64_t>(sizeof(T));
+  for (int64_t t0 = 0; t0 < len; t0 += kKeys) {
+    const int64_t nk = std::min(kKeys, len - t0);
+    for (int64_t i = 0; i < kKeys; ++i) {
+      float* dst = kv + i * dp;
+      if (i >= nk) {
+        std::fill(dst, dst + d, 0.f);
+        continue;
+      }
+      if (t0 + i + kPrefetchAhead < len) prefetch_row(k + slots[t0 + i + kPrefetchAhead] * row_stride + head_off, bytes);
+      const T* kr = k + slots[t0 + i] * row_stride + head_off;
+      _Pragma("omp simd")
+      for (int64_t j = 0; j < d; ++j) dst[j] = to_float(kr[j]);
+    }
+    float a[kKeys][W];
+    for (int64_t i = 0; i < kKeys; ++i) {
+      _Pragma("omp simd")
+      for (int c = 0; c < W; ++c) a[i][c] = 0.f;
+    }
+    for (int64_t j = 0; j < d; ++j) {
+      const float* qj = qt + j * W;
+      for (int64_t i = 0; i < kKeys; ++i) {
+        const float x = kv[i * dp + j];
+        _Pragma("omp simd")
+        for (int c = 0; c < W; ++c) a[i][c] += x * qj[c];
+      }
+    }
+    for (int64_t i = 0; i < nk; ++i) std::memcpy(s + (t0 + i) * W, a[i], sizeof(a[i]));
+  }
+  // Softmax along the keys, for all W rows at once.
+  float mx[W], sum[W];
+  for (int c = 0; c < W; ++c) mx[c] = s[c];
+  for (int64_t t = 1; t < len; ++t) {
     _Pragma("omp simd")
-    for (int64_t i = 0; i < d; ++i) out[h * d + i] = from_float<T>(acc[h * d + i]);
+    for (int c = 0; c < W; ++c) mx[c] = std::max(mx[c], s[t * W + c]);
+  }
+  std::fill(sum, sum + W, 0.f);
+  for (int64_t t = 0; t < len; ++t) {
+    _Pragma("omp simd")
+    for (int c = 0; c < W; ++c) {
+      const float e = exp_approx(s[t * W + c] - mx[c]);
+      s[t * W + c] = e;
+      sum[c] += e;
+    }
+  }
+  std::memcpy(m, mx, sizeof(mx));
+  std::memcpy(l, sum, sizeof(sum));
+  // P V: a block of V rows converted once, then every row's accumulator (kAccWidth columns at a
+  // time, in registers) runs over the block.
+  std::fill(acc, acc + rows * dp, 0.f);
+  for (int64_t t0 = 0; t0 < len; t0 += kValueBlock) {
+    const int64_t nb = std::min(kValueBlock, len - t0);
+    for (int64_t i = 0; i < nb; ++i) {
+      if (t0 + i + kPrefetchAhead < len) prefetch_row(v + slots[t0 + i + kPrefetchAhead] * row_stride + head_off, bytes);
+      const T* vr = v + slots[t0 + i] * row_stride + head_off;
+      float* dst = kv + i * dp;
+      _Pragma("omp simd")
+      for (int64_t j = 0; j < d; ++j) dst[j] = to_float(vr[j]);
+    }
+    // NOTE: four rows at a time share each V load (rows + 3 < W: W is a multiple of 16).
+    for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+      const int64_t nr = std::min<int64_t>(4, rows - r0);
+      for (int64_t j0 = 0; j0 < dp; j0 += kAccWidth) {
+        add_weighted_rows(s + t0 * W + r0, W, kv + j0, dp, nb, acc + r0 * dp + j0, dp, nr);
+      }
+    }
   }
 }
+
+// Requests that share a prefix, at most kMaxChunks * kLanes query rows of one kv head.
+struct SharedBlock {
+  std::vector<int64_t> members;  // request indices
+  int64_t prefix = 0;            // shared slots: the first `prefix` of each member's index row
+  int64_t chunks = 0;            // ceil(prefix / kChunkKeys)
+  int64_t first_task = 0;        // tasks: first_task + kv_head * chunks + chunk
+};
 
 void check_cache(const at::Tensor& c, const char* what) {
   TORCH_CHECK(c.device().is_cpu() && c.dim() == 3 && c.is_contiguous(), "decode_attention_: ", what,
@@ -316,9 +479,14 @@ void check_heads(const at::Tensor& t, int64_t rows, int64_t heads, int64_t d, co
 // writes k_new/v_new [B, KV, D] at slots `loc` [B], then for request b attends q[b] [H, D] over
 // the slots index[b, :lens[b]] (which end with loc[b]). Grouped-query heads: query head h reads
 // kv head h / (H / KV) (Hugging Face's repeat_kv layout). Returns [B, H * D] in q's dtype.
+// Shared prefixes (optional): prefix_group [B] names each request's group (-1: none) and
+// prefix_lens [G] how many leading slots of its index row every member of group g has in common
+// (checked); those keys are attended once for the whole group (cascade, above).
 at::Tensor decode_attention_(at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& loc,
                              const at::Tensor& k_new, const at::Tensor& v_new, const at::Tensor& q,
-                             const at::Tensor& index, const at::Tensor& lens, double scale) {
+                             const at::Tensor& index, const at::Tensor& lens, double scale,
+                             const std::optional<at::Tensor>& prefix_group,
+                             const std::optional<at::Tensor>& prefix_lens) {
   check_cache(k_cache, "k_cache");
   check_cache(v_cache, "v_cache");
   TORCH_CHECK(k_cache.sizes() == v_cache.sizes(), "decode_attention_: k_cache ", k_cache.sizes(),
@@ -357,6 +525,52 @@ at::Tensor decode_attention_(at::Tensor& k_cache, at::Tensor& v_cache, const at:
     total_keys += lenp[r];
   }
   const int64_t group = h / kvh;
+  // Shared-prefix blocks: a group's members, at most kMaxChunks * kLanes query rows each.
+  TORCH_CHECK(prefix_group.has_value() == prefix_lens.has_value(),
+              "decode_attention_: prefix_group and prefix_lens go together");
+  TORCH_CHECK(group <= kMaxChunks * kLanes || !prefix_group.has_value(),
+              "decode_attention_: ", group, " query heads per kv head are too many for shared prefixes");
+  std::vector<SharedBlock> blocks;
+  std::vector<int64_t> block_of(b, -1), row_of(b, 0), own_start(b, 0);
+  int64_t tasks = 0;
+  if (prefix_group.has_value()) {
+    const auto pg = prefix_group->contiguous(), pl = prefix_lens->contiguous();
+    TORCH_CHECK(pg.dim() == 1 && pg.size(0) == b && pg.scalar_type() == at::kLong && pl.dim() == 1 &&
+                    pl.scalar_type() == at::kLong,
+                "decode_attention_: prefix_group must be int64 [", b, "] and prefix_lens int64 [groups]");
+    const int64_t* gp = pg.const_data_ptr<int64_t>();
+    const int64_t* plp = pl.const_data_ptr<int64_t>();
+    const int64_t groups = pl.size(0), per_block = kMaxChunks * kLanes / group;
+    std::vector<int64_t> leader(groups, -1), open_block(groups, -1);
+    for (int64_t r = 0; r < b; ++r) {
+      const int64_t g = gp[r];
+      TORCH_CHECK(g >= -1 && g < groups, "decode_attention_: prefix_group ", g, " outside [-1, ", groups, ")");
+      if (g < 0) continue;
+      const int64_t p = plp[g];
+      TORCH_CHECK(p >= 1 && p < lenp[r], "decode_attention_: shared prefix of ", p, " slots for request ", r,
+                  " of length ", lenp[r], " (it must keep at least its new token)");
+      if (leader[g] < 0) leader[g] = r;
+      TORCH_CHECK(std::equal(idx + r * max_len, idx + r * max_len + p, idx + leader[g] * max_len),
+                  "decode_attention_: request ", r, " does not share the first ", p, " slots of group ", g);
+      if (open_block[g] < 0 || static_cast<int64_t>(blocks[open_block[g]].members.size()) == per_block) {
+        open_block[g] = static_cast<int64_t>(blocks.size());
+        blocks.push_back(SharedBlock{{}, p, (p + kChunkKeys - 1) / kChunkKeys, 0});
+      }
+      SharedBlock& blk = blocks[open_block[g]];
+      block_of[r] = open_block[g];
+      row_of[r] = static_cast<int64_t>(blk.members.size()) * group;
+      own_start[r] = p;
+      blk.members.push_back(r);
+    }
+    for (auto& blk : blocks) {
+      blk.first_task = tasks;
+      tasks += kvh * blk.chunks;
+    }
+  }
+  const int64_t dp = (d + kAccWidth - 1) / kAccWidth * kAccWidth;
+  const int64_t state_width = kMaxChunks * kLanes;
+  std::vector<float> task_m(tasks * state_width), task_l(tasks * state_width), task_acc(tasks * state_width * dp);
+
   auto out = at::empty({b, h * d}, q.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, dtype, "decode_attention_", [&] {
     scalar_t* kc = k_cache.data_ptr<scalar_t>();
@@ -371,21 +585,79 @@ at::Tensor decode_attention_(at::Tensor& k_cache, at::Tensor& v_cache, const at:
     }
     const scalar_t* qp = q.const_data_ptr<scalar_t>();
     scalar_t* op = out.data_ptr<scalar_t>();
-    // NOTE: one task = one request (all its heads read each K/V row once). Below ~256 key rows
-    // in all (~20 us of work), waking the intra-op pool costs more than it saves.
-    const auto run = [&](int64_t begin, int64_t end) {
-      std::vector<float> qf(h * d), acc(h * d), row(kvh * d), scores;
-      for (int64_t r = begin; r < end; ++r) {
-        const int64_t len = lenp[r];
-        scores.resize(h * len);
-        attend_request(qp + r * q.stride(0), q.stride(1), kc, vc, kvh * d, idx + r * max_len, len, h, group, d,
-                       static_cast<float>(scale), qf.data(), scores.data(), acc.data(), row.data(), op + r * h * d);
+    const float fscale = static_cast<float>(scale);
+    // NOTE: below ~256 key rows in all (~20 us of work), waking the intra-op pool costs more than
+    // it saves.
+    const bool pooled = total_keys >= 256;
+
+    // 1. The shared prefixes: one task per (block, kv head, chunk of keys).
+    std::vector<std::pair<int64_t, int64_t>> task_at(tasks);  // task -> (block, offset in it)
+    for (int64_t bi = 0; bi < static_cast<int64_t>(blocks.size()); ++bi) {
+      for (int64_t t = 0; t < kvh * blocks[bi].chunks; ++t) task_at[blocks[bi].first_task + t] = {bi, t};
+    }
+    const auto run_prefix = [&](int64_t begin, int64_t end) {
+      std::vector<float> qt(d * state_width), s(kChunkKeys * state_width), kv(kValueBlock * dp, 0.f);
+      for (int64_t task = begin; task < end; ++task) {
+        const SharedBlock& blk = blocks[task_at[task].first];
+        const int64_t g = task_at[task].second / blk.chunks, chunk = task_at[task].second % blk.chunks;
+        const int64_t rows = static_cast<int64_t>(blk.members.size()) * group;
+        const int nc = static_cast<int>((rows + kLanes - 1) / kLanes), w = nc * kLanes;
+        std::fill(qt.begin(), qt.begin() + d * w, 0.f);
+        for (int64_t mi = 0; mi < static_cast<int64_t>(blk.members.size()); ++mi) {
+          const int64_t r = blk.members[mi];
+          for (int64_t hh = 0; hh < group; ++hh) {
+            const scalar_t* qr = qp + r * q.stride(0) + (g * group + hh) * q.stride(1);
+            for (int64_t j = 0; j < d; ++j) qt[j * w + mi * group + hh] = to_float(qr[j]) * fscale;
+          }
+        }
+        const int64_t first = chunk * kChunkKeys, len = std::min(kChunkKeys, blk.prefix - first);
+        const int64_t* sl = idx + blk.members[0] * max_len + first;
+        float* m = task_m.data() + task * state_width;
+        float* l = task_l.data() + task * state_width;
+        float* acc = task_acc.data() + task * state_width * dp;
+        switch (nc) {
+          case 1: shared_prefix_state<1>(qt.data(), rows, kc, vc, kvh * d, g * d, sl, len, d, dp, s.data(), kv.data(), m, l, acc); break;
+          case 2: shared_prefix_state<2>(qt.data(), rows, kc, vc, kvh * d, g * d, sl, len, d, dp, s.data(), kv.data(), m, l, acc); break;
+          case 3: shared_prefix_state<3>(qt.data(), rows, kc, vc, kvh * d, g * d, sl, len, d, dp, s.data(), kv.data(), m, l, acc); break;
+          default: shared_prefix_state<4>(qt.data(), rows, kc, vc, kvh * d, g * d, sl, len, d, dp, s.data(), kv.data(), m, l, acc); break;
+        }
       }
     };
-    if (b == 1 || total_keys < 256) {
-      run(0, b);
+    if (tasks > 0) {
+      if (pooled && tasks > 1) {
+        at::parallel_for(0, tasks, 1, run_prefix);
+      } else {
+        run_prefix(0, tasks);
+      }
+    }
+
+    // 2. Each request's own keys (all of them without a shared prefix), merged with its prefix.
+    const auto run_own = [&](int64_t begin, int64_t end) {
+      std::vector<float> qf(h * d), acc(h * d), row(kvh * d), m(h), l(h), scores;
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t start = own_start[r], len = lenp[r] - start;
+        scores.resize(h * len);
+        attend_request(qp + r * q.stride(0), q.stride(1), kc, vc, kvh * d, idx + r * max_len + start, len, h,
+                       group, d, fscale, qf.data(), scores.data(), row.data(), m.data(), l.data(), acc.data());
+        if (block_of[r] >= 0) {
+          const SharedBlock& blk = blocks[block_of[r]];
+          for (int64_t hh = 0; hh < h; ++hh) {
+            const int64_t g = hh / group, state_row = row_of[r] + hh % group;
+            for (int64_t c = 0; c < blk.chunks; ++c) {
+              const int64_t task = blk.first_task + g * blk.chunks + c;
+              merge_state(m[hh], l[hh], acc.data() + hh * d, task_m[task * state_width + state_row],
+                          task_l[task * state_width + state_row],
+                          task_acc.data() + (task * state_width + state_row) * dp, d);
+            }
+          }
+        }
+        for (int64_t hh = 0; hh < h; ++hh) write_normalised(acc.data() + hh * d, l[hh], d, op + (r * h + hh) * d);
+      }
+    };
+    if (b == 1 || !pooled) {
+      run_own(0, b);
     } else {
-      at::parallel_for(0, b, 1, run);
+      at::parallel_for(0, b, 1, run_own);
     }
   });
   return out;
@@ -539,7 +811,8 @@ TORCH_LIBRARY(sglc_cpu, m) {
   m.def("rope_(Tensor(a!) x, Tensor positions, Tensor cos, Tensor sin, int num_heads) -> ()");
   m.def("silu_mul(Tensor gate_up) -> Tensor");
   m.def("decode_attention_(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor loc, Tensor k_new, Tensor v_new, "
-        "Tensor q, Tensor index, Tensor lens, float scale) -> Tensor");
+        "Tensor q, Tensor index, Tensor lens, float scale, Tensor? prefix_group=None, "
+        "Tensor? prefix_lens=None) -> Tensor");
   // NOTE: defined everywhere, implemented only where the CPU has AVX512-VNNI (has_vnni()).
   m.def("q8_linear(Tensor x, Tensor weight, Tensor scales, Tensor? bias) -> Tensor");
   m.def("has_vnni() -> bool", &has_vnni);
