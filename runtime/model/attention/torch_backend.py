@@ -12,9 +12,9 @@ On CPU, decode requests go to the native kernel ``sglc_cpu.decode_attention_``
 (``native/cpu_ops.cpp``) when it builds: it writes the new K/V and attends reading each request's
 slots in place, with no gather and no SDPA call (~40 us each at one query row); a prefix of slots
 that several decode requests share (``shared_prefix.py``) is attended once for all of them
-(cascade). Otherwise, when
-consecutive pure-decode steps run the same requests, a :class:`DecodeWorkspace` keeps contiguous
-K/V copies and appends the new token instead of re-gathering whole histories.
+(cascade). Otherwise a :class:`DecodeWorkspace` keeps contiguous K/V copies of the running
+requests from one pure-decode step to the next (through joins, leaves and mixed batches) and
+adds only the new tokens instead of re-gathering whole histories.
 """
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ class TorchAttentionBackend(AttentionBackend):
                 self.workspace.stage(self._decode.index, self._decode.lens, self._decode.max_len)
                 self._use_workspace = None
         if self._use_workspace is False and self.workspace is not None:
-            self.workspace.invalidate()
+            self.workspace.note_writes(batch.out_cache_loc)
 
     def _resolve_native(self) -> bool:
         """Whether the native decode kernel is loaded (building it the first time)."""
