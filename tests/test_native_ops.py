@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from sglc_runtime.model.attention.shared_prefix import shared_prefix_groups
 from sglc_runtime.model.models.layer_ops import EagerLayerOps, NativeLayerOps, layer_ops_for
-from sglc_runtime.model.models.quantized_linear import Int8Linear
+from sglc_runtime.model.models.quantized_linear import Int4Linear, Int8Linear, int4_levels, pack_q4_tiles
 from sglc_runtime.model.models.rope import RotaryEmbedding
 from sglc_runtime.model.native import load_cpu_ops
 
@@ -257,6 +257,76 @@ def test_vnni_int8_linear_error_stays_within_its_activation_quantization_bound(n
     with pytest.raises(RuntimeError, match="multiple of 32"):
         torch.ops.sglc_cpu.q8_linear(torch.ones(1, 40).bfloat16(), torch.ones(4, 40, dtype=torch.int8),
                                      torch.ones(4), None)
+
+
+def unpack_q4_tiles(packed: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """The float weight [out, in] that q4 tiles stand for, read back by the documented layout
+    (written independently of pack_q4_tiles: channel c of tile t, block b, load i, byte 4c + j:
+    input 4i + j in the low nibble, 16 + 4i + j in the high one)."""
+    tiles, blocks = packed.shape[:2]
+    w = torch.empty(tiles * 16, blocks * 32)
+    for t in range(tiles):
+        for b in range(blocks):
+            for i in range(4):
+                for c in range(16):
+                    for j in range(4):
+                        byte = int(packed[t, b, i, 4 * c + j])
+                        for nib, col in ((byte & 15, 4 * i + j), (byte >> 4, 16 + 4 * i + j)):
+                            w[16 * t + c, 32 * b + col] = float(d[t, b, c]) * nib + float(m[t, b, c])
+    return w
+
+
+def test_q4_tiles_hold_the_levels_and_float16_scales_of_each_block():
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(32, 64, generator=g) * 0.05
+    q, scale, lo = int4_levels(w)
+    rebuilt = unpack_q4_tiles(*pack_q4_tiles(q, scale, lo))
+    expected = lo.half().float().repeat_interleave(32, 1) + scale.half().float().repeat_interleave(32, 1) * q
+    assert torch.equal(rebuilt, expected)
+
+
+@pytest.mark.parametrize("rows, dtype", [(1, torch.bfloat16), (3, torch.bfloat16), (8, torch.bfloat16),
+                                         (11, torch.bfloat16), (2, torch.float32), (5, torch.float16)])
+def test_vnni_int4_linear_error_stays_within_its_activation_quantization_bound(native, rows, dtype):
+    """q4_linear rounds each activation to int8 in blocks of 32 (llama.cpp's Q4_1 x Q8_1): an
+    output can move by at most sum over inputs of |w| * (block max / 254) from the exact product
+    of the 4-bit weights, plus the rounding of the output. Rows past 8 take a second pass."""
+    if not torch.ops.sglc_cpu.has_vnni():
+        pytest.skip("this CPU has no AVX512-VNNI: Int4Linear runs torch's kernel")
+    g = torch.Generator().manual_seed(rows)
+    w = torch.randn(10 * 16, 576, generator=g) * 0.05
+    w[:, 64:96] += torch.linspace(-1, 1, 160)[:, None]  # NOTE: blocks with large offsets exercise m
+    bias = torch.randn(10 * 16, generator=g).to(dtype)
+    x = (torch.randn(rows, 576, generator=g) * torch.linspace(0.1, 3, 576)).to(dtype)
+    lin = Int4Linear.quantize(w, bias)
+    assert lin.kernel == "vnni" and Int4Linear.quantize(w, native=False).kernel == "torch"
+    q, scale, lo = int4_levels(w)
+    w_exact = unpack_q4_tiles(*pack_q4_tiles(q, scale, lo)) if rows == 1 else (
+        lo.half().float().repeat_interleave(32, 1) + scale.half().float().repeat_interleave(32, 1) * q)
+    exact = x.float() @ w_exact.t() + bias.float()
+    block_max = x.float().abs().view(rows, -1, 32).amax(-1).repeat_interleave(32, 1)
+    bound = (block_max / 254) @ w_exact.abs().t()
+    y = lin(x)
+    assert y.dtype == dtype and y.shape == (rows, 160)
+    slack = exact.abs() * (2 ** -8 if dtype == torch.bfloat16 else 2 ** -10) + 1e-4
+    assert bool(((y.float() - exact).abs() <= bound + slack).all())
+    assert float((y.float() - exact).abs().max()) > 0  # the activations were really quantized
+
+
+def test_vnni_int4_linear_refuses_bad_layouts_by_name(native):
+    if not torch.ops.sglc_cpu.has_vnni():
+        pytest.skip("this CPU has no AVX512-VNNI")
+    packed, d, m = pack_q4_tiles(*int4_levels(torch.randn(32, 64)))
+    x = torch.ones(1, 64).bfloat16()
+    assert torch.ops.sglc_cpu.q4_linear(torch.ones(0, 64).bfloat16(), packed, d, m, None).shape == (0, 32)
+    with pytest.raises(RuntimeError, match="q4 tiles"):
+        torch.ops.sglc_cpu.q4_linear(x, packed.view(2, 2, 256), d, m, None)
+    with pytest.raises(RuntimeError, match="input has 96 features, the weight 64"):
+        torch.ops.sglc_cpu.q4_linear(torch.ones(1, 96).bfloat16(), packed, d, m, None)
+    with pytest.raises(RuntimeError, match="block scales and mins must be contiguous float16"):
+        torch.ops.sglc_cpu.q4_linear(x, packed, d.float(), m, None)
+    with pytest.raises(RuntimeError, match="bias must be"):
+        torch.ops.sglc_cpu.q4_linear(x, packed, d, m, torch.ones(31).bfloat16())
 
 
 @pytest.mark.model

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from sglc_runtime.model.models.quantized_linear import (
-    INT4_GROUP, LARGE_BATCH_ROWS, Int4Linear, Int8Linear, QuantizationError, RowDispatchLinear, int4_levels,
-    quantized_linear)
+    INT4_GROUP, LARGE_BATCH_ROWS, NATIVE_INT4_LARGE_BATCH_ROWS, NATIVE_INT8_LARGE_BATCH_ROWS, Int4Linear,
+    Int8Linear, QuantizationError, RowDispatchLinear, int4_levels, large_batch_rows, quantized_linear)
 
 
 def reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
@@ -75,16 +75,22 @@ def test_quantized_kernel_computes_the_product_of_its_dequantized_weight(kind, c
     assert error < (0.25 if kind == "int4" else 0.02)  # NOTE: 16 levels per group of Gaussian weights
 
 
-def test_row_dispatch_uses_the_integer_kernel_for_small_batches_only():
+@pytest.mark.parametrize("native", [True, False])
+def test_row_dispatch_uses_the_integer_kernel_for_small_batches_only(native):
+    """The switch to the bf16 copy comes at the row count measured for the kernel that runs."""
     from sglc_runtime.model.models.linear import Linear
 
     w = torch.randn(64, 96) * 0.05
-    small, large = Int4Linear.quantize(w), Linear.build(w.bfloat16())
+    small, large = Int4Linear.quantize(w, native=native), Linear.build(w.bfloat16())
     both = RowDispatchLinear(small, large)
-    for rows in (1, LARGE_BATCH_ROWS - 1, LARGE_BATCH_ROWS, 3 * LARGE_BATCH_ROWS):
+    threshold = NATIVE_INT4_LARGE_BATCH_ROWS if small.kernel == "vnni" else LARGE_BATCH_ROWS
+    assert both.min_rows == threshold == large_batch_rows(small)
+    for rows in (1, threshold - 1, threshold, 3 * threshold):
         x = torch.randn(rows, 96).bfloat16()
-        expected = (small if rows < LARGE_BATCH_ROWS else large)(x)
+        expected = (small if rows < threshold else large)(x)
         assert torch.equal(both(x), expected), rows
+    head = Int8Linear.quantize(w, native=native)
+    assert large_batch_rows(head) == (NATIVE_INT8_LARGE_BATCH_ROWS if head.kernel == "vnni" else LARGE_BATCH_ROWS)
 
 
 def test_bad_shapes_and_kinds_are_named():

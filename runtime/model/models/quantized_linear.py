@@ -56,36 +56,84 @@ def int4_levels(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
 
 
 class Int4Linear:
-    """``y = x @ dequant(W).T (+ bias)`` on 4-bit weights in groups of :data:`INT4_GROUP` inputs."""
+    """``y = x @ dequant(W).T (+ bias)`` on 4-bit weights in groups of :data:`INT4_GROUP` inputs.
 
-    __slots__ = ("packed", "scales_zeros", "bias", "out_features", "in_features")
+    ``native`` (the default where it builds, see :func:`native_int4_kernel`): the VNNI kernel
+    ``q4_linear`` of ``native/cpu_ops.cpp`` on "q4 tiles" (:func:`pack_q4_tiles`: 16 output
+    channels interleaved, one vector lane each; ``d`` and ``m`` in float16 as GGUF's Q4_1 keeps
+    them), activations quantized to int8 per block of 32 as llama.cpp's Q4_1 x Q8_1 does. At one
+    decode row it runs a layer's four linears ~2.5x faster than torch's int4 kernel (which
+    dequantizes every weight to float), and its cost grows slowly with rows (each weight load
+    is unpacked once for up to 8 rows). Otherwise torch's ``_weight_int4pack_mm_for_cpu``.
+    """
 
-    def __init__(self, packed: torch.Tensor, scales_zeros: torch.Tensor, bias: torch.Tensor | None,
-                 out_features: int, in_features: int) -> None:
+    __slots__ = ("packed", "scales_zeros", "bias", "out_features", "in_features", "_native", "_q4")
+
+    def __init__(self, packed: torch.Tensor | None, scales_zeros: torch.Tensor | None, bias: torch.Tensor | None,
+                 out_features: int, in_features: int,
+                 q4: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> None:
         self.packed = packed
         self.scales_zeros = scales_zeros
         self.bias = bias
         self.out_features = out_features
         self.in_features = in_features
+        self._q4 = q4
+        self._native = torch.ops.sglc_cpu.q4_linear if q4 is not None else None
 
     @classmethod
-    def quantize(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> "Int4Linear":
+    def quantize(cls, weight: torch.Tensor, bias: torch.Tensor | None = None, native: bool = True) -> "Int4Linear":
         """Groups of 32 along ``in``: scale = (max - min) / 15, levels round((w - min) / scale)."""
         _check(weight, "Int4Linear")
         out, inp = weight.shape
-        if inp % INT4_GROUP or out % 16:  # NOTE: the packing kernel's tiles
+        if inp % INT4_GROUP or out % 16:  # NOTE: the packing kernels' tiles
             raise QuantizationError(f"Int4Linear: in_features must be a multiple of {INT4_GROUP} and "
                                     f"out_features of 16, got {tuple(weight.shape)}")
         q, scale, lo = int4_levels(weight)
+        bias = None if bias is None else bias.to(torch.bfloat16)
+        if native and native_int4_kernel() is not None:
+            return cls(None, None, bias, out, inp, q4=pack_q4_tiles(q, scale, lo))
         zero = lo + 8 * scale  # NOTE: the kernel computes (q - 8) * scale + zero
         scales_zeros = torch.stack([scale.t(), zero.t()], -1)  # [groups, out, 2]
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2)
-        return cls(packed, scales_zeros.to(torch.bfloat16).contiguous(),
-                   None if bias is None else bias.to(torch.bfloat16), out, inp)
+        return cls(packed, scales_zeros.to(torch.bfloat16).contiguous(), bias, out, inp)
+
+    @property
+    def kernel(self) -> str:
+        """Which kernel runs: 'vnni' (native) or 'torch'."""
+        return "vnni" if self._native is not None else "torch"
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self._native is not None:
+            bias = self.bias if self.bias is None or self.bias.dtype == x.dtype else self.bias.to(x.dtype)
+            return self._native(x, *self._q4, bias)
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, INT4_GROUP, self.scales_zeros)
         return y if self.bias is None else y + self.bias
+
+
+def pack_q4_tiles(q: torch.Tensor, scale: torch.Tensor, lo: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``q4_linear``'s layout of levels ``q`` [out, in] (0..15) and per-block ``scale``, ``lo``
+    [out, in / 32] (``w = lo + scale * q``): weights uint8 [out/16, in/32, 4, 64], where byte
+    ``4c + j`` of load ``i`` holds input ``4i + j`` of the block for channel ``c`` of the tile
+    in its low nibble and input ``16 + 4i + j`` in its high one; ``d``, ``m`` float16
+    [out/16, in/32, 16]."""
+    out, inp = q.shape
+    tiles, blocks = out // 16, inp // INT4_GROUP
+    # [tile, channel, block, half, load, j] -> [tile, block, half, load, channel, j]
+    qt = q.to(torch.uint8).view(tiles, 16, blocks, 2, 4, 4).permute(0, 2, 3, 4, 1, 5)
+    packed = (qt[:, :, 0] | (qt[:, :, 1] << 4)).reshape(tiles, blocks, 4, 64).contiguous()
+
+    def per_tile(t: torch.Tensor) -> torch.Tensor:
+        return t.to(torch.float16).view(tiles, 16, blocks).transpose(1, 2).contiguous()
+
+    return packed, per_tile(scale), per_tile(lo)
+
+
+def native_int4_kernel():
+    """``torch.ops.sglc_cpu.q4_linear`` where it can run (the native kernels build, the CPU has
+    AVX512-VNNI), else None."""
+    if load_cpu_ops() is not None or not torch.ops.sglc_cpu.has_vnni():
+        return None
+    return torch.ops.sglc_cpu.q4_linear
 
 
 class Int8Linear:
@@ -139,11 +187,25 @@ def native_int8_kernel(in_features: int):
 
 QuantizedLinear = Int4Linear | Int8Linear
 
-#: From this many input rows on, the bf16 oneDNN linear beats the integer kernels (their per-row
-#: dequantization is paid again for every row). Measured, model decode ms/step on 2 cores:
+#: From this many input rows on, the bf16 oneDNN linear beats torch's integer kernels (their
+#: per-row dequantization is paid again for every row). Measured, model decode ms/step on 2 cores:
 #: int4 13.4 / 17.1 / 22.9 / 39.9 / 54.2 / 121.5 at 1 / 2 / 4 / 8 / 16 / 32 rows,
 #: bf16 29.3 / 30.5 / 28.7 / 35.1 / 49.5 / 77.0.
 LARGE_BATCH_ROWS = 8
+#: The same for the native int4 kernel, which unpacks each weight load once for 8 rows: model
+#: decode ms/step, int4 layers on it against bf16 layers (both with the lm_head in bf16), 15.3 /
+#: 25.6 / 37.4 / 49.1 against 23.5 / 30.7 / 40.4 / 46.3 at 8 / 16 / 24 / 32 rows.
+NATIVE_INT4_LARGE_BATCH_ROWS = 28
+#: And for the native int8 kernel (the lm_head; one channel at a time, so ~0.45 ms per row for
+#: the 49152 x 576 head): 0.70 / 1.86 / 3.83 ms against bf16's 2.52 / 2.08 / 2.46 at 1 / 4 / 8 rows.
+NATIVE_INT8_LARGE_BATCH_ROWS = 6
+
+
+def large_batch_rows(small: "QuantizedLinear") -> int:
+    """From how many input rows on the bf16 copy of ``small``'s weight is the faster one."""
+    if getattr(small, "kernel", "torch") != "vnni":
+        return LARGE_BATCH_ROWS
+    return NATIVE_INT4_LARGE_BATCH_ROWS if isinstance(small, Int4Linear) else NATIVE_INT8_LARGE_BATCH_ROWS
 
 
 class RowDispatchLinear:
@@ -152,8 +214,9 @@ class RowDispatchLinear:
 
     __slots__ = ("small", "large", "min_rows", "out_features")
 
-    def __init__(self, small, large, min_rows: int = LARGE_BATCH_ROWS) -> None:
-        self.small, self.large, self.min_rows = small, large, min_rows
+    def __init__(self, small, large, min_rows: int | None = None) -> None:
+        self.small, self.large = small, large
+        self.min_rows = large_batch_rows(small) if min_rows is None else min_rows
         self.out_features = small.out_features
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -165,7 +228,7 @@ def quantized_linear(kind: str, weight: torch.Tensor, bias: torch.Tensor | None 
     """A quantized linear of ``weight``: 'int4' (:class:`Int4Linear`) or 'int8' (:class:`Int8Linear`;
     ``native``: on the VNNI kernel where it can run)."""
     if kind == "int4":
-        return Int4Linear.quantize(weight, bias)
+        return Int4Linear.quantize(weight, bias, native=native)
     if kind == "int8":
         return Int8Linear.quantize(weight, bias, native=native)
     raise QuantizationError(f"unknown weight quantization {kind!r}; expected one of {QUANTIZATIONS}")
