@@ -15,7 +15,8 @@ import torch.nn.functional as F
 
 from sglc_runtime.model.attention.shared_prefix import shared_prefix_groups
 from sglc_runtime.model.models.layer_ops import EagerLayerOps, NativeLayerOps, layer_ops_for
-from sglc_runtime.model.models.quantized_linear import Int4Linear, Int8Linear, int4_levels, pack_q4_tiles
+from sglc_runtime.model.models.quantized_linear import (Int4Linear, Int8Linear, int4_levels, pack_q4_tiles,
+                                                        pack_q8_tiles)
 from sglc_runtime.model.models.rope import RotaryEmbedding
 from sglc_runtime.model.native import load_cpu_ops
 
@@ -233,30 +234,82 @@ def test_decode_attention_refuses_bad_slots_before_writing(native):
     assert not k_cache.any() and not v_cache.any()  # nothing written
 
 
-@pytest.mark.parametrize("rows", [1, 3, 7])
-def test_vnni_int8_linear_error_stays_within_its_activation_quantization_bound(native, rows):
+@pytest.mark.parametrize("rows, out", [(1, 200 * 16), (3, 200 * 16), (7, 200 * 16), (11, 200 * 16), (2, 1000)])
+def test_vnni_int8_linear_error_stays_within_its_activation_quantization_bound(native, rows, out):
     """The VNNI kernel rounds each activation to int8 in blocks of 32: an output can move by at most
     sum over inputs of |w| * (block max / 254) from the exact product of the int8 weights, plus
-    the bf16 rounding of the output."""
+    the bf16 rounding of the output. Rows past 8 take a second pass; an output count that is not
+    a multiple of 16 pads the last tile (and is cut back)."""
     if not torch.ops.sglc_cpu.has_vnni():
         pytest.skip("this CPU has no AVX512-VNNI: Int8Linear runs torch's kernel")
     g = torch.Generator().manual_seed(rows)
-    w = torch.randn(200 * 16, 576, generator=g) * 0.05
-    bias = torch.randn(200 * 16, generator=g).bfloat16()
+    w = torch.randn(out, 576, generator=g) * 0.05
+    bias = torch.randn(out, generator=g).bfloat16()
     x = torch.randn(rows, 576, generator=g).bfloat16()
-    lin = Int8Linear.quantize(w, bias)
-    assert lin.kernel == "vnni" and Int8Linear.quantize(w, native=False).kernel == "torch"
-    w_exact = lin.weight.float() * lin.scales.float()[:, None]
+    lin, plain = Int8Linear.quantize(w, bias), Int8Linear.quantize(w, bias, native=False)
+    assert lin.kernel == "vnni" and plain.kernel == "torch" and lin.weight is None  # one copy of the weights
+    w_exact = plain.weight.float() * plain.scales.float()[:, None]
     exact = x.float() @ w_exact.t() + bias.float()
     block_max = x.float().abs().view(rows, -1, 32).amax(-1).repeat_interleave(32, 1)
     bound = (block_max / 254) @ w_exact.abs().t()
     y = lin(x).float()
-    slack = exact.abs() * 2 ** -8 + 1e-6  # NOTE: the bf16 output's rounding
+    assert y.shape == (rows, out)
+    slack = exact.abs() * 2 ** -7 + 1e-6  # NOTE: the bf16 rounding of the output and of the bias add
     assert bool(((y - exact).abs() <= bound + slack).all())
     assert float((y - exact).abs().max()) > 0  # the activations were really quantized
-    with pytest.raises(RuntimeError, match="multiple of 32"):
-        torch.ops.sglc_cpu.q8_linear(torch.ones(1, 40).bfloat16(), torch.ones(4, 40, dtype=torch.int8),
-                                     torch.ones(4), None)
+
+
+def int8_exact_rows(rows: int, k: int, seed: int) -> torch.Tensor:
+    """float32 rows the kernels' activation quantization represents exactly: per block of 32,
+    integers in -127..127 with 127 present, times a power of two."""
+    g = torch.Generator().manual_seed(seed)
+    levels = torch.randint(-127, 128, (rows, k // 32, 32), generator=g)
+    levels[..., 5] = 127
+    scale = 2.0 ** torch.randint(-8, 2, (rows, k // 32, 1), generator=g)
+    return (levels * scale).reshape(rows, k).float()
+
+
+@pytest.mark.parametrize("rows", [1, 4, 9])
+def test_vnni_linears_are_exact_where_the_activations_are(native, rows):
+    """With activations int8 quantization represents exactly, both kernels compute the exact
+    product of their weights (float32 in and out: to float accumulation error)."""
+    if not torch.ops.sglc_cpu.has_vnni():
+        pytest.skip("this CPU has no AVX512-VNNI")
+    g = torch.Generator().manual_seed(rows)
+    w = torch.randn(48, 192, generator=g) * 0.05
+    w[:, 32:64] += 0.5  # NOTE: blocks with large offsets exercise Q4_1's m
+    x = int8_exact_rows(rows, 192, rows)
+    plain = Int8Linear.quantize(w, native=False)
+    w8 = plain.weight.double() * plain.scales.double()[:, None]
+    y8 = Int8Linear.quantize(w)(x).double()
+    assert torch.allclose(y8, x.double() @ w8.t(), rtol=1e-5, atol=1e-5 * float(y8.abs().max()))
+    q, scale, lo = int4_levels(w)
+    w4 = (lo.half().double().repeat_interleave(32, 1) + scale.half().double().repeat_interleave(32, 1) * q)
+    y4 = Int4Linear.quantize(w)(x).double()
+    assert torch.allclose(y4, x.double() @ w4.t(), rtol=1e-5, atol=1e-5 * float(y4.abs().max()))
+
+
+def test_q8_tiles_hold_each_channel_s_levels_offset_by_128():
+    q = torch.randint(-127, 128, (20, 64), dtype=torch.int8)
+    tiles = pack_q8_tiles(q)
+    assert tiles.shape == (2, 2, 8, 64) and tiles.dtype == torch.uint8
+    for c, b, i, j in [(0, 0, 0, 0), (5, 1, 3, 2), (17, 1, 7, 3), (19, 0, 4, 1)]:
+        assert int(tiles[c // 16, b, i, 4 * (c % 16) + j]) == int(q[c, 32 * b + 4 * i + j]) + 128
+    assert bool((tiles[1, :, :, 16:] == 128).all())  # channels 20..31 pad with zero weights
+
+
+def test_vnni_int8_linear_refuses_bad_layouts_by_name(native):
+    if not torch.ops.sglc_cpu.has_vnni():
+        pytest.skip("this CPU has no AVX512-VNNI")
+    tiles, scales = pack_q8_tiles(torch.ones(32, 64, dtype=torch.int8)), torch.ones(32)
+    x = torch.ones(1, 64).bfloat16()
+    assert torch.ops.sglc_cpu.q8_linear(x, tiles, scales, None).shape == (1, 32)
+    with pytest.raises(RuntimeError, match="q8 tiles"):
+        torch.ops.sglc_cpu.q8_linear(x, torch.ones(32, 64, dtype=torch.int8), scales, None)
+    with pytest.raises(RuntimeError, match="input has 96 features, the weight 64"):
+        torch.ops.sglc_cpu.q8_linear(torch.ones(1, 96).bfloat16(), tiles, scales, None)
+    with pytest.raises(RuntimeError, match="scales must be a contiguous float32"):
+        torch.ops.sglc_cpu.q8_linear(x, tiles, torch.ones(31), None)
 
 
 def unpack_q4_tiles(packed: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sglc_runtime.model.models.quantized_linear import (
-    INT4_GROUP, LARGE_BATCH_ROWS, NATIVE_INT4_LARGE_BATCH_ROWS, NATIVE_INT8_LARGE_BATCH_ROWS, Int4Linear,
+    INT4_GROUP, LARGE_BATCH_ROWS, NATIVE_INT4_LARGE_BATCH_ROWS, Int4Linear,
     Int8Linear, QuantizationError, RowDispatchLinear, int4_levels, large_batch_rows, quantized_linear)
 
 
@@ -89,8 +89,7 @@ def test_row_dispatch_uses_the_integer_kernel_for_small_batches_only(native):
         x = torch.randn(rows, 96).bfloat16()
         expected = (small if rows < threshold else large)(x)
         assert torch.equal(both(x), expected), rows
-    head = Int8Linear.quantize(w, native=native)
-    assert large_batch_rows(head) == (NATIVE_INT8_LARGE_BATCH_ROWS if head.kernel == "vnni" else LARGE_BATCH_ROWS)
+    assert large_batch_rows(Int8Linear.quantize(w, native=native)) == LARGE_BATCH_ROWS
 
 
 def test_bad_shapes_and_kinds_are_named():
@@ -147,3 +146,22 @@ def test_int4_model_agrees_with_the_dequantized_float_model():
     sequences = float_continuations(ref, PROMPTS[:4], new_tokens=16)
     stats = agreement(ref, load_model(path, quantization="int4"), sequences)
     assert stats["top1_agreement"] >= 0.9, stats
+
+
+def test_float_logits_feed_a_vnni_head_float32_and_others_their_dtype():
+    """The lm_head's logits come out float32 either way; a VNNI head is given the float32 rows
+    (it quantizes them itself), so no bf16 round trip of the vocabulary-wide output."""
+    from sglc_runtime.model.models.linear import Linear
+    from sglc_runtime.model.models.llama import _float_logits
+
+    w = torch.randn(64, 96) * 0.05
+    small = Int8Linear.quantize(w)
+    head = RowDispatchLinear(small, Linear.build(w.bfloat16()))
+    for rows in (1, head.min_rows):
+        h = torch.randn(rows, 96).bfloat16()
+        logits = _float_logits(head, h)
+        assert logits.dtype == torch.float32 and logits.shape == (rows, 64)
+        if rows < head.min_rows and small.kernel == "vnni":
+            assert torch.equal(logits, small(h.float()))
+        else:
+            assert torch.equal(logits, head(h).float())

@@ -47,6 +47,7 @@ class GenerateCall:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._done = threading.Event()
         self._wake: Callable[[], None] | None = None  # set while an event loop waits on this call
+        self._wake_at_end_only = False  # the waiter wants the end, not each chunk (wait_done)
         self._ended = False  # NOTE: guarded by the registry's lock; counters change exactly once
 
     def _deliver(self, chunk: Any) -> None:  # engine thread, engine lock held: keep it short
@@ -55,7 +56,7 @@ class GenerateCall:
             self.service._end_call(self, chunk.output)
             self._done.set()  # NOTE: before reading _wake, which a waiter sets before checking _done
         wake = self._wake
-        if wake is not None:
+        if wake is not None and (chunk.finished or not self._wake_at_end_only):
             wake()
 
     @property
@@ -100,7 +101,10 @@ class GenerateCall:
             self.cancel("the consumer stopped reading")
 
     async def wait_done(self) -> None:
-        """Until the engine produced the final chunk (consumes nothing; the chunks stay queued)."""
+        """Until the engine produced the final chunk (consumes nothing; the chunks stay queued).
+        Only the final chunk wakes the loop: a wake-up per token took the GIL from the engine
+        thread once per decode step."""
+        self._wake_at_end_only = True
         ready = self._listen()
         try:
             while not self._done.is_set():

@@ -211,9 +211,20 @@ class LlamaForCausalLM:
         if rows is not None:
             h = h.index_select(0, rows.to(h.device))
         h = ops.rms_norm(h, self.final_norm, eps)
-        return self.lm_head(h).float()
+        return _float_logits(self.lm_head, h)
 
     __call__ = forward
+
+
+def _float_logits(head: AnyLinear, h: torch.Tensor) -> torch.Tensor:
+    """float32 logits of ``h``. A VNNI head quantizes its input anyway, so it is given float32 and
+    writes float32: the logits (and the logprobs reported from them) are not rounded to bf16 on
+    the way, and no vocabulary-wide conversion runs per step (a one-stream A/B measured no
+    speed difference beyond noise)."""
+    small = head.small if isinstance(head, RowDispatchLinear) and h.shape[0] < head.min_rows else head
+    if getattr(small, "kernel", None) == "vnni":
+        return small(h.float())
+    return head(h).float()
 
 
 def _logit_rows(batch: ForwardBatch) -> torch.Tensor | None:

@@ -139,42 +139,68 @@ def native_int4_kernel():
 class Int8Linear:
     """``y = x @ (W8 * scale).T (+ bias)`` with one symmetric scale per output channel.
 
-    ``native`` (the default where it builds, see :func:`native_int8_kernel`): the VNNI kernel of
-    ``native/cpu_ops.cpp``, which quantizes each activation row to int8 in blocks of 32 (as
+    ``native`` (the default where it builds, see :func:`native_int8_kernel`): the VNNI kernel
+    ``q8_linear`` of ``native/cpu_ops.cpp`` on "q8 tiles" (:func:`pack_q8_tiles`; output channels
+    padded to a multiple of 16), which quantizes each activation row to int8 in blocks of 32 (as
     llama.cpp does for its Q8_0 matmuls) and runs integer dot products: the 49152 x 576 lm_head
-    takes ~0.7 ms against ~2.3 ms for torch's kernel, which converts every weight to float.
+    takes ~0.7 ms at one row against ~2.3 ms for torch's kernel, which converts every weight to
+    float. Only one copy of the weights is kept: ``weight`` is None on the native kernel.
     """
 
-    __slots__ = ("weight", "scales", "bias", "out_features", "in_features", "_native", "_scales_f32")
+    __slots__ = ("weight", "scales", "bias", "out_features", "in_features", "_tiles", "_scales_f32")
 
     def __init__(self, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None,
                  native: bool = False) -> None:
-        self.weight = weight
         self.scales = scales
         self.bias = bias
         self.out_features, self.in_features = weight.shape
-        self._native = native_int8_kernel(self.in_features) if native else None
-        self._scales_f32 = scales.float().contiguous()
+        self._tiles = pack_q8_tiles(weight) if native and native_int8_kernel(self.in_features) is not None else None
+        self.weight = None if self._tiles is not None else weight
+        padded = self._tiles.shape[0] * 16 if self._tiles is not None else self.out_features
+        self._scales_f32 = torch.zeros(padded)
+        self._scales_f32[: self.out_features] = scales.float()
 
     @classmethod
     def quantize(cls, weight: torch.Tensor, bias: torch.Tensor | None = None, native: bool = True) -> "Int8Linear":
         _check(weight, "Int8Linear")
-        w = weight.float()
-        scale = w.abs().amax(1) / 127
-        safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-        q = torch.round(w / safe[:, None]).clamp_(-127, 127).to(torch.int8).contiguous()
-        return cls(q, scale.to(torch.bfloat16), None if bias is None else bias.to(torch.bfloat16), native=native)
+        return cls(*int8_levels(weight), None if bias is None else bias.to(torch.bfloat16), native=native)
 
     @property
     def kernel(self) -> str:
         """Which kernel runs: 'vnni' (native) or 'torch'."""
-        return "vnni" if self._native is not None else "torch"
+        return "vnni" if self._tiles is not None else "torch"
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self._native is not None:
-            return self._native(x, self.weight, self._scales_f32, self.bias)
+        if self._tiles is not None:
+            y = torch.ops.sglc_cpu.q8_linear(x, self._tiles, self._scales_f32, None)
+            if y.shape[1] != self.out_features:  # NOTE: the padding channels of the last tile
+                y = y[:, : self.out_features]
+            return y if self.bias is None else y + self.bias.to(y.dtype)
         y = torch.ops.aten._weight_int8pack_mm(x, self.weight, self.scales)
         return y if self.bias is None else y + self.bias
+
+
+def int8_levels(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per output channel: ``scale`` = max |w| / 127 (bf16), levels round(w / scale)
+    int8 in -127..127."""
+    w = weight.float()
+    scale = w.abs().amax(1) / 127
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.round(w / safe[:, None]).clamp_(-127, 127).to(torch.int8).contiguous()
+    return q, scale.to(torch.bfloat16)
+
+
+def pack_q8_tiles(q: torch.Tensor) -> torch.Tensor:
+    """``q8_linear``'s layout of int8 levels ``q`` [out, in]: uint8 [ceil(out/16), in/32, 8, 64],
+    where byte ``4c + j`` of load ``i`` of a block holds input ``4i + j`` of the block for channel
+    ``c`` of the tile, plus 128 (channels past ``out`` are zeros, i.e. 128)."""
+    out, inp = q.shape
+    tiles, blocks = -(-out // 16), inp // INT4_GROUP
+    padded = torch.zeros(tiles * 16, inp, dtype=torch.int16)
+    padded[:out] = q
+    u8 = (padded + 128).to(torch.uint8)
+    # [tile, channel, block, load, j] -> [tile, block, load, channel, j]
+    return u8.view(tiles, 16, blocks, 8, 4).permute(0, 2, 3, 1, 4).reshape(tiles, blocks, 8, 64).contiguous()
 
 
 def native_int8_kernel(in_features: int):
@@ -196,16 +222,13 @@ LARGE_BATCH_ROWS = 8
 #: decode ms/step, int4 layers on it against bf16 layers (both with the lm_head in bf16), 15.3 /
 #: 25.6 / 37.4 / 49.1 against 23.5 / 30.7 / 40.4 / 46.3 at 8 / 16 / 24 / 32 rows.
 NATIVE_INT4_LARGE_BATCH_ROWS = 28
-#: And for the native int8 kernel (the lm_head; one channel at a time, so ~0.45 ms per row for
-#: the 49152 x 576 head): 0.70 / 1.86 / 3.83 ms against bf16's 2.52 / 2.08 / 2.46 at 1 / 4 / 8 rows.
-NATIVE_INT8_LARGE_BATCH_ROWS = 6
-
-
 def large_batch_rows(small: "QuantizedLinear") -> int:
-    """From how many input rows on the bf16 copy of ``small``'s weight is the faster one."""
-    if getattr(small, "kernel", "torch") != "vnni":
-        return LARGE_BATCH_ROWS
-    return NATIVE_INT4_LARGE_BATCH_ROWS if isinstance(small, Int4Linear) else NATIVE_INT8_LARGE_BATCH_ROWS
+    """From how many input rows on the bf16 copy of ``small``'s weight is the faster one. The
+    native int8 kernel (the 49152 x 576 lm_head) crosses over where torch's does: 0.66 / 1.23 /
+    2.90 / 4.02 ms at 1 / 4 / 8 / 16 rows against bf16's 2.60 / 2.25 / 2.99 / 3.78."""
+    if isinstance(small, Int4Linear) and small.kernel == "vnni":
+        return NATIVE_INT4_LARGE_BATCH_ROWS
+    return LARGE_BATCH_ROWS
 
 
 class RowDispatchLinear:

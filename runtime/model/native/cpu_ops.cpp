@@ -664,111 +664,25 @@ at::Tensor decode_attention_(at::Tensor& k_cache, at::Tensor& v_cache, const at:
 }
 
 // ---------------------------------------------------------------------------------------------
-// Int8 weight-only linear for a few rows on integer dot products (AVX512-VNNI), the way llama.cpp
-// runs its Q8_0 matmuls: each activation row is quantized to int8 in blocks of 32 (one float
-// scale per block), and each block's 32 products are one vpdpbusd (|x| as the unsigned operand,
-// the weight carrying x's sign). Per output channel, 8 blocks' int32 sums are reduced together
-// into one vector, then scaled in float. Torch's int8 CPU kernel converts every weight to float
-// instead: ~9 GB/s of weights against this machine's ~27 GB/s of memory bandwidth. Weights:
-// [N, K] int8, one float scale per output channel.
+// Weight-only integer linears for a few rows (decode) on AVX512-VNNI, computed the way llama.cpp
+// runs Q8_0 and Q4_1 matmuls: each activation row is quantized to int8 in blocks of 32 inputs
+// (x ~ dx * xq, one float scale per block), and the products are integer dot products (vpdpbusd).
 //
-// (A Q4 kernel built the same way measured no faster than torch's int4 kernel at decode sizes:
-// unpacking nibbles and scaling every block costs what the integer products save.)
-constexpr int64_t QBLOCK = 32;
-
-struct QuantizedRow {  // one activation row, quantized per block
-  std::vector<int8_t> q;       // [K]
-  std::vector<uint8_t> abs_q;  // [K] |q| (the unsigned operand of vpdpbusd against signed weights)
-  std::vector<float> scale;    // [blocks rounded up to 8], 0 past the end
-};
-
-template <typename T>
-void quantize_row(const T* x, int64_t k, QuantizedRow& out) {
-  const int64_t blocks = k / QBLOCK, padded = (blocks + 7) / 8 * 8;
-  out.q.resize(k);
-  out.abs_q.resize(k);
-  out.scale.assign(padded, 0.f);
-  for (int64_t b = 0; b < blocks; ++b) {
-    float amax = 0.f;
-    for (int64_t i = b * QBLOCK; i < (b + 1) * QBLOCK; ++i) amax = std::max(amax, std::fabs(to_float(x[i])));
-    const float scale = amax / 127.f, inv = amax > 0.f ? 127.f / amax : 0.f;
-    for (int64_t i = b * QBLOCK; i < (b + 1) * QBLOCK; ++i) {
-      const int v = static_cast<int>(std::nearbyint(to_float(x[i]) * inv));
-      out.q[i] = static_cast<int8_t>(v);
-      out.abs_q[i] = static_cast<uint8_t>(v < 0 ? -v : v);
-    }
-    out.scale[b] = scale;
-  }
-}
-
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
-#define SGLC_HAVE_VNNI 1
-
-// [s(d0), s(d1), ..., s(d7)]: the full sums of eight 8-lane int32 vectors.
-inline __m256i reduce8(const __m256i* d) {
-  const __m256i s01 = _mm256_hadd_epi32(d[0], d[1]), s23 = _mm256_hadd_epi32(d[2], d[3]);
-  const __m256i s45 = _mm256_hadd_epi32(d[4], d[5]), s67 = _mm256_hadd_epi32(d[6], d[7]);
-  const __m256i a = _mm256_hadd_epi32(s01, s23), b = _mm256_hadd_epi32(s45, s67);
-  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_hadd_ps(s, s);
-  s = _mm_hadd_ps(s, s);
-  return _mm_cvtss_f32(s);
-}
-
-// One output channel of int8 weights (per-channel scale applied by the caller).
-inline float q8_dot(const int8_t* w, const QuantizedRow& x, int64_t blocks) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b0 = 0; b0 < blocks; b0 += 8) {
-    const int64_t n = std::min<int64_t>(8, blocks - b0);
-    __m256i dots[8];
-    for (int64_t j = 0; j < 8; ++j) {
-      if (j < n) {
-        const int64_t off = (b0 + j) * QBLOCK;
-        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + off));
-        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q.data() + off));
-        const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.abs_q.data() + off));
-        dots[j] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), xa, _mm256_sign_epi8(wv, xq));
-      } else {
-        dots[j] = _mm256_setzero_si256();
-      }
-    }
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(dots)), _mm256_loadu_ps(x.scale.data() + b0), acc);
-  }
-  return hsum(acc);
-}
+// Output channels are the vector lanes: weights are stored in tiles of 16 channels, interleaved
+// so that one 64-byte load holds 4 consecutive inputs of each of the 16 channels, and one
+// vpdpbusd multiplies them with 4 activation bytes broadcast to every lane. A block of 32 inputs
+// thus ends as 16 channel sums in one register, scaled with no horizontal reduction, and each
+// weight load serves up to 8 activation rows. (A first version, one channel at a time with a
+// reduction tree per 8 blocks, ran the lm_head at ~0.45 ms per row and measured no faster than
+// torch's kernel for int4.)
+constexpr int64_t QBLOCK = 32;     // inputs per quantization block (GGUF's)
+constexpr int64_t QTILE = 16;      // output channels per tile (the vector lanes)
+constexpr int QMAX_ROWS = 8;       // activation rows per pass over a tile
 
 void check_activations(const at::Tensor& x, int64_t k, const char* what) {
   check_rows(x, what);
   TORCH_CHECK(x.size(1) == k, what, ": input has ", x.size(1), " features, the weight ", k);
   TORCH_CHECK(k % QBLOCK == 0, what, ": in_features must be a multiple of ", QBLOCK, ", got ", k);
-}
-
-// Spreads output channels over the intra-op pool (~64 per task), each task quantizing nothing:
-// the rows are quantized once, up front.
-template <typename Dot>
-at::Tensor run_quantized(const at::Tensor& x, int64_t n, const std::optional<at::Tensor>& bias, const Dot& dot) {
-  const int64_t m = x.size(0), k = x.size(1);
-  std::vector<QuantizedRow> rows(m);
-  auto out = at::empty({m, n}, x.options());
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "quantized_linear", [&] {
-    for (int64_t r = 0; r < m; ++r) quantize_row(x.const_data_ptr<scalar_t>() + r * x.stride(0), k, rows[r]);
-    const scalar_t* bp = bias.has_value() ? bias->const_data_ptr<scalar_t>() : nullptr;
-    scalar_t* op = out.data_ptr<scalar_t>();
-    at::parallel_for(0, n, 64, [&](int64_t begin, int64_t end) {
-      for (int64_t c = begin; c < end; ++c) {
-        for (int64_t r = 0; r < m; ++r) {
-          float y = dot(c, rows[r]);
-          if (bp != nullptr) y += to_float(bp[c]);
-          op[r * n + c] = from_float<scalar_t>(y);
-        }
-      }
-    });
-  });
-  return out;
 }
 
 void check_bias(const std::optional<at::Tensor>& bias, const at::Tensor& x, int64_t n, const char* what) {
@@ -778,54 +692,20 @@ void check_bias(const std::optional<at::Tensor>& bias, const at::Tensor& x, int6
   }
 }
 
-at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
-                     const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(weight.dim() == 2 && weight.is_contiguous() && weight.scalar_type() == at::kChar,
-              "q8_linear: weight must be a contiguous int8 [out, in], got ", weight.sizes());
-  const int64_t n = weight.size(0), k = weight.size(1), blocks = k / QBLOCK;
-  check_activations(x, k, "q8_linear");
-  TORCH_CHECK(scales.dim() == 1 && scales.size(0) == n && scales.is_contiguous() && scales.scalar_type() == at::kFloat,
-              "q8_linear: scales must be a contiguous float32 [", n, "]");
-  check_bias(bias, x, n, "q8_linear");
-  const int8_t* wp = weight.const_data_ptr<int8_t>();
-  const float* sp = scales.const_data_ptr<float>();
-  return run_quantized(x, n, bias, [&](int64_t c, const QuantizedRow& row) {
-    return q8_dot(wp + c * k, row, blocks) * sp[c];
-  });
-}
-
-// ---------------------------------------------------------------------------------------------
-// Int4 weight-only linear (GGUF Q4_1's blocks: w = d * q + m per 32 inputs, q in 0..15) for a
-// few rows on AVX512-VNNI, computed the way llama.cpp runs Q4_1 x Q8_1: activations quantized
-// to int8 per block of 32 (x ~ dx * xq), so a block's dot is d * dx * sum(q * xq) + m * dx *
-// sum(xq). Output channels are the vector lanes: 16 channels' weights are stored interleaved, so
-// one vpdpbusd multiplies 4 consecutive inputs of 16 channels (the 4-bit levels as its unsigned
-// operand, 4 activation bytes broadcast as the signed one) and a block ends as 16 channel sums
-// in one register, scaled by 16 channels' d and m with no horizontal reduction. Each 64-byte
-// weight load (2 x 4 inputs of 16 channels) is unpacked with 3 ops once for all rows of a call.
-// (A first Q4 kernel, one channel at a time with the q8_dot structure below, measured no faster
-// than torch's int4 kernel: its per-block horizontal reductions cost what the products saved.)
-//
-// Weight layout ("q4 tiles", packed by quantized_linear.py): uint8 [N/16, K/32, 4, 64]: for
-// channel tile t, block b and load i, byte 4c+j holds input b*32+4i+j of channel 16t+c in its
-// low nibble and input b*32+16+4i+j in its high one. d and m: float16 [N/16, K/32, 16] (Q4_1
-// stores them in float16). N must be a multiple of 16, K of 32.
-constexpr int64_t Q4_TILE = 16;          // output channels per tile (the vector lanes)
-constexpr int64_t Q4_BLOCK_BYTES = 256;  // one block of one tile: 16 channels x 32 inputs x 4 bits
-constexpr int Q4_MAX_ROWS = 8;           // activation rows per pass over the weights
-
-struct Q4Activations {  // every row of one call, quantized per block
-  std::vector<int8_t> q;  // [rows, K]
-  std::vector<float> dx;  // [rows, K/32] block scales
-  std::vector<float> sx;  // [rows, K/32] dx * sum(xq) per block
+struct QuantizedRows {  // every activation row of one call, quantized per block
+  std::vector<int8_t> q;    // [rows, K]
+  std::vector<float> dx;    // [rows, K/32] block scales
+  std::vector<float> sx;    // [rows, K/32] dx * sum(xq) per block
+  std::vector<int32_t> sq;  // [rows, K/32] sum(xq) per block
 };
 
 template <typename T>
-void quantize_q4_activations(const T* x, int64_t stride, int64_t rows, int64_t k, Q4Activations& out) {
+void quantize_rows(const T* x, int64_t stride, int64_t rows, int64_t k, QuantizedRows& out) {
   const int64_t blocks = k / QBLOCK;
   out.q.resize(rows * k);
   out.dx.resize(rows * blocks);
   out.sx.resize(rows * blocks);
+  out.sq.resize(rows * blocks);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < blocks; ++b) {
       const T* xb = x + r * stride + b * QBLOCK;
@@ -841,9 +721,13 @@ void quantize_q4_activations(const T* x, int64_t stride, int64_t rows, int64_t k
       }
       out.dx[r * blocks + b] = amax / 127.f;
       out.sx[r * blocks + b] = amax / 127.f * static_cast<float>(sum);
+      out.sq[r * blocks + b] = sum;
     }
   }
 }
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
+#define SGLC_HAVE_VNNI 1
 
 inline __m512i broadcast4(const int8_t* p) {
   int32_t v;
@@ -853,22 +737,131 @@ inline __m512i broadcast4(const int8_t* p) {
 
 template <typename T>
 void store_tile(T* out, const __m512 v) {
-  alignas(64) float tmp[Q4_TILE];
+  alignas(64) float tmp[QTILE];
   _mm512_store_ps(tmp, v);
-  for (int64_t i = 0; i < Q4_TILE; ++i) out[i] = from_float<T>(tmp[i]);
+  for (int64_t i = 0; i < QTILE; ++i) out[i] = from_float<T>(tmp[i]);
 }
 inline void store_tile(float* out, const __m512 v) { _mm512_storeu_ps(out, v); }
-inline void store_tile(at::Half* out, const __m512 v) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+
+template <typename T>
+__m512 add_bias(__m512 acc, const T* bias) {
+  if (bias == nullptr) return acc;
+  alignas(64) float bv[QTILE];
+  for (int64_t i = 0; i < QTILE; ++i) bv[i] = to_float(bias[i]);
+  return _mm512_add_ps(acc, _mm512_load_ps(bv));
 }
 
-// Channel tile t for R activation rows starting at row r0.
-template <int R, typename T>
-void q4_tile(const uint8_t* w, const at::Half* d, const at::Half* m, const Q4Activations& act, int64_t r0,
-             int64_t k, int64_t t, int64_t n, const T* bias, T* out) {
-  const int64_t blocks = k / QBLOCK;
-  const __m512i nibble = _mm512_set1_epi8(0x0F);
-  {
+// Runs tile(t, r0, rows) for every tile and group of at most 8 rows, tiles spread over the pool.
+// NOTE: row groups inside the tile loop: a tile's weights (a few KB) come from memory once and
+// from L1/L2 for the later groups.
+template <typename Tile>
+void for_tiles(int64_t tiles, int64_t rows, const Tile& tile) {
+  at::parallel_for(0, tiles, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t r0 = 0; r0 < rows; r0 += QMAX_ROWS) {
+        tile(t, r0, static_cast<int>(std::min<int64_t>(QMAX_ROWS, rows - r0)));
+      }
+    }
+  });
+}
+
+// R as a template argument: the accumulators stay in registers.
+template <template <int> class Kernel, typename... Args>
+void with_rows(int rows, Args&&... args) {
+  switch (rows) {
+    case 1: Kernel<1>::run(args...); break;
+    case 2: Kernel<2>::run(args...); break;
+    case 3: Kernel<3>::run(args...); break;
+    case 4: Kernel<4>::run(args...); break;
+    case 5: Kernel<5>::run(args...); break;
+    case 6: Kernel<6>::run(args...); break;
+    case 7: Kernel<7>::run(args...); break;
+    default: Kernel<8>::run(args...); break;
+  }
+}
+
+// ---- int8: symmetric weights, one float scale per output channel (the lm_head).
+// Layout ("q8 tiles", packed by quantized_linear.py): uint8 [N/16, K/32, 8, 64]: byte 4c + j of
+// load i of block b holds input b*32 + 4i + j of channel c of the tile, plus 128 (vpdpbusd's
+// unsigned operand; the sum is corrected by 128 * sum(xq), which does not depend on the channel).
+constexpr int64_t Q8_BLOCK_BYTES = QTILE * QBLOCK;
+
+template <int R>
+struct Q8Tile {
+  template <typename T>
+  static void run(const uint8_t* w, const float* scales, const QuantizedRows& act, int64_t k, int64_t t,
+                  int64_t r0, int64_t n, const T* bias, T* out) {
+    const int64_t blocks = k / QBLOCK;
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* wb = w + (t * blocks + b) * Q8_BLOCK_BYTES;
+      __m512i wv[8];
+      for (int i = 0; i < 8; ++i) wv[i] = _mm512_loadu_si512(wb + 64 * i);
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xq = act.q.data() + (r0 + r) * k + b * QBLOCK;
+        __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[0], broadcast4(xq));
+        __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[1], broadcast4(xq + 4));
+        for (int i = 2; i < 8; i += 2) {
+          s0 = _mm512_dpbusd_epi32(s0, wv[i], broadcast4(xq + 4 * i));
+          s1 = _mm512_dpbusd_epi32(s1, wv[i + 1], broadcast4(xq + 4 * i + 4));
+        }
+        const int64_t xb = (r0 + r) * blocks + b;
+        const __m512i sum = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(128 * act.sq[xb]));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(act.dx[xb]), acc[r]);
+      }
+    }
+    const __m512 sv = _mm512_loadu_ps(scales + t * QTILE);
+    for (int r = 0; r < R; ++r) {
+      store_tile(out + (r0 + r) * n + t * QTILE,
+                 add_bias(_mm512_mul_ps(acc[r], sv), bias == nullptr ? bias : bias + t * QTILE));
+    }
+  }
+};
+
+at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& scales,
+                     const std::optional<at::Tensor>& bias) {
+  TORCH_CHECK(weight.dim() == 4 && weight.size(2) == 8 && weight.size(3) == 64 && weight.is_contiguous() &&
+                  weight.scalar_type() == at::kByte,
+              "q8_linear: weight must be contiguous uint8 q8 tiles [out / 16, in / 32, 8, 64], got ",
+              weight.sizes(), " ", weight.scalar_type());
+  const int64_t tiles = weight.size(0), n = tiles * QTILE, k = weight.size(1) * QBLOCK;
+  check_activations(x, k, "q8_linear");
+  TORCH_CHECK(scales.dim() == 1 && scales.size(0) == n && scales.is_contiguous() && scales.scalar_type() == at::kFloat,
+              "q8_linear: scales must be a contiguous float32 [", n, "]");
+  check_bias(bias, x, n, "q8_linear");
+  const int64_t rows = x.size(0);
+  auto out = at::empty({rows, n}, x.options());
+  if (rows == 0) return out;
+  QuantizedRows act;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "q8_linear", [&] {
+    quantize_rows(x.const_data_ptr<scalar_t>(), x.stride(0), rows, k, act);
+    const scalar_t* bp = bias.has_value() ? bias->const_data_ptr<scalar_t>() : nullptr;
+    scalar_t* op = out.data_ptr<scalar_t>();
+    const uint8_t* wp = weight.const_data_ptr<uint8_t>();
+    const float* sp = scales.const_data_ptr<float>();
+    for_tiles(tiles, rows, [&](int64_t t, int64_t r0, int group) {
+      with_rows<Q8Tile>(group, wp, sp, act, k, t, r0, n, bp, op);
+    });
+  });
+  return out;
+}
+
+// ---- int4: GGUF Q4_1's blocks, w = d * q + m per 32 inputs, q in 0..15, so a block's dot is
+// d * dx * sum(q * xq) + m * dx * sum(xq).
+// Layout ("q4 tiles"): uint8 [N/16, K/32, 4, 64]: byte 4c + j of load i of block b holds input
+// b*32 + 4i + j of channel c of the tile in its low nibble and input b*32 + 16 + 4i + j in its
+// high one (the levels are vpdpbusd's unsigned operand as they are; 3 ops unpack a load). d and
+// m: float16 [N/16, K/32, 16] (Q4_1 stores them in float16).
+constexpr int64_t Q4_BLOCK_BYTES = QTILE * QBLOCK / 2;
+
+template <int R>
+struct Q4Tile {
+  template <typename T>
+  static void run(const uint8_t* w, const at::Half* d, const at::Half* m, const QuantizedRows& act, int64_t k,
+                  int64_t t, int64_t r0, int64_t n, const T* bias, T* out) {
+    const int64_t blocks = k / QBLOCK;
+    const __m512i nibble = _mm512_set1_epi8(0x0F);
     __m512 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b) {
@@ -879,7 +872,7 @@ void q4_tile(const uint8_t* w, const at::Half* d, const at::Half* m, const Q4Act
         lo[i] = _mm512_and_si512(wv, nibble);
         hi[i] = _mm512_and_si512(_mm512_srli_epi16(wv, 4), nibble);
       }
-      const int64_t sb = (t * blocks + b) * Q4_TILE;
+      const int64_t sb = (t * blocks + b) * QTILE;
       const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + sb)));
       const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + sb)));
       for (int r = 0; r < R; ++r) {
@@ -897,30 +890,10 @@ void q4_tile(const uint8_t* w, const at::Half* d, const at::Half* m, const Q4Act
       }
     }
     for (int r = 0; r < R; ++r) {
-      if (bias != nullptr) {
-        alignas(64) float bv[Q4_TILE];
-        for (int64_t i = 0; i < Q4_TILE; ++i) bv[i] = to_float(bias[t * Q4_TILE + i]);
-        acc[r] = _mm512_add_ps(acc[r], _mm512_load_ps(bv));
-      }
-      store_tile(out + (r0 + r) * n + t * Q4_TILE, acc[r]);
+      store_tile(out + (r0 + r) * n + t * QTILE, add_bias(acc[r], bias == nullptr ? bias : bias + t * QTILE));
     }
   }
-}
-
-template <typename T>
-void q4_row_group(int rows, const uint8_t* w, const at::Half* d, const at::Half* m, const Q4Activations& act,
-                  int64_t r0, int64_t k, int64_t t, int64_t n, const T* bias, T* out) {
-  switch (rows) {
-    case 1: q4_tile<1>(w, d, m, act, r0, k, t, n, bias, out); break;
-    case 2: q4_tile<2>(w, d, m, act, r0, k, t, n, bias, out); break;
-    case 3: q4_tile<3>(w, d, m, act, r0, k, t, n, bias, out); break;
-    case 4: q4_tile<4>(w, d, m, act, r0, k, t, n, bias, out); break;
-    case 5: q4_tile<5>(w, d, m, act, r0, k, t, n, bias, out); break;
-    case 6: q4_tile<6>(w, d, m, act, r0, k, t, n, bias, out); break;
-    case 7: q4_tile<7>(w, d, m, act, r0, k, t, n, bias, out); break;
-    default: q4_tile<8>(w, d, m, act, r0, k, t, n, bias, out); break;
-  }
-}
+};
 
 at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& d, const at::Tensor& m,
                      const std::optional<at::Tensor>& bias) {
@@ -928,10 +901,10 @@ at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& weight, const at::Te
                   weight.scalar_type() == at::kByte,
               "q4_linear: weight must be contiguous uint8 q4 tiles [out / 16, in / 32, 4, 64], got ",
               weight.sizes(), " ", weight.scalar_type());
-  const int64_t tiles = weight.size(0), blocks = weight.size(1), n = tiles * Q4_TILE, k = blocks * QBLOCK;
+  const int64_t tiles = weight.size(0), blocks = weight.size(1), n = tiles * QTILE, k = blocks * QBLOCK;
   check_activations(x, k, "q4_linear");
   for (const at::Tensor* t : {&d, &m}) {
-    TORCH_CHECK(t->dim() == 3 && t->size(0) == tiles && t->size(1) == blocks && t->size(2) == Q4_TILE &&
+    TORCH_CHECK(t->dim() == 3 && t->size(0) == tiles && t->size(1) == blocks && t->size(2) == QTILE &&
                     t->is_contiguous() && t->scalar_type() == at::kHalf,
                 "q4_linear: block scales and mins must be contiguous float16 [", tiles, ", ", blocks, ", 16], got ",
                 t->sizes(), " ", t->scalar_type());
@@ -940,23 +913,16 @@ at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& weight, const at::Te
   const int64_t rows = x.size(0);
   auto out = at::empty({rows, n}, x.options());
   if (rows == 0) return out;
-  const uint8_t* wp = weight.const_data_ptr<uint8_t>();
-  const at::Half* dp = d.const_data_ptr<at::Half>();
-  const at::Half* mp = m.const_data_ptr<at::Half>();
-  Q4Activations act;
+  QuantizedRows act;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "q4_linear", [&] {
-    quantize_q4_activations(x.const_data_ptr<scalar_t>(), x.stride(0), rows, k, act);
+    quantize_rows(x.const_data_ptr<scalar_t>(), x.stride(0), rows, k, act);
     const scalar_t* bp = bias.has_value() ? bias->const_data_ptr<scalar_t>() : nullptr;
     scalar_t* op = out.data_ptr<scalar_t>();
-    // NOTE: row groups inside the tile loop: a tile's weights (<= 12 KB here) are read from
-    // memory once and from L1/L2 by the later groups.
-    at::parallel_for(0, tiles, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        for (int64_t r0 = 0; r0 < rows; r0 += Q4_MAX_ROWS) {
-          const int group = static_cast<int>(std::min<int64_t>(Q4_MAX_ROWS, rows - r0));
-          q4_row_group(group, wp, dp, mp, act, r0, k, t, n, bp, op);
-        }
-      }
+    const uint8_t* wp = weight.const_data_ptr<uint8_t>();
+    const at::Half* dp = d.const_data_ptr<at::Half>();
+    const at::Half* mp = m.const_data_ptr<at::Half>();
+    for_tiles(tiles, rows, [&](int64_t t, int64_t r0, int group) {
+      with_rows<Q4Tile>(group, wp, dp, mp, act, k, t, r0, n, bp, op);
     });
   });
   return out;
