@@ -154,6 +154,7 @@ class ScoreCall:
         self._lock = threading.Lock()
         self._job: Any = None
         self._cancelled: str | None = None
+        self._finished = False  # finish() ran: nothing left to cancel
         self._ended = False
 
     def run(self, job: Any) -> Any:
@@ -173,12 +174,18 @@ class ScoreCall:
                 self._job = None
 
     def finish(self) -> None:
+        """The caller is done with the call (run() returned or raised): it stops being active."""
+        with self._lock:
+            self._finished = True
         self.service._mark_ended(self)
 
     def cancel(self, reason: str = "cancelled by the client") -> bool:
-        if not self.service._mark_ended(self):
-            return False
+        """Abort the engine work (any thread); True when this call cancelled it. The call stays
+        active until ``finish()``, i.e. until run() has waited out the aborted requests, so a
+        server reporting no active call holds no output of it."""
         with self._lock:
+            if self._cancelled is not None or self._finished:
+                return False
             self._cancelled = reason
             job = self._job
         if job is not None:

@@ -57,15 +57,16 @@ class LlamaForCausalLM:
         native_ops: bool | None = None,
     ) -> None:
         """``quantization``: 'int4' or 'int8' runs the decoder layers' linears on packed integers
-        below ``LARGE_BATCH_ROWS`` input rows (the lm_head in int8 in both, as GGUF's Q4 files keep
-        the tied embedding at Q8_0) and on a bf16 copy from there on (prefill, big decode
-        batches; see :mod:`.quantized_linear`); it computes in bfloat16 (the default dtype then;
-        another one is an error). ``pack_weights``: pre-pack linear weights for oneDNN; None = when
-        :func:`can_pack_weights`. bf16/fp16: ~1.5x faster matmuls than ``F.linear``. fp32: keeps
-        the plain weights too and uses the packed ones from 4 rows on (batched decode, prefill),
-        ~2x faster there, at twice the weight memory (see :mod:`.linear`). ``native_ops``: the small
-        per-layer ops (norms, RoPE, residual adds, SiLU) on fused CPU kernels; None = when they
-        build, True = required, False = eager torch ops (see :mod:`.layer_ops`)."""
+        below the row count where their kernel stops paying (``large_batch_rows``; the lm_head in
+        int8 in both, as GGUF's Q4 files keep the tied embedding at Q8_0) and on a bf16 copy from
+        there on (prefill, big decode batches; see :mod:`.quantized_linear`); it computes in
+        bfloat16 (the default dtype then; another one is an error). ``pack_weights``: pre-pack
+        linear weights for oneDNN; None = when :func:`can_pack_weights`. bf16/fp16: ~1.5x faster
+        matmuls than ``F.linear``. fp32: keeps the plain weights too and uses the packed ones from
+        4 rows on (batched decode, prefill), ~2x faster there, at twice the weight memory (see
+        :mod:`.linear`). ``native_ops``: the small per-layer ops (norms, RoPE, residual adds,
+        SiLU) on fused CPU kernels; None = when they build, True = required, False = eager torch
+        ops (see :mod:`.layer_ops`)."""
         self.config = config
         if quantization not in QUANTIZATIONS:
             raise QuantizationError(f"unknown weight quantization {quantization!r}; expected one of {QUANTIZATIONS}")
