@@ -198,6 +198,35 @@ def test_decode_attention_reads_a_shared_prefix_once_for_its_group(native, dtype
                                **tol(dtype))
 
 
+@pytest.fixture
+def two_threads():
+    """The intra-op pool at two threads (the split-K path needs more than one), restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("groups,loose", [
+    ([], [2000]),                  # one long conversation: its keys in pieces, one per task
+    ([], [129, 700, 1]),           # pieces of 128+ keys, a one-key request
+    ([(300, [700])], []),          # a one-member shared prefix, then its own keys in pieces
+    ([(256, [1, 400])], [900]),    # a group's states merged with split own keys
+])
+def test_decode_attention_splits_few_long_requests_across_threads(native, two_threads, dtype, groups, loose):
+    k_cache, v_cache, loc, k_new, v_new, q, index, lens, group_of, prefix_lens = shared_prefix_batch(
+        groups, loose, dtype, seed=7 + len(loose))
+    k_expected, v_expected = k_cache.clone(), v_cache.clone()
+    k_expected[loc], v_expected[loc] = k_new, v_new
+    shared = (group_of, prefix_lens) if groups else ()
+
+    out = torch.ops.sglc_cpu.decode_attention_(k_cache, v_cache, loc, k_new, v_new, q, index, lens, 0.125, *shared)
+    assert torch.equal(k_cache, k_expected) and torch.equal(v_cache, v_expected)
+    torch.testing.assert_close(out.float(), reference_decode(k_expected, v_expected, q, index, lens, 0.125),
+                               **tol(dtype))
+
+
 def test_decode_attention_refuses_a_false_shared_prefix_before_writing(native):
     k_cache, v_cache, loc, k_new, v_new, q, index, lens, group_of, prefix_lens = shared_prefix_batch(
         [(20, [1, 2])], [], torch.float32, seed=7)

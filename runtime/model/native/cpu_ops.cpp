@@ -242,6 +242,7 @@ inline void prefetch_row(const void* row, int64_t bytes) {
 }
 
 constexpr int64_t kPrefetchAhead = 6;  // keys
+constexpr int64_t kMinPieceKeys = 128;  // the fewest keys a split-K piece of one request's keys gets
 
 // Attention state of query rows over a run of keys: per row m = the largest score, l = the sum of
 // exp(score - m), acc = the sum of exp(score - m) * v (unnormalised). States over disjoint runs of
@@ -632,32 +633,78 @@ at::Tensor decode_attention_(at::Tensor& k_cache, at::Tensor& v_cache, const at:
     }
 
     // 2. Each request's own keys (all of them without a shared prefix), merged with its prefix.
-    const auto run_own = [&](int64_t begin, int64_t end) {
-      std::vector<float> qf(h * d), acc(h * d), row(kvh * d), m(h), l(h), scores;
-      for (int64_t r = begin; r < end; ++r) {
-        const int64_t start = own_start[r], len = lenp[r] - start;
-        scores.resize(h * len);
-        attend_request(qp + r * q.stride(0), q.stride(1), kc, vc, kvh * d, idx + r * max_len + start, len, h,
-                       group, d, fscale, qf.data(), scores.data(), row.data(), m.data(), l.data(), acc.data());
-        if (block_of[r] >= 0) {
-          const SharedBlock& blk = blocks[block_of[r]];
-          for (int64_t hh = 0; hh < h; ++hh) {
-            const int64_t g = hh / group, state_row = row_of[r] + hh % group;
-            for (int64_t c = 0; c < blk.chunks; ++c) {
-              const int64_t task = blk.first_task + g * blk.chunks + c;
-              merge_state(m[hh], l[hh], acc.data() + hh * d, task_m[task * state_width + state_row],
-                          task_l[task * state_width + state_row],
-                          task_acc.data() + (task * state_width + state_row) * dp, d);
-            }
+    //    With fewer requests than twice the threads (one long conversation), a request's keys are
+    //    split into pieces run as separate tasks (split-K), so every thread has work.
+    const auto finish_request = [&](int64_t r, float* m, float* l, float* acc) {
+      if (block_of[r] >= 0) {
+        const SharedBlock& blk = blocks[block_of[r]];
+        for (int64_t hh = 0; hh < h; ++hh) {
+          const int64_t g = hh / group, state_row = row_of[r] + hh % group;
+          for (int64_t c = 0; c < blk.chunks; ++c) {
+            const int64_t task = blk.first_task + g * blk.chunks + c;
+            merge_state(m[hh], l[hh], acc + hh * d, task_m[task * state_width + state_row],
+                        task_l[task * state_width + state_row],
+                        task_acc.data() + (task * state_width + state_row) * dp, d);
           }
         }
-        for (int64_t hh = 0; hh < h; ++hh) write_normalised(acc.data() + hh * d, l[hh], d, op + (r * h + hh) * d);
       }
+      for (int64_t hh = 0; hh < h; ++hh) write_normalised(acc + hh * d, l[hh], d, op + (r * h + hh) * d);
     };
-    if (b == 1 || !pooled) {
-      run_own(0, b);
+    const int64_t threads = at::get_num_threads();
+    int64_t own_keys = 0;
+    for (int64_t r = 0; r < b; ++r) own_keys += lenp[r] - own_start[r];
+    const int64_t piece_keys = std::max(kMinPieceKeys, (own_keys + 2 * threads - 1) / (2 * threads));
+    std::vector<int64_t> piece_first(b + 1, 0);
+    for (int64_t r = 0; r < b; ++r) {
+      const int64_t len = lenp[r] - own_start[r];
+      const bool split = pooled && threads > 1 && b < 2 * threads;
+      piece_first[r + 1] = piece_first[r] + (split ? (len + piece_keys - 1) / piece_keys : 1);
+    }
+    const int64_t pieces = piece_first[b];
+
+    if (pieces == b) {  // one piece per request: attend, merge and write in one task
+      const auto run_own = [&](int64_t begin, int64_t end) {
+        std::vector<float> qf(h * d), acc(h * d), row(kvh * d), m(h), l(h), scores;
+        for (int64_t r = begin; r < end; ++r) {
+          const int64_t start = own_start[r], len = lenp[r] - start;
+          scores.resize(h * len);
+          attend_request(qp + r * q.stride(0), q.stride(1), kc, vc, kvh * d, idx + r * max_len + start, len, h,
+                         group, d, fscale, qf.data(), scores.data(), row.data(), m.data(), l.data(), acc.data());
+          finish_request(r, m.data(), l.data(), acc.data());
+        }
+      };
+      if (b == 1 || !pooled) {
+        run_own(0, b);
+      } else {
+        at::parallel_for(0, b, 1, run_own);
+      }
     } else {
-      at::parallel_for(0, b, 1, run_own);
+      std::vector<int64_t> piece_req(pieces);
+      for (int64_t r = 0; r < b; ++r) std::fill(piece_req.begin() + piece_first[r], piece_req.begin() + piece_first[r + 1], r);
+      std::vector<float> piece_m(pieces * h), piece_l(pieces * h), piece_acc(pieces * h * d);
+      at::parallel_for(0, pieces, 1, [&](int64_t begin, int64_t end) {
+        std::vector<float> qf(h * d), row(kvh * d), scores(h * piece_keys);
+        for (int64_t pc = begin; pc < end; ++pc) {
+          const int64_t r = piece_req[pc], first = own_start[r] + (pc - piece_first[r]) * piece_keys;
+          const int64_t len = std::min(piece_keys, lenp[r] - first);
+          attend_request(qp + r * q.stride(0), q.stride(1), kc, vc, kvh * d, idx + r * max_len + first, len, h,
+                         group, d, fscale, qf.data(), scores.data(), row.data(), piece_m.data() + pc * h,
+                         piece_l.data() + pc * h, piece_acc.data() + pc * h * d);
+        }
+      });
+      for (int64_t r = 0; r < b; ++r) {  // NOTE: a few requests' merges: not worth a pool wake-up
+        const int64_t p0 = piece_first[r];
+        float* m = piece_m.data() + p0 * h;
+        float* l = piece_l.data() + p0 * h;
+        float* acc = piece_acc.data() + p0 * h * d;
+        for (int64_t pc = p0 + 1; pc < piece_first[r + 1]; ++pc) {
+          for (int64_t hh = 0; hh < h; ++hh) {
+            merge_state(m[hh], l[hh], acc + hh * d, piece_m[pc * h + hh], piece_l[pc * h + hh],
+                        piece_acc.data() + (pc * h + hh) * d, d);
+          }
+        }
+        finish_request(r, m, l, acc);
+      }
     }
   });
   return out;
