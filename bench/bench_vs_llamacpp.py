@@ -12,6 +12,8 @@ given; the table is printed at the end with each server's ratio to --baseline):
 3. 32 concurrent x 128 new tokens                               -> tok/s
 4. 32 requests sharing a ~1,000-token prefix, 8 at a time, 32 new each -> wall s
 5. 8 conversations x 4 turns (each prompt grows by the last answer), 32 new per turn -> wall s
+6. 1 stream after a ~1,100-token history (cached by one request first, as in a long chat),
+   128 new tokens                                               -> tok/s
 
 Timings on a shared machine are noise: run one server at a time on a quiet machine (`uptime`),
 with the same thread count for each (say it in --note). docs/benchmarks.md has how to build
@@ -101,6 +103,17 @@ def multi_turn_s(server: Server, conversations: int, turns: int, new_tokens: int
     return time.perf_counter() - t0
 
 
+def long_history_tok_s(server: Server, history_words: int, new_tokens: int, seed: int) -> float:
+    """One stream decoding over a long context: the history is sent once first (both servers
+    keep it cached, as in a chat), then the timed request adds one short turn to it."""
+    rng = random.Random(seed)
+    history = "Conversation so far:\n" + words(rng, history_words) + "\n"
+    server.complete(history, 1)
+    t0 = time.perf_counter()
+    _, count = server.complete(history + "User: and then?\nAssistant:", new_tokens)
+    return count / (time.perf_counter() - t0)
+
+
 WORKLOADS = [  # (label, unit, higher is better, run)
     ("1 stream, 256 new", "tok/s", True, lambda s, seed: concurrent_tok_s(s, 1, 256, seed)),
     ("8 concurrent x 128 new", "tok/s", True, lambda s, seed: concurrent_tok_s(s, 8, 128, seed)),
@@ -108,6 +121,8 @@ WORKLOADS = [  # (label, unit, higher is better, run)
     ("32 reqs sharing ~1k-token prefix, 8 at a time, 32 new", "s", False,
      lambda s, seed: shared_prefix_s(s, 32, 8, 32, seed)),
     ("8 conversations x 4 turns, 32 new per turn", "s", False, lambda s, seed: multi_turn_s(s, 8, 4, 32, seed)),
+    ("1 stream after a ~1.1k-token history, 128 new", "tok/s", True,
+     lambda s, seed: long_history_tok_s(s, 1000, 128, seed)),
 ]
 
 
@@ -117,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="a running OpenAI-compatible server (repeat; measured in this order)")
     parser.add_argument("--baseline", default=None, help="NAME of the server the ratios divide by (default: the last)")
     parser.add_argument("--model", default=None, help="model name to send (default: each server's first /v1/models)")
-    parser.add_argument("--only", default=None, help="comma-separated workload numbers (1-5) to run")
+    parser.add_argument("--only", default=None, help="comma-separated workload numbers (1-6) to run")
     parser.add_argument("--warmup", type=int, default=1, help="warm-up requests per server before timing")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--note", default="", help="free text printed with the table (threads, dtype, build)")

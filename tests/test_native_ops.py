@@ -115,8 +115,22 @@ def reference_decode(k_cache, v_cache, q, index, lens, scale):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("lens", [[1], [37], [5, 300, 64], [700] * 4])  # 4 x 700: the thread pool
 def test_decode_attention_writes_then_attends_over_scattered_slots(native, dtype, lens):
-    g = torch.Generator().manual_seed(sum(lens))
-    slots, kvh, h, d = 4096, 3, 9, 64
+    check_decode_attention(dtype, lens, heads=9, kv_heads=3, head_dim=64)
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [torch.float16, torch.float64])  # float64: the generic loop
+@pytest.mark.parametrize("heads, kv_heads, head_dim", [
+    (4, 4, 64), (8, 4, 64), (8, 2, 64),  # 1, 2, 4 query heads per kv head: the register kernel
+    (10, 2, 64), (6, 3, 32), (4, 2, 128),  # 5 per kv head, other head sizes: the generic loop
+])
+def test_decode_attention_matches_sdpa_for_each_head_layout(native, dtype, heads, kv_heads, head_dim):
+    check_decode_attention(dtype, [3, 260, 41], heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+
+
+def check_decode_attention(dtype, lens, heads, kv_heads, head_dim):
+    """decode_attention_ over scattered slots: writes the new K/V, and attends as SDPA does."""
+    g = torch.Generator().manual_seed(sum(lens) + heads * 100 + head_dim)
+    slots, kvh, h, d = 4096, kv_heads, heads, head_dim
     k_cache = torch.randn(slots, kvh, d, generator=g).to(dtype)
     v_cache = torch.randn(slots, kvh, d, generator=g).to(dtype)
     perm = torch.randperm(slots, generator=g)
@@ -134,9 +148,10 @@ def test_decode_attention_writes_then_attends_over_scattered_slots(native, dtype
     k_expected, v_expected = k_cache.clone(), v_cache.clone()
     k_expected[loc], v_expected[loc] = k_new, v_new
 
-    out = torch.ops.sglc_cpu.decode_attention_(k_cache, v_cache, loc, k_new, v_new, q, index, lens_t, 0.125)
+    scale = d ** -0.5
+    out = torch.ops.sglc_cpu.decode_attention_(k_cache, v_cache, loc, k_new, v_new, q, index, lens_t, scale)
     assert torch.equal(k_cache, k_expected) and torch.equal(v_cache, v_expected)
-    expected = reference_decode(k_expected, v_expected, q, index, lens_t, 0.125)
+    expected = reference_decode(k_expected, v_expected, q, index, lens_t, scale)
     assert out.dtype == dtype and out.shape == (len(lens), h * d)
     torch.testing.assert_close(out.float(), expected, **tol(dtype))
 

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX512F__)
@@ -267,6 +268,90 @@ inline void write_normalised(const float* __restrict__ acc, float l, int64_t d, 
   for (int64_t i = 0; i < d; ++i) out[i] = from_float<T>(acc[i] * inv);
 }
 
+// Scores s[0, len) of one query row -> exp(s - m) in place; m = the largest score, l = their sum.
+inline void exponentiate_scores(float* __restrict__ s, int64_t len, float& m, float& l) {
+  float mh = s[0];
+  _Pragma("omp simd reduction(max : mh)")
+  for (int64_t t = 1; t < len; ++t) mh = std::max(mh, s[t]);
+  float sum = 0.f;
+  _Pragma("omp simd reduction(+ : sum)")
+  for (int64_t t = 0; t < len; ++t) {
+    const float e = exp_approx(s[t] - mh);
+    s[t] = e;
+    sum += e;
+  }
+  m = mh;
+  l = sum;
+}
+
+#if defined(__AVX512F__)
+inline __m512 load16_float(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16_float(const at::BFloat16* p) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+inline __m512 load16_float(const at::Half* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// attend_request for head_dim 64 and G <= 4 query heads per kv head: one kv head at a time, its G
+// query rows (scaled) and their accumulators held in registers through the keys. The generic
+// loop reloads both from memory for every key and head; this one reads each key's 64 values
+// once per kv head and leaves only one horizontal sum per key and head.
+template <int G, typename T>
+void attend_kv_heads_d64(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k,
+                         const T* __restrict__ v, int64_t row_stride, const int64_t* __restrict__ slots,
+                         int64_t len, int64_t kv_heads, float scale, float* __restrict__ scores,
+                         float* __restrict__ m, float* __restrict__ l, float* __restrict__ acc) {
+  constexpr int64_t d = 64;
+  constexpr int64_t seg_bytes = d * static_cast<int64_t>(sizeof(T));
+  const __m512 sv = _mm512_set1_ps(scale);
+  for (int64_t g = 0; g < kv_heads; ++g) {
+    __m512 qv[G][4];
+    for (int j = 0; j < G; ++j) {
+      for (int c = 0; c < 4; ++c) qv[j][c] = _mm512_mul_ps(load16_float(q + (g * G + j) * q_stride + c * 16), sv);
+    }
+    float* sg = scores + g * G * len;
+    const T* kg = k + g * d;
+    for (int64_t t = 0; t < len; ++t) {
+      if (t + kPrefetchAhead < len) prefetch_row(kg + slots[t + kPrefetchAhead] * row_stride, seg_bytes);
+      const T* kr = kg + slots[t] * row_stride;
+      const __m512 k0 = load16_float(kr), k1 = load16_float(kr + 16), k2 = load16_float(kr + 32),
+                   k3 = load16_float(kr + 48);
+      for (int j = 0; j < G; ++j) {
+        __m512 sj = _mm512_mul_ps(qv[j][0], k0);
+        sj = _mm512_fmadd_ps(qv[j][1], k1, sj);
+        sj = _mm512_fmadd_ps(qv[j][2], k2, sj);
+        sj = _mm512_fmadd_ps(qv[j][3], k3, sj);
+        sg[j * len + t] = _mm512_reduce_add_ps(sj);
+      }
+    }
+    for (int j = 0; j < G; ++j) exponentiate_scores(sg + j * len, len, m[g * G + j], l[g * G + j]);
+    __m512 a[G][4];
+    for (int j = 0; j < G; ++j) {
+      for (int c = 0; c < 4; ++c) a[j][c] = _mm512_setzero_ps();
+    }
+    const T* vg = v + g * d;
+    for (int64_t t = 0; t < len; ++t) {
+      if (t + kPrefetchAhead < len) prefetch_row(vg + slots[t + kPrefetchAhead] * row_stride, seg_bytes);
+      const T* vr = vg + slots[t] * row_stride;
+      const __m512 v0 = load16_float(vr), v1 = load16_float(vr + 16), v2 = load16_float(vr + 32),
+                   v3 = load16_float(vr + 48);
+      for (int j = 0; j < G; ++j) {
+        const __m512 p = _mm512_set1_ps(sg[j * len + t]);
+        a[j][0] = _mm512_fmadd_ps(p, v0, a[j][0]);
+        a[j][1] = _mm512_fmadd_ps(p, v1, a[j][1]);
+        a[j][2] = _mm512_fmadd_ps(p, v2, a[j][2]);
+        a[j][3] = _mm512_fmadd_ps(p, v3, a[j][3]);
+      }
+    }
+    for (int j = 0; j < G; ++j) {
+      for (int c = 0; c < 4; ++c) _mm512_storeu_ps(acc + (g * G + j) * d + c * 16, a[j][c]);
+    }
+  }
+}
+#endif
+
 // State of one request's `heads` query heads (rows of q, `q_stride` apart) over its keys: key t's
 // row of all kv heads is k + slots[t] * row_stride (row_stride = kv_heads * d), query head h reads
 // kv head h / group. Key-major: each K/V row is read once, for every head, in slot order, converted
@@ -278,6 +363,18 @@ void attend_request(const T* __restrict__ q, int64_t q_stride, const T* __restri
                     int64_t group, int64_t d, float scale, float* __restrict__ qf, float* __restrict__ scores,
                     float* __restrict__ row, float* __restrict__ m, float* __restrict__ l,
                     float* __restrict__ acc) {
+#if defined(__AVX512F__)
+  if constexpr (!std::is_same_v<T, double>) {  // NOTE: float64 stays on the generic loop
+    const int64_t kv_heads = heads / group;
+    switch (d == 64 ? group : 0) {
+      case 1: return attend_kv_heads_d64<1>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, scores, m, l, acc);
+      case 2: return attend_kv_heads_d64<2>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, scores, m, l, acc);
+      case 3: return attend_kv_heads_d64<3>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, scores, m, l, acc);
+      case 4: return attend_kv_heads_d64<4>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, scores, m, l, acc);
+      default: break;
+    }
+  }
+#endif
   const int64_t row_bytes = row_stride * static_cast<int64_t>(sizeof(T));
   for (int64_t h = 0; h < heads; ++h) {
     _Pragma("omp simd")
@@ -290,21 +387,7 @@ void attend_request(const T* __restrict__ q, int64_t q_stride, const T* __restri
     for (int64_t i = 0; i < row_stride; ++i) row[i] = to_float(kr[i]);
     for (int64_t h = 0; h < heads; ++h) scores[h * len + t] = dot_row(qf + h * d, row + (h / group) * d, d);
   }
-  for (int64_t h = 0; h < heads; ++h) {
-    float* sh = scores + h * len;
-    float mh = sh[0];
-    _Pragma("omp simd reduction(max : mh)")
-    for (int64_t t = 1; t < len; ++t) mh = std::max(mh, sh[t]);
-    float sum = 0.f;
-    _Pragma("omp simd reduction(+ : sum)")
-    for (int64_t t = 0; t < len; ++t) {
-      const float e = exp_approx(sh[t] - mh);
-      sh[t] = e;
-      sum += e;
-    }
-    m[h] = mh;
-    l[h] = sum;
-  }
+  for (int64_t h = 0; h < heads; ++h) exponentiate_scores(scores + h * len, len, m[h], l[h]);
   std::fill(acc, acc + heads * d, 0.f);
   for (int64_t t = 0; t < len; ++t) {
     if (t + kPrefetchAhead < len) prefetch_row(v + slots[t + kPrefetchAhead] * row_stride, row_bytes);
