@@ -293,6 +293,10 @@ inline __m512 load16_float(const at::BFloat16* p) {
 inline __m512 load16_float(const at::Half* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
+// a[0:4] += p * v[0:4]: one 64-wide row of P.V accumulators updated by one weighted V row.
+inline void add_scaled_row(__m512* __restrict__ a, __m512 p, const __m512* __restrict__ v) {
+  for (int c = 0; c < 4; ++c) a[c] = _mm512_fmadd_ps(p, v[c], a[c]);
+}
 
 // attend_request for head_dim 64 and G <= 4 query heads per kv head: one kv head at a time, its G
 // query rows (scaled) and their accumulators held in registers through the keys. The generic
@@ -335,15 +339,9 @@ void attend_kv_heads_d64(const T* __restrict__ q, int64_t q_stride, const T* __r
     for (int64_t t = 0; t < len; ++t) {
       if (t + kPrefetchAhead < len) prefetch_row(vg + slots[t + kPrefetchAhead] * row_stride, seg_bytes);
       const T* vr = vg + slots[t] * row_stride;
-      const __m512 v0 = load16_float(vr), v1 = load16_float(vr + 16), v2 = load16_float(vr + 32),
-                   v3 = load16_float(vr + 48);
-      for (int j = 0; j < G; ++j) {
-        const __m512 p = _mm512_set1_ps(sg[j * len + t]);
-        a[j][0] = _mm512_fmadd_ps(p, v0, a[j][0]);
-        a[j][1] = _mm512_fmadd_ps(p, v1, a[j][1]);
-        a[j][2] = _mm512_fmadd_ps(p, v2, a[j][2]);
-        a[j][3] = _mm512_fmadd_ps(p, v3, a[j][3]);
-      }
+      const __m512 vt[4] = {load16_float(vr), load16_float(vr + 16), load16_float(vr + 32),
+                            load16_float(vr + 48)};
+      for (int j = 0; j < G; ++j) add_scaled_row(a[j], _mm512_set1_ps(sg[j * len + t]), vt);
     }
     for (int j = 0; j < G; ++j) {
       for (int c = 0; c < 4; ++c) _mm512_storeu_ps(acc + (g * G + j) * d + c * 16, a[j][c]);
@@ -433,15 +431,9 @@ inline void add_weighted_rows(const float* __restrict__ p, int64_t p_stride, con
   }
   for (int64_t i = 0; i < n; ++i) {
     const float* vi = v + i * v_stride;
-    const __m512 v0 = _mm512_loadu_ps(vi), v1 = _mm512_loadu_ps(vi + 16), v2 = _mm512_loadu_ps(vi + 32),
-                 v3 = _mm512_loadu_ps(vi + 48);
-    for (int k = 0; k < 4; ++k) {
-      const __m512 pk = _mm512_set1_ps(p[i * p_stride + k]);
-      a[k][0] = _mm512_fmadd_ps(pk, v0, a[k][0]);
-      a[k][1] = _mm512_fmadd_ps(pk, v1, a[k][1]);
-      a[k][2] = _mm512_fmadd_ps(pk, v2, a[k][2]);
-      a[k][3] = _mm512_fmadd_ps(pk, v3, a[k][3]);
-    }
+    const __m512 vi4[4] = {_mm512_loadu_ps(vi), _mm512_loadu_ps(vi + 16), _mm512_loadu_ps(vi + 32),
+                           _mm512_loadu_ps(vi + 48)};
+    for (int k = 0; k < 4; ++k) add_scaled_row(a[k], _mm512_set1_ps(p[i * p_stride + k]), vi4);
   }
   for (int64_t k = 0; k < nr; ++k) {
     for (int c = 0; c < 4; ++c) _mm512_storeu_ps(acc + k * acc_stride + c * 16, a[k][c]);
