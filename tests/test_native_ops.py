@@ -242,6 +242,14 @@ def test_decode_attention_splits_few_long_requests_across_threads(native, two_th
                                **tol(dtype))
 
 
+def test_cascade_is_kept_for_the_layouts_the_register_kernel_does_not_cover(native):
+    from sglc_runtime.model.attention.torch_backend import cascade_pays
+
+    assert cascade_pays(128, 4) and cascade_pays(64, 5) and cascade_pays(32, 1)
+    has_avx512 = torch.backends.cpu.get_cpu_capability() == "AVX512"
+    assert cascade_pays(64, 3) is not has_avx512  # SmolLM2: 9 heads over 3 kv heads of 64
+
+
 def test_decode_attention_refuses_a_false_shared_prefix_before_writing(native):
     k_cache, v_cache, loc, k_new, v_new, q, index, lens, group_of, prefix_lens = shared_prefix_batch(
         [(20, [1, 2])], [], torch.float32, seed=7)
@@ -446,11 +454,13 @@ def test_native_and_eager_models_agree_on_the_real_model(native):
 @pytest.mark.model
 def test_requests_decoding_under_one_prefix_answer_as_they_do_alone(native, monkeypatch):
     """The real engine (float32): three requests under one ~70-token prompt decode together, their
-    shared slots attended once (cascade), and answer token for token as each does alone."""
+    shared slots attended once (cascade, forced on: the default model's layout runs without it),
+    and answer token for token as each does alone."""
     import sglc_runtime.model.attention.torch_backend as torch_backend
     from sglc_runtime.engine import Engine
 
     seen = []
+    monkeypatch.setattr(torch_backend, "cascade_pays", lambda head_dim, group: True)
 
     def spy(index, lens):
         found = shared_prefix_groups(index, lens)

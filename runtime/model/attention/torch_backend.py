@@ -10,9 +10,10 @@ offset by the request's prefix.
 
 On CPU, decode requests go to the native kernel ``sglc_cpu.decode_attention_``
 (``native/cpu_ops.cpp``) when it builds: it writes the new K/V and attends reading each request's
-slots in place, with no gather and no SDPA call (~40 us each at one query row); a prefix of slots
-that several decode requests share (``shared_prefix.py``) is attended once for all of them
-(cascade). Otherwise a :class:`DecodeWorkspace` keeps contiguous K/V copies of the running
+slots in place, with no gather and no SDPA call (~10 us at one query row over 150 keys); a
+prefix of slots that several decode requests share (``shared_prefix.py``) is attended once for
+all of them (cascade) where that pays: when the kernel runs its generic per-request loop (see
+:func:`cascade_pays`). Otherwise a :class:`DecodeWorkspace` keeps contiguous K/V copies of the running
 requests from one pure-decode step to the next (through joins, leaves and mixed batches) and
 adds only the new tokens instead of re-gathering whole histories.
 """
@@ -29,6 +30,16 @@ from ..native import load_cpu_ops
 from .base import AttentionBackend
 from .decode_workspace import DecodeWorkspace
 from .shared_prefix import shared_prefix_groups
+
+
+def cascade_pays(head_dim: int, group: int) -> bool:
+    """Whether the native kernel should attend shared prefixes once per group (cascade) for this
+    head layout. Not where its per-request loop holds a kv head's queries and accumulators in
+    registers (head_dim 64, <= 4 query heads per kv head, AVX512): measured there (SmolLM2, bf16,
+    2 threads), reading a 100-1000-key prefix per request from cache beat the cascade for groups
+    of 2 to 32 requests (e.g. 8 x 1000 keys 210 against 242 us a layer; 32 prompts over a
+    ~1k-token document, 8 at a time: 2.95-3.05 s against 3.11-3.20 s in the engine)."""
+    return not torch.ops.sglc_cpu.has_register_attention(head_dim, group)
 
 
 @dataclass(slots=True)
@@ -77,6 +88,7 @@ class TorchAttentionBackend(AttentionBackend):
         self.workspace = DecodeWorkspace(decode_workspace_bytes) if decode_workspace_bytes > 0 else None
         self.native = native
         self._native_kernel = None  # torch.ops.sglc_cpu.decode_attention_ once resolved
+        self._cascade = False  # attend shared prefixes once per group (decided with the kernel)
         self._native_step = False  # this batch's decode requests use it
         self._use_workspace: bool | None = None  # decided at the first layer of a decode step
         self._loc: torch.Tensor | None = None
@@ -115,7 +127,7 @@ class TorchAttentionBackend(AttentionBackend):
                 None if all_rows else torch.tensor(decode_rows, dtype=torch.long, device=device),
                 device,
             )
-            if self._native_step:
+            if self._native_step and self._cascade:
                 self._decode.shared = shared_prefix_groups(self._decode.index, self._decode.len_list)
             if all_rows and self.workspace is not None and not self._native_step:
                 self.workspace.stage(self._decode.index, self._decode.lens, self._decode.max_len)
@@ -135,6 +147,7 @@ class TorchAttentionBackend(AttentionBackend):
                 self.native = False
                 return False
             self._native_kernel = torch.ops.sglc_cpu.decode_attention_
+            self._cascade = cascade_pays(self.head_dim, self.num_heads // self.num_kv_heads)
         return True
 
     @staticmethod

@@ -355,6 +355,17 @@ void attend_kv_heads_d64(const T* __restrict__ q, int64_t q_stride, const T* __r
 // kv head h / group. Key-major: each K/V row is read once, for every head, in slot order, converted
 // to float once (kv heads are shared by `group` query heads). Scratch: qf [heads * d], scores
 // [heads * len], row [row_stride]. Writes m, l [heads] and acc [heads * d].
+// Whether attend_request runs the register kernel for this head layout (else the generic loop).
+inline bool register_kernel_applies(int64_t d, int64_t group) {
+#if defined(__AVX512F__)
+  return d == 64 && group >= 1 && group <= 4;
+#else
+  (void)d;
+  (void)group;
+  return false;
+#endif
+}
+
 template <typename T>
 void attend_request(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k, const T* __restrict__ v,
                     int64_t row_stride, const int64_t* __restrict__ slots, int64_t len, int64_t heads,
@@ -364,7 +375,7 @@ void attend_request(const T* __restrict__ q, int64_t q_stride, const T* __restri
 #if defined(__AVX512F__)
   if constexpr (!std::is_same_v<T, double>) {  // NOTE: float64 stays on the generic loop
     const int64_t kv_heads = heads / group;
-    switch (d == 64 ? group : 0) {
+    switch (register_kernel_applies(d, group) ? group : 0) {
       case 1: return attend_kv_heads_d64<1>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, scores, m, l, acc);
       case 2: return attend_kv_heads_d64<2>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, scores, m, l, acc);
       case 3: return attend_kv_heads_d64<3>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, scores, m, l, acc);
@@ -1053,6 +1064,9 @@ at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& weight, const at::Te
 
 }  // namespace
 
+// For the Python side's cascade policy: a shared prefix pays off only over the generic loop.
+bool has_register_attention(int64_t head_dim, int64_t group) { return register_kernel_applies(head_dim, group); }
+
 bool has_vnni() {
 #ifdef SGLC_HAVE_VNNI
   return true;
@@ -1073,6 +1087,7 @@ TORCH_LIBRARY(sglc_cpu, m) {
   m.def("q8_linear(Tensor x, Tensor weight, Tensor scales, Tensor? bias) -> Tensor");
   m.def("q4_linear(Tensor x, Tensor weight, Tensor d, Tensor m, Tensor? bias) -> Tensor");
   m.def("has_vnni() -> bool", &has_vnni);
+  m.def("has_register_attention(int head_dim, int group) -> bool", &has_register_attention);
 }
 
 TORCH_LIBRARY_IMPL(sglc_cpu, CPU, m) {
