@@ -3,7 +3,8 @@
 Each kernel replaces a run of torch ops; here it must compute the same thing (float32: to float
 rounding; bf16: to about one bf16 ulp, since the kernels round once where eager rounds after
 every op), on shapes that take both the inline and the thread-pool paths, and refuse bad input
-with an error naming it before writing anything.
+with an error naming it before writing anything. (The integer linears, whose contract is an
+error bound rather than eager equality, are in test_native_int_linears.py.)
 """
 from __future__ import annotations
 
@@ -15,8 +16,6 @@ import torch.nn.functional as F
 
 from sglc_runtime.model.attention.shared_prefix import shared_prefix_groups
 from sglc_runtime.model.models.layer_ops import EagerLayerOps, NativeLayerOps, layer_ops_for
-from sglc_runtime.model.models.quantized_linear import (Int4Linear, Int8Linear, int4_levels, pack_q4_tiles,
-                                                        pack_q8_tiles)
 from sglc_runtime.model.models.rope import RotaryEmbedding
 from sglc_runtime.model.native import load_cpu_ops
 
@@ -284,154 +283,6 @@ def test_decode_attention_refuses_bad_slots_before_writing(native):
         torch.ops.sglc_cpu.decode_attention_(k_cache, v_cache, torch.tensor([2]), k_new, v_new, q.double(),
                                              index, lens, 1.0)
     assert not k_cache.any() and not v_cache.any()  # nothing written
-
-
-@pytest.mark.parametrize("rows, out", [(1, 200 * 16), (3, 200 * 16), (7, 200 * 16), (11, 200 * 16), (2, 1000)])
-def test_vnni_int8_linear_error_stays_within_its_activation_quantization_bound(native, rows, out):
-    """The VNNI kernel rounds each activation to int8 in blocks of 32: an output can move by at most
-    sum over inputs of |w| * (block max / 254) from the exact product of the int8 weights, plus
-    the bf16 rounding of the output. Rows past 8 take a second pass; an output count that is not
-    a multiple of 16 pads the last tile (and is cut back)."""
-    if not torch.ops.sglc_cpu.has_vnni():
-        pytest.skip("this CPU has no AVX512-VNNI: Int8Linear runs torch's kernel")
-    g = torch.Generator().manual_seed(rows)
-    w = torch.randn(out, 576, generator=g) * 0.05
-    bias = torch.randn(out, generator=g).bfloat16()
-    x = torch.randn(rows, 576, generator=g).bfloat16()
-    lin, plain = Int8Linear.quantize(w, bias), Int8Linear.quantize(w, bias, native=False)
-    assert lin.kernel == "vnni" and plain.kernel == "torch" and lin.weight is None  # one copy of the weights
-    w_exact = plain.weight.float() * plain.scales.float()[:, None]
-    exact = x.float() @ w_exact.t() + bias.float()
-    block_max = x.float().abs().view(rows, -1, 32).amax(-1).repeat_interleave(32, 1)
-    bound = (block_max / 254) @ w_exact.abs().t()
-    y = lin(x).float()
-    assert y.shape == (rows, out)
-    slack = exact.abs() * 2 ** -7 + 1e-6  # NOTE: the bf16 rounding of the output and of the bias add
-    assert bool(((y - exact).abs() <= bound + slack).all())
-    assert float((y - exact).abs().max()) > 0  # the activations were really quantized
-
-
-def int8_exact_rows(rows: int, k: int, seed: int) -> torch.Tensor:
-    """float32 rows the kernels' activation quantization represents exactly: per block of 32,
-    integers in -127..127 with 127 present, times a power of two."""
-    g = torch.Generator().manual_seed(seed)
-    levels = torch.randint(-127, 128, (rows, k // 32, 32), generator=g)
-    levels[..., 5] = 127
-    scale = 2.0 ** torch.randint(-8, 2, (rows, k // 32, 1), generator=g)
-    return (levels * scale).reshape(rows, k).float()
-
-
-@pytest.mark.parametrize("rows", [1, 4, 9])
-def test_vnni_linears_are_exact_where_the_activations_are(native, rows):
-    """With activations int8 quantization represents exactly, both kernels compute the exact
-    product of their weights (float32 in and out: to float accumulation error)."""
-    if not torch.ops.sglc_cpu.has_vnni():
-        pytest.skip("this CPU has no AVX512-VNNI")
-    g = torch.Generator().manual_seed(rows)
-    w = torch.randn(48, 192, generator=g) * 0.05
-    w[:, 32:64] += 0.5  # NOTE: blocks with large offsets exercise Q4_1's m
-    x = int8_exact_rows(rows, 192, rows)
-    plain = Int8Linear.quantize(w, native=False)
-    w8 = plain.weight.double() * plain.scales.double()[:, None]
-    y8 = Int8Linear.quantize(w)(x).double()
-    assert torch.allclose(y8, x.double() @ w8.t(), rtol=1e-5, atol=1e-5 * float(y8.abs().max()))
-    q, scale, lo = int4_levels(w)
-    w4 = (lo.half().double().repeat_interleave(32, 1) + scale.half().double().repeat_interleave(32, 1) * q)
-    y4 = Int4Linear.quantize(w)(x).double()
-    assert torch.allclose(y4, x.double() @ w4.t(), rtol=1e-5, atol=1e-5 * float(y4.abs().max()))
-
-
-def test_q8_tiles_hold_each_channel_s_levels_offset_by_128():
-    q = torch.randint(-127, 128, (20, 64), dtype=torch.int8)
-    tiles = pack_q8_tiles(q)
-    assert tiles.shape == (2, 2, 8, 64) and tiles.dtype == torch.uint8
-    for c, b, i, j in [(0, 0, 0, 0), (5, 1, 3, 2), (17, 1, 7, 3), (19, 0, 4, 1)]:
-        assert int(tiles[c // 16, b, i, 4 * (c % 16) + j]) == int(q[c, 32 * b + 4 * i + j]) + 128
-    assert bool((tiles[1, :, :, 16:] == 128).all())  # channels 20..31 pad with zero weights
-
-
-def test_vnni_int8_linear_refuses_bad_layouts_by_name(native):
-    if not torch.ops.sglc_cpu.has_vnni():
-        pytest.skip("this CPU has no AVX512-VNNI")
-    tiles, scales = pack_q8_tiles(torch.ones(32, 64, dtype=torch.int8)), torch.ones(32)
-    x = torch.ones(1, 64).bfloat16()
-    assert torch.ops.sglc_cpu.q8_linear(x, tiles, scales, None).shape == (1, 32)
-    with pytest.raises(RuntimeError, match="q8 tiles"):
-        torch.ops.sglc_cpu.q8_linear(x, torch.ones(32, 64, dtype=torch.int8), scales, None)
-    with pytest.raises(RuntimeError, match="input has 96 features, the weight 64"):
-        torch.ops.sglc_cpu.q8_linear(torch.ones(1, 96).bfloat16(), tiles, scales, None)
-    with pytest.raises(RuntimeError, match="scales must be a contiguous float32"):
-        torch.ops.sglc_cpu.q8_linear(x, tiles, torch.ones(31), None)
-
-
-def unpack_q4_tiles(packed: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """The float weight [out, in] that q4 tiles stand for, read back by the documented layout
-    (written independently of pack_q4_tiles: channel c of tile t, block b, load i, byte 4c + j:
-    input 4i + j in the low nibble, 16 + 4i + j in the high one)."""
-    tiles, blocks = packed.shape[:2]
-    w = torch.empty(tiles * 16, blocks * 32)
-    for t in range(tiles):
-        for b in range(blocks):
-            for i in range(4):
-                for c in range(16):
-                    for j in range(4):
-                        byte = int(packed[t, b, i, 4 * c + j])
-                        for nib, col in ((byte & 15, 4 * i + j), (byte >> 4, 16 + 4 * i + j)):
-                            w[16 * t + c, 32 * b + col] = float(d[t, b, c]) * nib + float(m[t, b, c])
-    return w
-
-
-def test_q4_tiles_hold_the_levels_and_float16_scales_of_each_block():
-    g = torch.Generator().manual_seed(3)
-    w = torch.randn(32, 64, generator=g) * 0.05
-    q, scale, lo = int4_levels(w)
-    rebuilt = unpack_q4_tiles(*pack_q4_tiles(q, scale, lo))
-    expected = lo.half().float().repeat_interleave(32, 1) + scale.half().float().repeat_interleave(32, 1) * q
-    assert torch.equal(rebuilt, expected)
-
-
-@pytest.mark.parametrize("rows, dtype", [(1, torch.bfloat16), (3, torch.bfloat16), (8, torch.bfloat16),
-                                         (11, torch.bfloat16), (2, torch.float32), (5, torch.float16)])
-def test_vnni_int4_linear_error_stays_within_its_activation_quantization_bound(native, rows, dtype):
-    """q4_linear rounds each activation to int8 in blocks of 32 (llama.cpp's Q4_1 x Q8_1): an
-    output can move by at most sum over inputs of |w| * (block max / 254) from the exact product
-    of the 4-bit weights, plus the rounding of the output. Rows past 8 take a second pass."""
-    if not torch.ops.sglc_cpu.has_vnni():
-        pytest.skip("this CPU has no AVX512-VNNI: Int4Linear runs torch's kernel")
-    g = torch.Generator().manual_seed(rows)
-    w = torch.randn(10 * 16, 576, generator=g) * 0.05
-    w[:, 64:96] += torch.linspace(-1, 1, 160)[:, None]  # NOTE: blocks with large offsets exercise m
-    bias = torch.randn(10 * 16, generator=g).to(dtype)
-    x = (torch.randn(rows, 576, generator=g) * torch.linspace(0.1, 3, 576)).to(dtype)
-    lin = Int4Linear.quantize(w, bias)
-    assert lin.kernel == "vnni" and Int4Linear.quantize(w, native=False).kernel == "torch"
-    q, scale, lo = int4_levels(w)
-    w_exact = unpack_q4_tiles(*pack_q4_tiles(q, scale, lo)) if rows == 1 else (
-        lo.half().float().repeat_interleave(32, 1) + scale.half().float().repeat_interleave(32, 1) * q)
-    exact = x.float() @ w_exact.t() + bias.float()
-    block_max = x.float().abs().view(rows, -1, 32).amax(-1).repeat_interleave(32, 1)
-    bound = (block_max / 254) @ w_exact.abs().t()
-    y = lin(x)
-    assert y.dtype == dtype and y.shape == (rows, 160)
-    slack = exact.abs() * (2 ** -8 if dtype == torch.bfloat16 else 2 ** -10) + 1e-4
-    assert bool(((y.float() - exact).abs() <= bound + slack).all())
-    assert float((y.float() - exact).abs().max()) > 0  # the activations were really quantized
-
-
-def test_vnni_int4_linear_refuses_bad_layouts_by_name(native):
-    if not torch.ops.sglc_cpu.has_vnni():
-        pytest.skip("this CPU has no AVX512-VNNI")
-    packed, d, m = pack_q4_tiles(*int4_levels(torch.randn(32, 64)))
-    x = torch.ones(1, 64).bfloat16()
-    assert torch.ops.sglc_cpu.q4_linear(torch.ones(0, 64).bfloat16(), packed, d, m, None).shape == (0, 32)
-    with pytest.raises(RuntimeError, match="q4 tiles"):
-        torch.ops.sglc_cpu.q4_linear(x, packed.view(2, 2, 256), d, m, None)
-    with pytest.raises(RuntimeError, match="input has 96 features, the weight 64"):
-        torch.ops.sglc_cpu.q4_linear(torch.ones(1, 96).bfloat16(), packed, d, m, None)
-    with pytest.raises(RuntimeError, match="block scales and mins must be contiguous float16"):
-        torch.ops.sglc_cpu.q4_linear(x, packed, d.float(), m, None)
-    with pytest.raises(RuntimeError, match="bias must be"):
-        torch.ops.sglc_cpu.q4_linear(x, packed, d, m, torch.ones(31).bfloat16())
 
 
 @pytest.mark.model
