@@ -13,9 +13,9 @@ On CPU, decode requests go to the native kernel ``sglc_cpu.decode_attention_``
 slots in place, with no gather and no SDPA call (~10 us at one query row over 150 keys); a
 prefix of slots that several decode requests share (``shared_prefix.py``) is attended once for
 all of them (cascade) where that pays: when the kernel runs its generic per-request loop (see
-:func:`cascade_pays`). Otherwise a :class:`DecodeWorkspace` keeps contiguous K/V copies of the running
-requests from one pure-decode step to the next (through joins, leaves and mixed batches) and
-adds only the new tokens instead of re-gathering whole histories.
+:func:`cascade_pays`). Otherwise a :class:`DecodeWorkspace` keeps contiguous K/V copies of the
+running requests from one pure-decode step to the next (through joins, leaves and mixed batches)
+and adds only the new tokens instead of re-gathering whole histories.
 """
 from __future__ import annotations
 

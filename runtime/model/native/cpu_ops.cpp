@@ -350,11 +350,6 @@ void attend_kv_heads_d64(const T* __restrict__ q, int64_t q_stride, const T* __r
 }
 #endif
 
-// State of one request's `heads` query heads (rows of q, `q_stride` apart) over its keys: key t's
-// row of all kv heads is k + slots[t] * row_stride (row_stride = kv_heads * d), query head h reads
-// kv head h / group. Key-major: each K/V row is read once, for every head, in slot order, converted
-// to float once (kv heads are shared by `group` query heads). Scratch: qf [heads * d], scores
-// [heads * len], row [row_stride]. Writes m, l [heads] and acc [heads * d].
 // Whether attend_request runs the register kernel for this head layout (else the generic loop).
 inline bool register_kernel_applies(int64_t d, int64_t group) {
 #if defined(__AVX512F__)
@@ -366,6 +361,11 @@ inline bool register_kernel_applies(int64_t d, int64_t group) {
 #endif
 }
 
+// State of one request's `heads` query heads (rows of q, `q_stride` apart) over its keys: key t's
+// row of all kv heads is k + slots[t] * row_stride (row_stride = kv_heads * d), query head h reads
+// kv head h / group. Key-major: each K/V row is read once, for every head, in slot order, converted
+// to float once (kv heads are shared by `group` query heads). Scratch: qf [heads * d], scores
+// [heads * len], row [row_stride]. Writes m, l [heads] and acc [heads * d].
 template <typename T>
 void attend_request(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k, const T* __restrict__ v,
                     int64_t row_stride, const int64_t* __restrict__ slots, int64_t len, int64_t heads,
@@ -740,10 +740,10 @@ at::Tensor decode_attention_(at::Tensor& k_cache, at::Tensor& v_cache, const at:
     int64_t own_keys = 0;
     for (int64_t r = 0; r < b; ++r) own_keys += lenp[r] - own_start[r];
     const int64_t piece_keys = std::max(kMinPieceKeys, (own_keys + 2 * threads - 1) / (2 * threads));
+    const bool split = pooled && threads > 1 && b < 2 * threads;
     std::vector<int64_t> piece_first(b + 1, 0);
     for (int64_t r = 0; r < b; ++r) {
       const int64_t len = lenp[r] - own_start[r];
-      const bool split = pooled && threads > 1 && b < 2 * threads;
       piece_first[r + 1] = piece_first[r] + (split ? (len + piece_keys - 1) / piece_keys : 1);
     }
     const int64_t pieces = piece_first[b];
@@ -913,6 +913,26 @@ void with_rows(int rows, Args&&... args) {
   }
 }
 
+// One call of a tiled integer linear on checked inputs: the rows quantized once, then
+// Kernel<R>::run(weights..., act, k, t, r0, n, bias, out) for every tile and group of rows.
+template <template <int> class Kernel, typename... Weights>
+at::Tensor run_tiled(const at::Tensor& x, int64_t tiles, int64_t k, const std::optional<at::Tensor>& bias,
+                     const Weights*... weights) {
+  const int64_t rows = x.size(0), n = tiles * QTILE;
+  auto out = at::empty({rows, n}, x.options());
+  if (rows == 0) return out;
+  QuantizedRows act;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "quantized_linear", [&] {
+    quantize_rows(x.const_data_ptr<scalar_t>(), x.stride(0), rows, k, act);
+    const scalar_t* bp = bias.has_value() ? bias->const_data_ptr<scalar_t>() : nullptr;
+    scalar_t* op = out.data_ptr<scalar_t>();
+    for_tiles(tiles, rows, [&](int64_t t, int64_t r0, int group) {
+      with_rows<Kernel>(group, weights..., act, k, t, r0, n, bp, op);
+    });
+  });
+  return out;
+}
+
 // ---- int8: symmetric weights, one float scale per output channel (the lm_head).
 // Layout ("q8 tiles", packed by quantized_linear.py): uint8 [N/16, K/32, 8, 64]: byte 4c + j of
 // load i of block b holds input b*32 + 4i + j of channel c of the tile, plus 128 (vpdpbusd's
@@ -963,21 +983,7 @@ at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Te
   TORCH_CHECK(scales.dim() == 1 && scales.size(0) == n && scales.is_contiguous() && scales.scalar_type() == at::kFloat,
               "q8_linear: scales must be a contiguous float32 [", n, "]");
   check_bias(bias, x, n, "q8_linear");
-  const int64_t rows = x.size(0);
-  auto out = at::empty({rows, n}, x.options());
-  if (rows == 0) return out;
-  QuantizedRows act;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "q8_linear", [&] {
-    quantize_rows(x.const_data_ptr<scalar_t>(), x.stride(0), rows, k, act);
-    const scalar_t* bp = bias.has_value() ? bias->const_data_ptr<scalar_t>() : nullptr;
-    scalar_t* op = out.data_ptr<scalar_t>();
-    const uint8_t* wp = weight.const_data_ptr<uint8_t>();
-    const float* sp = scales.const_data_ptr<float>();
-    for_tiles(tiles, rows, [&](int64_t t, int64_t r0, int group) {
-      with_rows<Q8Tile>(group, wp, sp, act, k, t, r0, n, bp, op);
-    });
-  });
-  return out;
+  return run_tiled<Q8Tile>(x, tiles, k, bias, weight.const_data_ptr<uint8_t>(), scales.const_data_ptr<float>());
 }
 
 // ---- int4: GGUF Q4_1's blocks, w = d * q + m per 32 inputs, q in 0..15, so a block's dot is
@@ -1043,22 +1049,8 @@ at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& weight, const at::Te
                 t->sizes(), " ", t->scalar_type());
   }
   check_bias(bias, x, n, "q4_linear");
-  const int64_t rows = x.size(0);
-  auto out = at::empty({rows, n}, x.options());
-  if (rows == 0) return out;
-  QuantizedRows act;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "q4_linear", [&] {
-    quantize_rows(x.const_data_ptr<scalar_t>(), x.stride(0), rows, k, act);
-    const scalar_t* bp = bias.has_value() ? bias->const_data_ptr<scalar_t>() : nullptr;
-    scalar_t* op = out.data_ptr<scalar_t>();
-    const uint8_t* wp = weight.const_data_ptr<uint8_t>();
-    const at::Half* dp = d.const_data_ptr<at::Half>();
-    const at::Half* mp = m.const_data_ptr<at::Half>();
-    for_tiles(tiles, rows, [&](int64_t t, int64_t r0, int group) {
-      with_rows<Q4Tile>(group, wp, dp, mp, act, k, t, r0, n, bp, op);
-    });
-  });
-  return out;
+  return run_tiled<Q4Tile>(x, tiles, k, bias, weight.const_data_ptr<uint8_t>(), d.const_data_ptr<at::Half>(),
+                           m.const_data_ptr<at::Half>());
 }
 #endif  // VNNI
 
