@@ -12,5 +12,8 @@ runtime_packages = [
 setup(
     packages=find_packages(include=["sglc", "sglc.*"]) + runtime_packages,
     package_dir={"sglc_runtime": "runtime"},
-    package_data={"sglc": ["py.typed"], "sglc_runtime.model.native": ["*.cpp"]},
+    # NOTE: the native kernels' sources are compiled on the user's machine (native/build.py)
+    package_data={"sglc": ["py.typed"],
+                  "sglc_runtime.model.native": ["binding/*.cpp", "kernels/*.h", "kernels/*.cpp", "kernels/*/*.h",
+                                                "kernels/*/*/*.h", "kernels/*/*/*/*.h", "kernels/*/*.cpp"]},
 )

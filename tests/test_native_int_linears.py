@@ -1,5 +1,6 @@
-"""The native integer linears (``q8_linear``, ``q4_linear`` of runtime/model/native/cpu_ops.cpp)
-and their tile layouts (``pack_q8_tiles``, ``pack_q4_tiles``).
+"""The native integer linears (``q8_linear``, ``q4_linear``: runtime/model/native/kernels/) and
+their tile layouts (``pack_q8_tiles``, ``pack_q4_tiles``), at every instruction-set level this
+CPU runs (avx512, avx2, generic on an AVX512 machine: each test runs once per level).
 
 The kernels round each activation to int8 per block of 32 (llama.cpp's Q8_0 / Q4_1 x Q8_1), so
 they are held to that rounding's error bound, to exact products where the activations are
@@ -15,24 +16,25 @@ import torch
 
 from sglc_runtime.model.models.quantized_linear import (Int4Linear, Int8Linear, int4_levels, pack_q4_tiles,
                                                         pack_q8_tiles)
-from sglc_runtime.model.native import load_cpu_ops
+from sglc_runtime.model.native import load_cpu_ops, running_level
+from sglc_runtime.model.native.capabilities import supported_levels
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
                                 reason="no C++ compiler: the native kernels cannot be built here")
 
 
-@pytest.fixture(scope="module")
-def vnni() -> None:
-    """The kernels built; skips where the CPU has no AVX512-VNNI (the linears run torch's kernels)."""
+@pytest.fixture(params=supported_levels())
+def level(request) -> str:
+    """The kernels built, running at one level this CPU supports for the test's duration."""
     why = load_cpu_ops()
     assert why is None, f"the native kernels did not build on a machine with a compiler: {why}"
-    if not torch.ops.sglc_cpu.has_vnni():
-        pytest.skip("this CPU has no AVX512-VNNI: the quantized linears run torch's kernels")
+    with running_level(request.param):
+        yield request.param
 
 
 @pytest.mark.parametrize("rows, out", [(1, 200 * 16), (3, 200 * 16), (7, 200 * 16), (11, 200 * 16), (2, 1000)])
-def test_vnni_int8_linear_error_stays_within_its_activation_quantization_bound(vnni, rows, out):
-    """The VNNI kernel rounds each activation to int8 in blocks of 32: an output can move by at most
+def test_int8_linear_error_stays_within_its_activation_quantization_bound(level, rows, out):
+    """The kernel rounds each activation to int8 in blocks of 32: an output can move by at most
     sum over inputs of |w| * (block max / 254) from the exact product of the int8 weights, plus
     the bf16 rounding of the output. Rows past 8 take a second pass; an output count that is not
     a multiple of 16 pads the last tile (and is cut back)."""
@@ -40,8 +42,8 @@ def test_vnni_int8_linear_error_stays_within_its_activation_quantization_bound(v
     w = torch.randn(out, 576, generator=g) * 0.05
     bias = torch.randn(out, generator=g).bfloat16()
     x = torch.randn(rows, 576, generator=g).bfloat16()
-    lin, plain = Int8Linear.quantize(w, bias), Int8Linear.quantize(w, bias, native=False)
-    assert lin.kernel == "vnni" and plain.kernel == "torch" and lin.weight is None  # one copy of the weights
+    lin, plain = Int8Linear.quantize(w, bias, native=True), Int8Linear.quantize(w, bias, native=False)
+    assert lin.kernel == "native" and plain.kernel == "torch" and lin.weight is None  # one copy of the weights
     w_exact = plain.weight.float() * plain.scales.float()[:, None]
     exact = x.float() @ w_exact.t() + bias.float()
     block_max = x.float().abs().view(rows, -1, 32).amax(-1).repeat_interleave(32, 1)
@@ -64,7 +66,7 @@ def int8_exact_rows(rows: int, k: int, seed: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("rows", [1, 4, 9])
-def test_vnni_linears_are_exact_where_the_activations_are(vnni, rows):
+def test_linears_are_exact_where_the_activations_are(level, rows):
     """With activations int8 quantization represents exactly, both kernels compute the exact
     product of their weights (float32 in and out: to float accumulation error)."""
     g = torch.Generator().manual_seed(rows)
@@ -73,29 +75,31 @@ def test_vnni_linears_are_exact_where_the_activations_are(vnni, rows):
     x = int8_exact_rows(rows, 192, rows)
     plain = Int8Linear.quantize(w, native=False)
     w8 = plain.weight.double() * plain.scales.double()[:, None]
-    y8 = Int8Linear.quantize(w)(x).double()
+    y8 = Int8Linear.quantize(w, native=True)(x).double()
     assert torch.allclose(y8, x.double() @ w8.t(), rtol=1e-5, atol=1e-5 * float(y8.abs().max()))
     q, scale, lo = int4_levels(w)
     w4 = (lo.half().double().repeat_interleave(32, 1) + scale.half().double().repeat_interleave(32, 1) * q)
-    y4 = Int4Linear.quantize(w)(x).double()
+    y4 = Int4Linear.quantize(w, native=True)(x).double()
     assert torch.allclose(y4, x.double() @ w4.t(), rtol=1e-5, atol=1e-5 * float(y4.abs().max()))
 
 
-def test_q8_tiles_hold_each_channel_s_levels_offset_by_128():
+def test_q8_tiles_hold_each_channel_s_levels():
     q = torch.randint(-127, 128, (20, 64), dtype=torch.int8)
     tiles = pack_q8_tiles(q)
-    assert tiles.shape == (2, 2, 8, 64) and tiles.dtype == torch.uint8
+    assert tiles.shape == (2, 2, 8, 64) and tiles.dtype == torch.int8
     for c, b, i, j in [(0, 0, 0, 0), (5, 1, 3, 2), (17, 1, 7, 3), (19, 0, 4, 1)]:
-        assert int(tiles[c // 16, b, i, 4 * (c % 16) + j]) == int(q[c, 32 * b + 4 * i + j]) + 128
-    assert bool((tiles[1, :, :, 16:] == 128).all())  # channels 20..31 pad with zero weights
+        assert int(tiles[c // 16, b, i, 4 * (c % 16) + j]) == int(q[c, 32 * b + 4 * i + j])
+    assert bool((tiles[1, :, :, 16:] == 0).all())  # channels 20..31 pad with zero weights
 
 
-def test_vnni_int8_linear_refuses_bad_layouts_by_name(vnni):
+def test_int8_linear_refuses_bad_layouts_by_name(level):
     tiles, scales = pack_q8_tiles(torch.ones(32, 64, dtype=torch.int8)), torch.ones(32)
     x = torch.ones(1, 64).bfloat16()
     assert torch.ops.sglc_cpu.q8_linear(x, tiles, scales, None).shape == (1, 32)
     with pytest.raises(RuntimeError, match="q8 tiles"):
         torch.ops.sglc_cpu.q8_linear(x, torch.ones(32, 64, dtype=torch.int8), scales, None)
+    with pytest.raises(RuntimeError, match="q8 tiles"):  # the uint8 (+128) layout of earlier versions
+        torch.ops.sglc_cpu.q8_linear(x, tiles.view(torch.uint8), scales, None)
     with pytest.raises(RuntimeError, match="input has 96 features, the weight 64"):
         torch.ops.sglc_cpu.q8_linear(torch.ones(1, 96).bfloat16(), tiles, scales, None)
     with pytest.raises(RuntimeError, match="scales must be a contiguous float32"):
@@ -130,7 +134,7 @@ def test_q4_tiles_hold_the_levels_and_float16_scales_of_each_block():
 
 @pytest.mark.parametrize("rows, dtype", [(1, torch.bfloat16), (3, torch.bfloat16), (8, torch.bfloat16),
                                          (11, torch.bfloat16), (2, torch.float32), (5, torch.float16)])
-def test_vnni_int4_linear_error_stays_within_its_activation_quantization_bound(vnni, rows, dtype):
+def test_int4_linear_error_stays_within_its_activation_quantization_bound(level, rows, dtype):
     """q4_linear rounds each activation to int8 in blocks of 32 (llama.cpp's Q4_1 x Q8_1): an
     output can move by at most sum over inputs of |w| * (block max / 254) from the exact product
     of the 4-bit weights, plus the rounding of the output. Rows past 8 take a second pass."""
@@ -139,8 +143,8 @@ def test_vnni_int4_linear_error_stays_within_its_activation_quantization_bound(v
     w[:, 64:96] += torch.linspace(-1, 1, 160)[:, None]  # NOTE: blocks with large offsets exercise m
     bias = torch.randn(10 * 16, generator=g).to(dtype)
     x = (torch.randn(rows, 576, generator=g) * torch.linspace(0.1, 3, 576)).to(dtype)
-    lin = Int4Linear.quantize(w, bias)
-    assert lin.kernel == "vnni" and Int4Linear.quantize(w, native=False).kernel == "torch"
+    lin = Int4Linear.quantize(w, bias, native=True)
+    assert lin.kernel == "native" and Int4Linear.quantize(w, native=False).kernel == "torch"
     q, scale, lo = int4_levels(w)
     w_exact = unpack_q4_tiles(*pack_q4_tiles(q, scale, lo)) if rows == 1 else (
         lo.half().float().repeat_interleave(32, 1) + scale.half().float().repeat_interleave(32, 1) * q)
@@ -154,7 +158,7 @@ def test_vnni_int4_linear_error_stays_within_its_activation_quantization_bound(v
     assert float((y.float() - exact).abs().max()) > 0  # the activations were really quantized
 
 
-def test_vnni_int4_linear_refuses_bad_layouts_by_name(vnni):
+def test_int4_linear_refuses_bad_layouts_by_name(level):
     packed, d, m = pack_q4_tiles(*int4_levels(torch.randn(32, 64)))
     x = torch.ones(1, 64).bfloat16()
     assert torch.ops.sglc_cpu.q4_linear(torch.ones(0, 64).bfloat16(), packed, d, m, None).shape == (0, 32)
@@ -166,3 +170,26 @@ def test_vnni_int4_linear_refuses_bad_layouts_by_name(vnni):
         torch.ops.sglc_cpu.q4_linear(x, packed, d.float(), m, None)
     with pytest.raises(RuntimeError, match="bias must be"):
         torch.ops.sglc_cpu.q4_linear(x, packed, d, m, torch.ones(31).bfloat16())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_every_level_computes_the_reference_bit_for_bit(dtype):
+    """The integer sums are exact and every variant scales per block in the same order with
+    fused multiply-adds, so each level this CPU runs equals the portable reference (the generic
+    level) exactly, for both linears, at row counts that take one and several passes."""
+    assert load_cpu_ops() is None
+    g = torch.Generator().manual_seed(11)
+    w = torch.randn(5 * 16, 256, generator=g) * 0.05
+    w[:, 32:64] += 0.3
+    bias = torch.randn(5 * 16, generator=g).to(dtype)
+    x = (torch.randn(13, 256, generator=g) * torch.linspace(0.2, 2, 256)).to(dtype)
+    q4 = pack_q4_tiles(*int4_levels(w))
+    w8, scales = Int8Linear.quantize(w, native=False).weight, Int8Linear.quantize(w, native=False).scales.float()
+    q8 = pack_q8_tiles(w8)
+    outputs = {}
+    for level in supported_levels():
+        with running_level(level):
+            outputs[level] = (torch.ops.sglc_cpu.q4_linear(x, *q4, bias), torch.ops.sglc_cpu.q8_linear(x, q8, scales, bias))
+    for level, (y4, y8) in outputs.items():
+        assert torch.equal(y4, outputs["generic"][0]), level
+        assert torch.equal(y8, outputs["generic"][1]), level

@@ -1,4 +1,5 @@
-"""The native CPU kernels (runtime/model/native/cpu_ops.cpp) against their eager definitions.
+"""The native CPU kernels (runtime/model/native/: binding/cpu_ops.cpp over the kernels/ variant
+of each instruction-set level this CPU runs) against their eager definitions.
 
 Each kernel replaces a run of torch ops; here it must compute the same thing (float32: to float
 rounding; bf16: to about one bf16 ulp, since the kernels round once where eager rounds after
@@ -17,7 +18,8 @@ import torch.nn.functional as F
 from sglc_runtime.model.attention.shared_prefix import shared_prefix_groups
 from sglc_runtime.model.models.layer_ops import EagerLayerOps, NativeLayerOps, layer_ops_for
 from sglc_runtime.model.models.rope import RotaryEmbedding
-from sglc_runtime.model.native import load_cpu_ops
+from sglc_runtime.model.native import active_level, load_cpu_ops, running_level
+from sglc_runtime.model.native.capabilities import supported_levels
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
                                 reason="no C++ compiler: the native kernels cannot be built here")
@@ -34,6 +36,13 @@ def native() -> NativeLayerOps:
     why = load_cpu_ops()
     assert why is None, f"the native kernels did not build on a machine with a compiler: {why}"
     return NativeLayerOps()
+
+
+@pytest.fixture(params=supported_levels())
+def at_level(request, native) -> NativeLayerOps:
+    """The native ops running at one level this CPU supports (each kernel test runs per level)."""
+    with running_level(request.param):
+        yield native
 
 
 def test_a_stale_build_lock_is_removed_and_a_fresh_one_kept(tmp_path):
@@ -65,37 +74,37 @@ def test_the_model_picks_native_ops_on_cpu_and_eager_elsewhere(native):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows", [1, 7, 100])  # NOTE: 100 rows spread over the thread pool
-def test_norms_and_silu_match_eager(native, dtype, rows):
+def test_norms_and_silu_match_eager(at_level, dtype, rows):
     g = torch.Generator().manual_seed(rows)
     h = (torch.randn(rows, 576, generator=g) * 3).to(dtype)
     delta = torch.randn(rows, 576, generator=g).to(dtype)
     w = torch.randn(576, generator=g).to(dtype)
-    torch.testing.assert_close(native.rms_norm(h, w, 1e-5), EagerLayerOps.rms_norm(h, w, 1e-5), **tol(dtype))
+    torch.testing.assert_close(at_level.rms_norm(h, w, 1e-5), EagerLayerOps.rms_norm(h, w, 1e-5), **tol(dtype))
 
     h_eager, x_eager = EagerLayerOps.add_rms_norm(h, delta, w, 1e-5)
     h_native = h.clone()
-    same, x_native = native.add_rms_norm(h_native, delta, w, 1e-5)
+    same, x_native = at_level.add_rms_norm(h_native, delta, w, 1e-5)
     assert same is h_native  # in place
     assert torch.equal(h_native, h_eager)  # one rounding of h + delta either way
     torch.testing.assert_close(x_native, x_eager, **tol(dtype))
 
     gu = (torch.randn(rows, 2 * 1536, generator=g) * 4).to(dtype)
-    torch.testing.assert_close(native.silu_mul(gu), EagerLayerOps.silu_mul(gu), **tol(dtype))
+    torch.testing.assert_close(at_level.silu_mul(gu), EagerLayerOps.silu_mul(gu), **tol(dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_rope_rotates_in_place_like_eager(native, dtype):
+def test_rope_rotates_in_place_like_eager(at_level, dtype):
     rope = RotaryEmbedding(64, 10000.0, None, 2048)
     qkv = torch.randn(5, (9 + 3 + 3) * 64).to(dtype)
     positions = torch.tensor([0, 3, 17, 900, 2047])
     eager = EagerLayerOps.rope(qkv, EagerLayerOps.rope_inputs(rope, positions, dtype, 2047), 12, 64)
     before_v = qkv[:, 12 * 64:].clone()
-    out = native.rope(qkv, native.rope_inputs(rope, positions, dtype, 2047), 12, 64)
+    out = at_level.rope(qkv, at_level.rope_inputs(rope, positions, dtype, 2047), 12, 64)
     assert out.data_ptr() == qkv.data_ptr()
     torch.testing.assert_close(out, eager, **tol(dtype))
     assert torch.equal(qkv[:, 12 * 64:], before_v)  # v untouched
     with pytest.raises(RuntimeError, match="position 5000 outside the table"):
-        native.rope(qkv, (torch.tensor([0, 1, 2, 3, 5000]), *rope.tables(2047)), 12, 64)
+        at_level.rope(qkv, (torch.tensor([0, 1, 2, 3, 5000]), *rope.tables(2047)), 12, 64)
 
 
 def reference_decode(k_cache, v_cache, q, index, lens, scale):
@@ -113,7 +122,7 @@ def reference_decode(k_cache, v_cache, q, index, lens, scale):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("lens", [[1], [37], [5, 300, 64], [700] * 4])  # 4 x 700: the thread pool
-def test_decode_attention_writes_then_attends_over_scattered_slots(native, dtype, lens):
+def test_decode_attention_writes_then_attends_over_scattered_slots(at_level, dtype, lens):
     check_decode_attention(dtype, lens, heads=9, kv_heads=3, head_dim=64)
 
 
@@ -122,7 +131,7 @@ def test_decode_attention_writes_then_attends_over_scattered_slots(native, dtype
     (4, 4, 64), (8, 4, 64), (8, 2, 64),  # 1, 2, 4 query heads per kv head: the register kernel
     (10, 2, 64), (6, 3, 32), (4, 2, 128),  # 5 per kv head, other head sizes: the generic loop
 ])
-def test_decode_attention_matches_sdpa_for_each_head_layout(native, dtype, heads, kv_heads, head_dim):
+def test_decode_attention_matches_sdpa_for_each_head_layout(at_level, dtype, heads, kv_heads, head_dim):
     check_decode_attention(dtype, [3, 260, 41], heads=heads, kv_heads=kv_heads, head_dim=head_dim)
 
 
@@ -199,7 +208,7 @@ def shared_prefix_batch(groups, loose, dtype, seed):
     ([(300, [1 + i % 4 for i in range(25)])], []),  # 75 query rows per kv head: two blocks
     ([(64, [2, 2]), (513, [1, 7, 3])], [50, 1]),  # two groups and requests in none
 ])
-def test_decode_attention_reads_a_shared_prefix_once_for_its_group(native, dtype, groups, loose):
+def test_decode_attention_reads_a_shared_prefix_once_for_its_group(at_level, dtype, groups, loose):
     k_cache, v_cache, loc, k_new, v_new, q, index, lens, group_of, prefix_lens = shared_prefix_batch(
         groups, loose, dtype, seed=len(groups) * 100 + len(loose))
     k_expected, v_expected = k_cache.clone(), v_cache.clone()
@@ -228,7 +237,7 @@ def two_threads():
     ([(300, [700])], []),          # a one-member shared prefix, then its own keys in pieces
     ([(256, [1, 400])], [900]),    # a group's states merged with split own keys
 ])
-def test_decode_attention_splits_few_long_requests_across_threads(native, two_threads, dtype, groups, loose):
+def test_decode_attention_splits_few_long_requests_across_threads(at_level, two_threads, dtype, groups, loose):
     k_cache, v_cache, loc, k_new, v_new, q, index, lens, group_of, prefix_lens = shared_prefix_batch(
         groups, loose, dtype, seed=7 + len(loose))
     k_expected, v_expected = k_cache.clone(), v_cache.clone()
@@ -241,12 +250,12 @@ def test_decode_attention_splits_few_long_requests_across_threads(native, two_th
                                **tol(dtype))
 
 
-def test_cascade_is_kept_for_the_layouts_the_register_kernel_does_not_cover(native):
+def test_cascade_is_kept_for_the_layouts_the_register_kernel_does_not_cover(at_level):
     from sglc_runtime.model.attention.torch_backend import cascade_pays
 
     assert cascade_pays(128, 4) and cascade_pays(64, 5) and cascade_pays(32, 1)
-    has_avx512 = torch.backends.cpu.get_cpu_capability() == "AVX512"
-    assert cascade_pays(64, 3) is not has_avx512  # SmolLM2: 9 heads over 3 kv heads of 64
+    # SmolLM2: 9 heads over 3 kv heads of 64: in registers at every level but the generic one
+    assert cascade_pays(64, 3) is (active_level() == "generic")
 
 
 def test_decode_attention_refuses_a_false_shared_prefix_before_writing(native):

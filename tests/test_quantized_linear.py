@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from sglc_runtime.model.models.linear import Linear
 from sglc_runtime.model.models.quantized_linear import (
-    INT4_GROUP, LARGE_BATCH_ROWS, NATIVE_INT4_LARGE_BATCH_ROWS, Int4Linear,
-    Int8Linear, QuantizationError, RowDispatchLinear, int4_levels, large_batch_rows, quantized_linear)
+    INT4_GROUP, LARGE_BATCH_ROWS, NATIVE_INT4_LARGE_BATCH_ROWS, CastLinear, Int4Linear, Int8Linear, QuantizationError,
+    RowDispatchLinear, int4_levels, large_batch_dtype, large_batch_rows, quantized_linear)
 
 
 def reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
@@ -83,13 +84,28 @@ def test_row_dispatch_uses_the_integer_kernel_for_small_batches_only(native):
     w = torch.randn(64, 96) * 0.05
     small, large = Int4Linear.quantize(w, native=native), Linear.build(w.bfloat16())
     both = RowDispatchLinear(small, large)
-    threshold = NATIVE_INT4_LARGE_BATCH_ROWS if small.kernel == "vnni" else LARGE_BATCH_ROWS
+    threshold = NATIVE_INT4_LARGE_BATCH_ROWS if small.kernel == "native" else LARGE_BATCH_ROWS
     assert both.min_rows == threshold == large_batch_rows(small)
     for rows in (1, threshold - 1, threshold, 3 * threshold):
         x = torch.randn(rows, 96).bfloat16()
         expected = (small if rows < threshold else large)(x)
         assert torch.equal(both(x), expected), rows
     assert large_batch_rows(Int8Linear.quantize(w, native=native)) == LARGE_BATCH_ROWS
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_many_rows_go_to_a_float_copy_only_where_it_is_faster(native):
+    """With native bf16 matmuls prefill runs on a bf16 copy; without them (AVX2 CPUs) the native
+    integer kernel runs every row count and no copy is kept, and torch's integer kernel hands
+    many rows to an fp32 copy (never to a bf16 GEMM the CPU cannot do natively)."""
+    w = torch.randn(64, 96) * 0.05
+    small = Int4Linear.quantize(w, native=native)
+    assert large_batch_dtype(small, bf16_native=True) == torch.bfloat16
+    assert large_batch_dtype(small, bf16_native=False) == (None if native else torch.float32)
+    cast = CastLinear(Linear.build(w))
+    x = torch.randn(3, 96).bfloat16()
+    assert cast(x).dtype == torch.bfloat16
+    assert torch.equal(cast(x), (x.float() @ w.t()).bfloat16())
 
 
 def test_bad_shapes_and_kinds_are_named():
@@ -148,8 +164,8 @@ def test_int4_model_agrees_with_the_dequantized_float_model():
     assert stats["top1_agreement"] >= 0.9, stats
 
 
-def test_float_logits_feed_a_vnni_head_float32_and_others_their_dtype():
-    """The lm_head's logits come out float32 either way; a VNNI head is given the float32 rows
+def test_float_logits_feed_a_native_head_float32_and_others_their_dtype():
+    """The lm_head's logits come out float32 either way; a native head is given the float32 rows
     (it quantizes them itself), so no bf16 round trip of the vocabulary-wide output."""
     from sglc_runtime.model.models.linear import Linear
     from sglc_runtime.model.models.llama import _float_logits
@@ -161,7 +177,7 @@ def test_float_logits_feed_a_vnni_head_float32_and_others_their_dtype():
         h = torch.randn(rows, 96).bfloat16()
         logits = _float_logits(head, h)
         assert logits.dtype == torch.float32 and logits.shape == (rows, 64)
-        if rows < head.min_rows and small.kernel == "vnni":
+        if rows < head.min_rows and small.kernel == "native":
             assert torch.equal(logits, small(h.float()))
         else:
             assert torch.equal(logits, head(h).float())

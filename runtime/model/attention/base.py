@@ -39,6 +39,10 @@ class AttentionBackend(ABC):
         self.head_dim = head_dim
         self.scale = scale if scale is not None else head_dim**-0.5
 
+    def describe_decode(self) -> str:
+        """Which kernel serves decode steps (the model's log line)."""
+        return self.name
+
     @abstractmethod
     def prepare(self, batch: ForwardBatch) -> None:
         """Precompute per-batch metadata; called once per model forward."""

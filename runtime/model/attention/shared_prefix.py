@@ -2,8 +2,8 @@
 
 The radix cache gives every request that matched a cached prefix the very same KV slots, so a
 shared prefix shows up as equal leading entries of the requests' slot rows. The native decode
-kernel (``native/cpu_ops.cpp``) attends such a prefix once for all of its requests and merges
-each request's own keys in (a log-sum-exp merge of softmax states); this module finds the groups.
+kernel (``native/``) attends such a prefix once for all of its requests and merges each
+request's own keys in (a log-sum-exp merge of softmax states); this module finds the groups.
 
 Requests are grouped by their first slot, and a group's prefix is the longest run of leading
 slots all its members have in common. A request sharing a long prefix with part of its group and

@@ -8,11 +8,11 @@ positions" of that kv head (they share the same keys and, at decode, the same ma
 Extend requests (prefill, chunked prefill, select scoring) run one SDPA each with a causal mask
 offset by the request's prefix.
 
-On CPU, decode requests go to the native kernel ``sglc_cpu.decode_attention_``
-(``native/cpu_ops.cpp``) when it builds: it writes the new K/V and attends reading each request's
-slots in place, with no gather and no SDPA call (~10 us at one query row over 150 keys); a
-prefix of slots that several decode requests share (``shared_prefix.py``) is attended once for
-all of them (cascade) where that pays: when the kernel runs its generic per-request loop (see
+On CPU, decode requests go to the native kernel ``sglc_cpu.decode_attention_`` (``native/``)
+when it builds: it writes the new K/V and attends reading each request's slots in place, with
+no gather and no SDPA call (~10 us at one query row over 150 keys); a prefix of slots that
+several decode requests share (``shared_prefix.py``) is attended once for all of them (cascade)
+where that pays: when the kernel runs its generic per-request loop (see
 :func:`cascade_pays`). Otherwise a :class:`DecodeWorkspace` keeps contiguous K/V copies of the
 running requests from one pure-decode step to the next (through joins, leaves and mixed batches)
 and adds only the new tokens instead of re-gathering whole histories.
@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from ...cache.kv_buffer import KVBuffer
 from ..forward_batch import ForwardBatch
-from ..native import load_cpu_ops
+from ..native import kernel_info, load_cpu_ops
 from .base import AttentionBackend
 from .decode_workspace import DecodeWorkspace
 from .shared_prefix import shared_prefix_groups
@@ -134,6 +134,15 @@ class TorchAttentionBackend(AttentionBackend):
                 self._use_workspace = None
         if self._use_workspace is False and self.workspace is not None:
             self.workspace.note_writes(batch.out_cache_loc)
+
+    def describe_decode(self) -> str:
+        """'native avx2 registers', 'native generic loop (cascade on shared prefixes)' or 'torch SDPA'."""
+        if self.native is False or load_cpu_ops() is not None:
+            return "torch SDPA" + (" + decode workspace" if self.workspace is not None else "")
+        group = self.num_heads // self.num_kv_heads
+        if torch.ops.sglc_cpu.has_register_attention(self.head_dim, group):
+            return f"native {kernel_info().attention} (head_dim {self.head_dim}, {group} heads per kv head)"
+        return f"native generic loop, cascade on shared prefixes (head_dim {self.head_dim}, {group} per kv head)"
 
     def _resolve_native(self) -> bool:
         """Whether the native decode kernel is loaded (building it the first time)."""

@@ -1,8 +1,8 @@
 """The small ops between a decoder layer's matmuls and attention, in two implementations.
 
 :class:`EagerLayerOps` is plain torch (any device, any dtype). :class:`NativeLayerOps` runs the
-fused CPU kernels of ``native/cpu_ops.cpp``: one call instead of ~5-10 ATen ops each, computing
-in float32 and rounding once to the activation dtype (eager bf16 rounds after every op, so the
+fused CPU kernels of ``native/`` (at the CPU's instruction-set level): one call instead of
+~5-10 ATen ops each, computing in float32 and rounding once to the activation dtype (eager bf16 rounds after every op, so the
 two agree to about one bf16 ulp; in float32 to float rounding). Measured on SmolLM2-135M int4,
 one decode stream, 2 cores: see docs/benchmarks.md.
 
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from ..native import load_cpu_ops
 from .rope import RotaryEmbedding, apply_rope
 
-#: Activation dtypes cpu_ops.cpp is compiled for.
+#: Activation dtypes the native kernels are compiled for.
 NATIVE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 

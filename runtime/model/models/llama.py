@@ -7,6 +7,8 @@ little Python. Numerics follow Hugging Face transformers' LlamaForCausalLM.
 """
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,14 +19,19 @@ from ...cache.kv_buffer import KVBuffer
 from ..attention import AttentionBackend, TorchAttentionBackend, create_backend
 from ..forward_batch import ForwardBatch
 from ..model_config import ModelConfig, parse_dtype
+from ..native import bf16_is_native, kernel_info, load_cpu_ops
+from ..native.capabilities import ENV as CPU_LEVEL_ENV
+from ..native.capabilities import supported_levels
 from ..weights import check_state_dict, load_state_dict
 from .layer_ops import layer_ops_for
 from .linear import Linear, can_pack_weights
-from .quantized_linear import QUANTIZATIONS, QuantizationError, RowDispatchLinear, quantized_linear
+from .quantized_linear import (QUANTIZATIONS, CastLinear, QuantizationError, QuantizedLinear, RowDispatchLinear,
+                               describe_linear, large_batch_dtype, quantized_linear)
 from .rope import RotaryEmbedding
 
+log = logging.getLogger(__name__)
 
-AnyLinear = Linear | RowDispatchLinear
+AnyLinear = Linear | RowDispatchLinear | QuantizedLinear
 
 
 @dataclass(slots=True)
@@ -139,12 +146,19 @@ class LlamaForCausalLM:
         def cat(*names: str) -> torch.Tensor:
             return torch.cat([weight(n) for n in names]).contiguous()
 
+        bf16_native = bf16_is_native()
+
         def linear(weight: torch.Tensor, bias: torch.Tensor | None = None, kind: str | None = None) -> AnyLinear:
-            if quantized:  # NOTE: integer kernels for small batches, bf16 for big ones (see RowDispatchLinear)
-                large = Linear.build(weight.to(self.dtype).contiguous(),
-                                     None if bias is None else bias.to(self.dtype), pack=self.pack_weights)
-                small = quantized_linear(kind or self.quantization, weight, bias, native=self.native_ops is not False)
-                return RowDispatchLinear(small, large)
+            if quantized:  # NOTE: integer kernels for small batches, a float copy for big ones where it pays
+                small = quantized_linear(kind or self.quantization, weight, bias,
+                                         native=False if self.native_ops is False else None)
+                large_dtype = large_batch_dtype(small, bf16_native)
+                if large_dtype is None:
+                    return small
+                large = Linear.build(weight.to(large_dtype).contiguous(),
+                                     None if bias is None else bias.to(large_dtype),
+                                     pack=self.pack_weights and can_pack_weights(large_dtype, self.device))
+                return RowDispatchLinear(small, large if large_dtype == self.dtype else CastLinear(large))
             return Linear.build(weight, bias, pack=self.pack_weights)
 
         self.embed = get("model.embed_tokens.weight")
@@ -169,6 +183,30 @@ class LlamaForCausalLM:
                     down=linear(weight(m + "down_proj.weight")),
                 )
             )
+
+        log.info("model kernels: %s", self.describe_kernels())
+
+    def describe_kernels(self) -> str:
+        """One line naming the kernel each op runs (logged at load): the native level, the
+        linears, the decode attention, the small ops."""
+        parts = []
+        if self.device.type == "cpu":
+            why = load_cpu_ops()
+            if why is None:
+                info = kernel_info()
+                forced = f" forced by {CPU_LEVEL_ENV}" if os.environ.get(CPU_LEVEL_ENV) else ""
+                parts.append(f"cpu level {info.level}{forced} (this cpu runs {', '.join(supported_levels())}; "
+                             f"native bf16: {'yes' if bf16_is_native() else 'no'})")
+            else:
+                parts.append(f"no native kernels ({why})")
+        layer = self.layers[0] if self.layers else None
+        if layer is not None:
+            parts.append(f"layer linears: {describe_linear(layer.qkv)}")
+        if self.lm_head is not None:
+            parts.append(f"lm_head: {describe_linear(self.lm_head)}")
+        parts.append(f"decode attention: {self.attn.describe_decode()}")
+        parts.append(f"norms/rope/silu: {self.ops.name}")
+        return "; ".join(parts)
 
     # ------------------------------------------------------------------ forward
     def new_kv_buffer(self, num_slots: int) -> KVBuffer:
@@ -218,12 +256,12 @@ class LlamaForCausalLM:
 
 
 def _float_logits(head: AnyLinear, h: torch.Tensor) -> torch.Tensor:
-    """float32 logits of ``h``. A VNNI head quantizes its input anyway, so it is given float32 and
+    """float32 logits of ``h``. A native head quantizes its input anyway, so it is given float32 and
     writes float32: the logits (and the logprobs reported from them) are not rounded to bf16 on
     the way, and no vocabulary-wide conversion runs per step (a one-stream A/B measured no
     speed difference beyond noise)."""
     small = head.small if isinstance(head, RowDispatchLinear) and h.shape[0] < head.min_rows else head
-    if getattr(small, "kernel", None) == "vnni":
+    if getattr(small, "kernel", None) == "native":
         return small(h.float())
     return head(h).float()
 

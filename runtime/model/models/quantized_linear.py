@@ -1,4 +1,4 @@
-"""Weight-only quantized linears on packed-integer CPU kernels (torch's, and a native int8 one).
+"""Weight-only quantized linears on packed-integer CPU kernels (native ones, and torch's).
 
 At one decode stream a step reads every weight once, so its cost is the weights' bytes: ~540 MB
 in fp32, ~270 MB in bf16, ~85 MB at 4 bits. These linears keep the weights packed and run on
@@ -9,7 +9,7 @@ fall back to a path ~20x slower):
   (``w = (q - 8) * scale + zero``, ``q`` in 0..15). This is GGUF's Q4_1 block layout (``w = d*q +
   m`` per 32 weights; ``zero = m + 8 d``), so a Q4_1 checkpoint's levels come back exactly (the
   scales are kept in bf16: the only rounding added).
-- :class:`Int8Linear`: symmetric per output channel; on the native VNNI kernel where it builds
+- :class:`Int8Linear`: symmetric per output channel; on the native kernel where it builds
   (activations quantized to int8 per block of 32, llama.cpp's Q8 scheme), else
   ``_weight_int8pack_mm``. The lm_head uses it in both modes: measured teacher-forced against
   the fp32 model (8 prompts x 32 tokens, every position through the int4 kernels), an int4
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from ..native import load_cpu_ops
+from ..native import kernel_info, load_cpu_ops
 
 INT4_GROUP = 32  # GGUF's block size
 QUANTIZATIONS = ("none", "int8", "int4")
@@ -58,13 +58,14 @@ def int4_levels(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
 class Int4Linear:
     """``y = x @ dequant(W).T (+ bias)`` on 4-bit weights in groups of :data:`INT4_GROUP` inputs.
 
-    ``native`` (the default where it builds, see :func:`native_int4_kernel`): the VNNI kernel
-    ``q4_linear`` of ``native/cpu_ops.cpp`` on "q4 tiles" (:func:`pack_q4_tiles`: 16 output
-    channels interleaved, one vector lane each; ``d`` and ``m`` in float16 as GGUF's Q4_1 keeps
-    them), activations quantized to int8 per block of 32 as llama.cpp's Q4_1 x Q8_1 does. At one
-    decode row it runs a layer's four linears ~2.5x faster than torch's int4 kernel (which
-    dequantizes every weight to float), and its cost grows slowly with rows (each weight load
-    is unpacked once for up to 8 rows). Otherwise torch's ``_weight_int4pack_mm_for_cpu``.
+    ``native`` (the default where it builds, see :func:`native_int4_kernel`): the native kernel
+    ``q4_linear`` (``native/kernels/``, AVX512-VNNI, AVX2 or NEON-dotprod by the CPU) on "q4
+    tiles" (:func:`pack_q4_tiles`: 16 output channels interleaved, one vector lane each; ``d``
+    and ``m`` in float16 as GGUF's Q4_1 keeps them), activations quantized to int8 per block of
+    32 as llama.cpp's Q4_1 x Q8_1 does. At one decode row it runs a layer's four linears ~2.5x
+    faster than torch's int4 kernel (which dequantizes every weight to float), and its cost grows
+    slowly with rows (each weight load is unpacked once for several rows). Otherwise torch's
+    ``_weight_int4pack_mm_for_cpu``.
     """
 
     __slots__ = ("packed", "scales_zeros", "bias", "out_features", "in_features", "_native", "_q4")
@@ -81,8 +82,11 @@ class Int4Linear:
         self._native = torch.ops.sglc_cpu.q4_linear if q4 is not None else None
 
     @classmethod
-    def quantize(cls, weight: torch.Tensor, bias: torch.Tensor | None = None, native: bool = True) -> "Int4Linear":
-        """Groups of 32 along ``in``: scale = (max - min) / 15, levels round((w - min) / scale)."""
+    def quantize(cls, weight: torch.Tensor, bias: torch.Tensor | None = None, native: bool | None = None) -> "Int4Linear":
+        """Groups of 32 along ``in``: scale = (max - min) / 15, levels round((w - min) / scale).
+        ``native``: None = the native kernel where it beats torch's (:func:`native_int4_kernel`),
+        True = the native kernel at the active level whatever it is (tests; an error if it is not
+        built), False = torch's."""
         _check(weight, "Int4Linear")
         out, inp = weight.shape
         if inp % INT4_GROUP or out % 16:  # NOTE: the packing kernels' tiles
@@ -90,7 +94,7 @@ class Int4Linear:
                                     f"out_features of 16, got {tuple(weight.shape)}")
         q, scale, lo = int4_levels(weight)
         bias = None if bias is None else bias.to(torch.bfloat16)
-        if native and native_int4_kernel() is not None:
+        if _use_native(native, native_int4_kernel):
             return cls(None, None, bias, out, inp, q4=pack_q4_tiles(q, scale, lo))
         zero = lo + 8 * scale  # NOTE: the kernel computes (q - 8) * scale + zero
         scales_zeros = torch.stack([scale.t(), zero.t()], -1)  # [groups, out, 2]
@@ -99,8 +103,8 @@ class Int4Linear:
 
     @property
     def kernel(self) -> str:
-        """Which kernel runs: 'vnni' (native) or 'torch'."""
-        return "vnni" if self._native is not None else "torch"
+        """Which kernel runs: 'native' or 'torch'."""
+        return "native" if self._native is not None else "torch"
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self._native is not None:
@@ -128,10 +132,20 @@ def pack_q4_tiles(q: torch.Tensor, scale: torch.Tensor, lo: torch.Tensor) -> tup
     return packed, per_tile(scale), per_tile(lo)
 
 
+def _use_native(native: bool | None, policy) -> bool:
+    """Whether a linear runs its native kernel: ``policy() is not None`` for None, else ``native``
+    (True needs the kernels built: QuantizationError naming why not)."""
+    if native is None:
+        return policy() is not None
+    if native and load_cpu_ops() is not None:
+        raise QuantizationError(f"the native integer kernels were asked for but are unavailable: {load_cpu_ops()}")
+    return native
+
+
 def native_int4_kernel():
-    """``torch.ops.sglc_cpu.q4_linear`` where it can run (the native kernels build, the CPU has
-    AVX512-VNNI), else None."""
-    if load_cpu_ops() is not None or not torch.ops.sglc_cpu.has_vnni():
+    """``torch.ops.sglc_cpu.q4_linear`` where it beats torch's kernel (the native kernels build at
+    a level with integer dot products: avx512, avx2, neon_dotprod), else None."""
+    if load_cpu_ops() is not None or not kernel_info().int_linears_native:
         return None
     return torch.ops.sglc_cpu.q4_linear
 
@@ -139,36 +153,40 @@ def native_int4_kernel():
 class Int8Linear:
     """``y = x @ (W8 * scale).T (+ bias)`` with one symmetric scale per output channel.
 
-    ``native`` (the default where it builds, see :func:`native_int8_kernel`): the VNNI kernel
-    ``q8_linear`` of ``native/cpu_ops.cpp`` on "q8 tiles" (:func:`pack_q8_tiles`; output channels
+    ``native`` (the default where it builds, see :func:`native_int8_kernel`): the native kernel
+    ``q8_linear`` (``native/kernels/``) on "q8 tiles" (:func:`pack_q8_tiles`; output channels
     padded to a multiple of 16), which quantizes each activation row to int8 in blocks of 32 (as
     llama.cpp does for its Q8_0 matmuls) and runs integer dot products: the 49152 x 576 lm_head
-    takes ~0.7 ms at one row against ~2.3 ms for torch's kernel, which converts every weight to
-    float. Only one copy of the weights is kept: ``weight`` is None on the native kernel.
+    takes ~0.7 ms at one row on AVX512-VNNI against ~2.3 ms for torch's kernel, which converts
+    every weight to float. Only one copy of the weights is kept: ``weight`` is None on the native
+    kernel.
     """
 
     __slots__ = ("weight", "scales", "bias", "out_features", "in_features", "_tiles", "_scales_f32")
 
     def __init__(self, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None,
-                 native: bool = False) -> None:
+                 native: bool | None = False) -> None:
+        """``native``: as :meth:`Int4Linear.quantize`'s."""
         self.scales = scales
         self.bias = bias
         self.out_features, self.in_features = weight.shape
-        self._tiles = pack_q8_tiles(weight) if native and native_int8_kernel(self.in_features) is not None else None
+        in_features = self.in_features
+        use = _use_native(native, lambda: native_int8_kernel(in_features)) and in_features % INT4_GROUP == 0
+        self._tiles = pack_q8_tiles(weight) if use else None
         self.weight = None if self._tiles is not None else weight
         padded = self._tiles.shape[0] * 16 if self._tiles is not None else self.out_features
         self._scales_f32 = torch.zeros(padded)
         self._scales_f32[: self.out_features] = scales.float()
 
     @classmethod
-    def quantize(cls, weight: torch.Tensor, bias: torch.Tensor | None = None, native: bool = True) -> "Int8Linear":
+    def quantize(cls, weight: torch.Tensor, bias: torch.Tensor | None = None, native: bool | None = None) -> "Int8Linear":
         _check(weight, "Int8Linear")
         return cls(*int8_levels(weight), None if bias is None else bias.to(torch.bfloat16), native=native)
 
     @property
     def kernel(self) -> str:
-        """Which kernel runs: 'vnni' (native) or 'torch'."""
-        return "vnni" if self._tiles is not None else "torch"
+        """Which kernel runs: 'native' or 'torch'."""
+        return "native" if self._tiles is not None else "torch"
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self._tiles is not None:
@@ -191,22 +209,21 @@ def int8_levels(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def pack_q8_tiles(q: torch.Tensor) -> torch.Tensor:
-    """``q8_linear``'s layout of int8 levels ``q`` [out, in]: uint8 [ceil(out/16), in/32, 8, 64],
+    """``q8_linear``'s layout of int8 levels ``q`` [out, in]: int8 [ceil(out/16), in/32, 8, 64],
     where byte ``4c + j`` of load ``i`` of a block holds input ``4i + j`` of the block for channel
-    ``c`` of the tile, plus 128 (channels past ``out`` are zeros, i.e. 128)."""
+    ``c`` of the tile (channels past ``out`` are zeros)."""
     out, inp = q.shape
     tiles, blocks = -(-out // 16), inp // INT4_GROUP
-    padded = torch.zeros(tiles * 16, inp, dtype=torch.int16)
+    padded = torch.zeros(tiles * 16, inp, dtype=torch.int8)
     padded[:out] = q
-    u8 = (padded + 128).to(torch.uint8)
     # [tile, channel, block, load, j] -> [tile, block, load, channel, j]
-    return u8.view(tiles, 16, blocks, 8, 4).permute(0, 2, 3, 1, 4).reshape(tiles, blocks, 8, 64).contiguous()
+    return padded.view(tiles, 16, blocks, 8, 4).permute(0, 2, 3, 1, 4).reshape(tiles, blocks, 8, 64).contiguous()
 
 
 def native_int8_kernel(in_features: int):
-    """``torch.ops.sglc_cpu.q8_linear`` where it can run (the native kernels build, the CPU has
-    AVX512-VNNI, ``in_features`` is a multiple of 32), else None."""
-    if in_features % INT4_GROUP or load_cpu_ops() is not None or not torch.ops.sglc_cpu.has_vnni():
+    """``torch.ops.sglc_cpu.q8_linear`` where it beats torch's kernel (see
+    :func:`native_int4_kernel`; ``in_features`` a multiple of 32), else None."""
+    if in_features % INT4_GROUP or load_cpu_ops() is not None or not kernel_info().int_linears_native:
         return None
     return torch.ops.sglc_cpu.q8_linear
 
@@ -222,18 +239,50 @@ LARGE_BATCH_ROWS = 8
 #: decode ms/step, int4 layers on it against bf16 layers (both with the lm_head in bf16), 15.3 /
 #: 25.6 / 37.4 / 49.1 against 23.5 / 30.7 / 40.4 / 46.3 at 8 / 16 / 24 / 32 rows.
 NATIVE_INT4_LARGE_BATCH_ROWS = 28
+
+
 def large_batch_rows(small: "QuantizedLinear") -> int:
-    """From how many input rows on the bf16 copy of ``small``'s weight is the faster one. The
-    native int8 kernel (the 49152 x 576 lm_head) crosses over where torch's does: 0.66 / 1.23 /
-    2.90 / 4.02 ms at 1 / 4 / 8 / 16 rows against bf16's 2.60 / 2.25 / 2.99 / 3.78."""
-    if isinstance(small, Int4Linear) and small.kernel == "vnni":
+    """From how many input rows on the float copy of ``small``'s weight is the faster one (where
+    :func:`large_batch_dtype` keeps one). The native int8 kernel (the 49152 x 576 lm_head) crosses
+    over where torch's does: 0.66 / 1.23 / 2.90 / 4.02 ms at 1 / 4 / 8 / 16 rows against bf16's
+    2.60 / 2.25 / 2.99 / 3.78 (AVX512-VNNI)."""
+    if isinstance(small, Int4Linear) and small.kernel == "native":
         return NATIVE_INT4_LARGE_BATCH_ROWS
     return LARGE_BATCH_ROWS
 
 
+def large_batch_dtype(small: "QuantizedLinear", bf16_native: bool) -> torch.dtype | None:
+    """The float copy that serves many rows (prefill, big decode batches), or None where the
+    integer kernel serves every row count and no copy is kept.
+
+    Where bf16 matmuls run natively (AVX512-BF16/AMX, ``bf16_native``), a bf16 oneDNN copy: one
+    layer's four linears at 256 rows, 1 thread, 1.4 ms against the VNNI int4 kernel's 10.2 ms
+    (AMX). Without them (every AVX2 CPU) a bf16 GEMM is torch's generic fallback (148 ms there,
+    emulated AVX2: oneDNN, MKL and ATen held to AVX2), fp32 oneDNN/MKL takes 24.5 ms and the
+    native AVX2 int4 kernel 22.2 ms: the integer kernel runs every row count, with no second
+    copy of the weights. Where the integer kernel is torch's (no native kernels), an fp32 copy
+    (torch int4 56 ms there). ``bench/bench_cpu_kernels.py`` prints these figures."""
+    if bf16_native:
+        return torch.bfloat16
+    return None if small.kernel == "native" else torch.float32
+
+
+class CastLinear:
+    """A float linear computing in its own dtype (fp32) for activations of another (bf16)."""
+
+    __slots__ = ("linear", "out_features")
+
+    def __init__(self, linear) -> None:
+        self.linear = linear
+        self.out_features = linear.out_features
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x.float()).to(x.dtype)
+
+
 class RowDispatchLinear:
     """One weight kept twice: ``small`` (integer) for fewer than ``min_rows`` input rows,
-    ``large`` (bf16) for prefills and big decode batches."""
+    ``large`` (a float copy, see :func:`large_batch_dtype`) for prefills and big decode batches."""
 
     __slots__ = ("small", "large", "min_rows", "out_features")
 
@@ -246,10 +295,26 @@ class RowDispatchLinear:
         return (self.large if x.shape[0] >= self.min_rows else self.small)(x)
 
 
+def describe_linear(linear) -> str:
+    """Which kernels a linear runs, for the model's log line: e.g. 'int4 native below 28 rows,
+    bfloat16 copy from there' or 'int8 native at every row count'."""
+    if isinstance(linear, RowDispatchLinear):
+        large = linear.large.linear if isinstance(linear.large, CastLinear) else linear.large
+        dtype = str((large.weight if large.weight is not None else large.packed).dtype).removeprefix("torch.")
+        return f"{_kernel_name(linear.small)} below {linear.min_rows} rows, {dtype} copy from there"
+    if isinstance(linear, (Int4Linear, Int8Linear)):
+        return f"{_kernel_name(linear)} at every row count (no float copy)"
+    return "float"
+
+
+def _kernel_name(linear: "QuantizedLinear") -> str:
+    return f"{'int4' if isinstance(linear, Int4Linear) else 'int8'} {linear.kernel}"
+
+
 def quantized_linear(kind: str, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                     native: bool = True) -> QuantizedLinear:
-    """A quantized linear of ``weight``: 'int4' (:class:`Int4Linear`) or 'int8' (:class:`Int8Linear`;
-    ``native``: on the VNNI kernel where it can run)."""
+                     native: bool | None = None) -> QuantizedLinear:
+    """A quantized linear of ``weight``: 'int4' (:class:`Int4Linear`) or 'int8' (:class:`Int8Linear`);
+    ``native`` as :meth:`Int4Linear.quantize`'s."""
     if kind == "int4":
         return Int4Linear.quantize(weight, bias, native=native)
     if kind == "int8":

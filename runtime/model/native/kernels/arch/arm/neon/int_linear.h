@@ -1,0 +1,203 @@
+// The integer linears on NEON with the dotprod extension (ARMv8.2+: Apple M1 and later,
+// Graviton 2+, Cortex-A76+): sdot multiplies 16 weight bytes (4 channels x 4 inputs) with 4
+// activation bytes picked by lane and adds into each channel's int32 lane, vpdpbusd's shape on
+// 128-bit registers, so a 16-channel tile is 4 registers. Q4_1 levels (0..15) and int8 weights
+// both go in as signed bytes. Loads are unpacked once for up to 4 rows.
+#pragma once
+
+#include <arm_neon.h>
+
+#include "../../../common/int_linear.h"
+#include "attention.h"  // load4
+
+namespace sglc::neon {
+
+constexpr int kIntRowsPerPass = 4;
+
+// quantize_rows_ref 4 floats at a time; vcvtnq rounds to nearest even as nearbyint does.
+template <typename T>
+void quantize_rows(const void* x, int64_t stride, int64_t rows, int64_t k, int8_t* q, float* dx, float* sx,
+                   int32_t* sq) {
+  const int64_t blocks = k / kQBlock;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = static_cast<const T*>(x) + r * stride;
+    for (int64_t b = 0; b < blocks; ++b) {
+      float32x4_t v[8];
+      float32x4_t mx = vdupq_n_f32(0.f);
+      for (int i = 0; i < 8; ++i) {
+        v[i] = load4(xr + b * kQBlock + 4 * i);
+        mx = vmaxq_f32(mx, vabsq_f32(v[i]));
+      }
+      const float amax = vmaxvq_f32(mx);
+      const float inv = amax > 0.f ? 127.f / amax : 0.f;
+      int32x4_t sum = vdupq_n_s32(0);
+      int8_t* dst = q + r * k + b * kQBlock;
+      for (int i = 0; i < 8; i += 2) {
+        const int32x4_t a = vcvtnq_s32_f32(vmulq_n_f32(v[i], inv)), c = vcvtnq_s32_f32(vmulq_n_f32(v[i + 1], inv));
+        sum = vaddq_s32(sum, vaddq_s32(a, c));
+        const int16x8_t h = vcombine_s16(vqmovn_s32(a), vqmovn_s32(c));
+        vst1_s8(dst + 4 * i, vqmovn_s16(h));
+      }
+      const int64_t i = r * blocks + b;
+      sq[i] = vaddvq_s32(sum);
+      dx[i] = amax / 127.f;
+      sx[i] = dx[i] * static_cast<float>(sq[i]);
+    }
+  }
+}
+
+template <typename T>
+inline void store4(T* out, float32x4_t v) {
+  float tmp[4];
+  vst1q_f32(tmp, v);
+  for (int i = 0; i < 4; ++i) out[i] = from_float<T>(tmp[i]);
+}
+inline void store4(float* out, float32x4_t v) { vst1q_f32(out, v); }
+
+template <typename T>
+inline void store_tile(const float32x4_t* acc, const void* bias, int64_t t, T* out) {
+  for (int c = 0; c < 4; ++c) {
+    float32x4_t v = acc[c];
+    if (bias != nullptr) v = vaddq_f32(v, load4(static_cast<const T*>(bias) + t * kQTile + 4 * c));
+    store4(out + 4 * c, v);
+  }
+}
+
+// sdot of a weight register with lane `lane` (0..3) of an activation register.
+#define SGLC_SDOT_LANE(acc, w, x, lane) vdotq_laneq_s32(acc, w, x, lane)
+
+template <int R, typename T>
+void q8_tile_rows(const int8_t* w, const float* scales, const sglc_quantized_rows* act, int64_t t, int64_t r0, int64_t n,
+                  const void* bias, void* out) {
+  const int64_t k = act->k, blocks = k / kQBlock;
+  float32x4_t acc[R][4];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < 4; ++c) acc[r][c] = vdupq_n_f32(0.f);
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int8_t* wb = w + (t * blocks + b) * kQ8BlockBytes;
+    int8x16_t x[R][2];
+    int32x4_t s[R][4];
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xq = act->q + (r0 + r) * k + b * kQBlock;
+      x[r][0] = vld1q_s8(xq);
+      x[r][1] = vld1q_s8(xq + 16);
+      for (int c = 0; c < 4; ++c) s[r][c] = vdupq_n_s32(0);
+    }
+    for (int i = 0; i < 8; ++i) {
+      int8x16_t wv[4];
+      for (int c = 0; c < 4; ++c) wv[c] = vld1q_s8(wb + 64 * i + 16 * c);
+      for (int r = 0; r < R; ++r) {
+        for (int c = 0; c < 4; ++c) {
+          switch (i) {  // NOTE: the lane must be a constant
+            case 0: s[r][c] = SGLC_SDOT_LANE(s[r][c], wv[c], x[r][0], 0); break;
+            case 1: s[r][c] = SGLC_SDOT_LANE(s[r][c], wv[c], x[r][0], 1); break;
+            case 2: s[r][c] = SGLC_SDOT_LANE(s[r][c], wv[c], x[r][0], 2); break;
+            case 3: s[r][c] = SGLC_SDOT_LANE(s[r][c], wv[c], x[r][0], 3); break;
+            case 4: s[r][c] = SGLC_SDOT_LANE(s[r][c], wv[c], x[r][1], 0); break;
+            case 5: s[r][c] = SGLC_SDOT_LANE(s[r][c], wv[c], x[r][1], 1); break;
+            case 6: s[r][c] = SGLC_SDOT_LANE(s[r][c], wv[c], x[r][1], 2); break;
+            default: s[r][c] = SGLC_SDOT_LANE(s[r][c], wv[c], x[r][1], 3); break;
+          }
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const float dx = act->dx[(r0 + r) * blocks + b];
+      for (int c = 0; c < 4; ++c) acc[r][c] = vfmaq_n_f32(acc[r][c], vcvtq_f32_s32(s[r][c]), dx);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < 4; ++c) acc[r][c] = vmulq_f32(acc[r][c], vld1q_f32(scales + t * kQTile + 4 * c));
+    store_tile(acc[r], bias, t, static_cast<T*>(out) + (r0 + r) * n + t * kQTile);
+  }
+}
+
+template <int R, typename T>
+void q4_tile_rows(const uint8_t* w, const uint16_t* d, const uint16_t* m, const sglc_quantized_rows* act, int64_t t,
+                  int64_t r0, int64_t n, const void* bias, void* out) {
+  const int64_t k = act->k, blocks = k / kQBlock;
+  const uint8x16_t nibble = vdupq_n_u8(0x0F);
+  float32x4_t acc[R][4];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < 4; ++c) acc[r][c] = vdupq_n_f32(0.f);
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* wb = w + (t * blocks + b) * kQ4BlockBytes;
+    int8x16_t x[R][2];
+    int32x4_t s[R][4];
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xq = act->q + (r0 + r) * k + b * kQBlock;
+      x[r][0] = vld1q_s8(xq);
+      x[r][1] = vld1q_s8(xq + 16);
+      for (int c = 0; c < 4; ++c) s[r][c] = vdupq_n_s32(0);
+    }
+    for (int i = 0; i < 4; ++i) {
+      int8x16_t lo[4], hi[4];
+      for (int c = 0; c < 4; ++c) {
+        const uint8x16_t wv = vld1q_u8(wb + 64 * i + 16 * c);
+        lo[c] = vreinterpretq_s8_u8(vandq_u8(wv, nibble));
+        hi[c] = vreinterpretq_s8_u8(vshrq_n_u8(wv, 4));
+      }
+      for (int r = 0; r < R; ++r) {
+        for (int c = 0; c < 4; ++c) {
+          switch (i) {  // low nibbles: inputs 4i + j (x[0] lane i); high: 16 + 4i + j (x[1] lane i)
+            case 0:
+              s[r][c] = SGLC_SDOT_LANE(s[r][c], lo[c], x[r][0], 0);
+              s[r][c] = SGLC_SDOT_LANE(s[r][c], hi[c], x[r][1], 0);
+              break;
+            case 1:
+              s[r][c] = SGLC_SDOT_LANE(s[r][c], lo[c], x[r][0], 1);
+              s[r][c] = SGLC_SDOT_LANE(s[r][c], hi[c], x[r][1], 1);
+              break;
+            case 2:
+              s[r][c] = SGLC_SDOT_LANE(s[r][c], lo[c], x[r][0], 2);
+              s[r][c] = SGLC_SDOT_LANE(s[r][c], hi[c], x[r][1], 2);
+              break;
+            default:
+              s[r][c] = SGLC_SDOT_LANE(s[r][c], lo[c], x[r][0], 3);
+              s[r][c] = SGLC_SDOT_LANE(s[r][c], hi[c], x[r][1], 3);
+              break;
+          }
+        }
+      }
+    }
+    const int64_t sb = (t * blocks + b) * kQTile;
+    for (int r = 0; r < R; ++r) {
+      const int64_t xb = (r0 + r) * blocks + b;
+      for (int c = 0; c < 4; ++c) {
+        const float32x4_t dv = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(d + sb + 4 * c)));
+        const float32x4_t mv = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(m + sb + 4 * c)));
+        acc[r][c] = vfmaq_f32(acc[r][c], vcvtq_f32_s32(s[r][c]), vmulq_n_f32(dv, act->dx[xb]));
+        acc[r][c] = vfmaq_n_f32(acc[r][c], mv, act->sx[xb]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) store_tile(acc[r], bias, t, static_cast<T*>(out) + (r0 + r) * n + t * kQTile);
+}
+
+#undef SGLC_SDOT_LANE
+
+template <typename T>
+void q8_tile(const int8_t* w, const float* scales, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows,
+             int64_t n, const void* bias, void* out) {
+  switch (rows) {
+    case 1: return q8_tile_rows<1, T>(w, scales, act, t, r0, n, bias, out);
+    case 2: return q8_tile_rows<2, T>(w, scales, act, t, r0, n, bias, out);
+    case 3: return q8_tile_rows<3, T>(w, scales, act, t, r0, n, bias, out);
+    default: return q8_tile_rows<4, T>(w, scales, act, t, r0, n, bias, out);
+  }
+}
+
+template <typename T>
+void q4_tile(const uint8_t* w, const uint16_t* d, const uint16_t* m, const sglc_quantized_rows* act, int64_t t,
+             int64_t r0, int rows, int64_t n, const void* bias, void* out) {
+  switch (rows) {
+    case 1: return q4_tile_rows<1, T>(w, d, m, act, t, r0, n, bias, out);
+    case 2: return q4_tile_rows<2, T>(w, d, m, act, t, r0, n, bias, out);
+    case 3: return q4_tile_rows<3, T>(w, d, m, act, t, r0, n, bias, out);
+    default: return q4_tile_rows<4, T>(w, d, m, act, t, r0, n, bias, out);
+  }
+}
+
+}  // namespace sglc::neon

@@ -1,0 +1,180 @@
+// The integer linears on AVX2 (x86-64-v3: every x86 CPU since Haswell / Zen 1). There is no
+// vpdpbusd: vpmaddubsw multiplies unsigned by signed bytes into saturating int16 pair sums and
+// vpmaddwd with ones adds the pairs into int32, so 4 inputs x 8 channels per 32-byte half of a
+// tile load take two instructions. A tile's 16 channels are two halves of 8 lanes.
+// - Q4_1 levels are 0..15 and activations -127..127: a pair sum is at most 3,810, so the 8
+//   products of a block (per half) add up in int16 (<= 30,480) before one vpmaddwd.
+// - int8 weights are signed: |w| (unsigned) times x with w's sign (vpsignb), pair sums at most
+//   32,258, so each load goes through vpmaddwd on its own.
+// Loads are unpacked once and used for up to 4 rows (16 registers: 4 sums, 4 accumulators, the
+// weights in flight).
+#pragma once
+
+#include <immintrin.h>
+
+#include "../../../common/int_linear.h"
+#include "attention.h"  // load8
+
+namespace sglc::avx2 {
+
+constexpr int kIntRowsPerPass = 4;
+
+inline __m256i broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm256_set1_epi32(v);
+}
+
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+inline float hmax(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+
+// quantize_rows_ref with 32 inputs in four registers; vcvtps2dq rounds to nearest even as
+// nearbyint does, so the levels are bit-identical.
+template <typename T>
+void quantize_rows(const void* x, int64_t stride, int64_t rows, int64_t k, int8_t* q, float* dx, float* sx,
+                   int32_t* sq) {
+  const int64_t blocks = k / kQBlock;
+  const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undoes the packs' lane interleave
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = static_cast<const T*>(x) + r * stride;
+    for (int64_t b = 0; b < blocks; ++b) {
+      __m256 v[4];
+      for (int i = 0; i < 4; ++i) v[i] = load8(xr + b * kQBlock + 8 * i);
+      const __m256 mx = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], sign), _mm256_and_ps(v[1], sign)),
+                                      _mm256_max_ps(_mm256_and_ps(v[2], sign), _mm256_and_ps(v[3], sign)));
+      const float amax = hmax(mx);
+      const float inv = amax > 0.f ? 127.f / amax : 0.f;
+      const __m256 iv = _mm256_set1_ps(inv);
+      __m256i qi[4];
+      for (int i = 0; i < 4; ++i) qi[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], iv));
+      const __m256i sum = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
+      const __m256i p16a = _mm256_packs_epi32(qi[0], qi[1]), p16b = _mm256_packs_epi32(qi[2], qi[3]);
+      const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), order);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + r * k + b * kQBlock), p8);
+      const int64_t i = r * blocks + b;
+      sq[i] = hsum_epi32(sum);
+      dx[i] = amax / 127.f;
+      sx[i] = dx[i] * static_cast<float>(sq[i]);
+    }
+  }
+}
+
+template <typename T>
+inline void store8(T* out, __m256 v) {
+  alignas(32) float tmp[8];
+  _mm256_store_ps(tmp, v);
+  for (int i = 0; i < 8; ++i) out[i] = from_float<T>(tmp[i]);
+}
+inline void store8(float* out, __m256 v) { _mm256_storeu_ps(out, v); }
+
+template <typename T>
+inline __m256 add_bias8(__m256 acc, const void* bias, int64_t channel) {
+  return bias == nullptr ? acc : _mm256_add_ps(acc, load8(static_cast<const T*>(bias) + channel));
+}
+
+template <int R, typename T>
+void q8_tile_rows(const int8_t* w, const float* scales, const sglc_quantized_rows* act, int64_t t, int64_t r0, int64_t n,
+                  const void* bias, void* out) {
+  const int64_t k = act->k, blocks = k / kQBlock;
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int half = 0; half < 2; ++half) {
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int8_t* wb = w + (t * blocks + b) * kQ8BlockBytes + 32 * half;
+      const int8_t* xq = act->q + r0 * k + b * kQBlock;
+      __m256i s[R];
+      for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
+      for (int i = 0; i < 8; ++i) {
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 64 * i));
+        const __m256i aw = _mm256_sign_epi8(wv, wv);  // |w|
+        for (int r = 0; r < R; ++r) {
+          const __m256i xs = _mm256_sign_epi8(broadcast4(xq + r * k + 4 * i), wv);  // x * sign(w)
+          s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xs), ones));
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), _mm256_set1_ps(act->dx[(r0 + r) * blocks + b]), acc[r]);
+      }
+    }
+    const int64_t channel = t * kQTile + 8 * half;
+    const __m256 sv = _mm256_loadu_ps(scales + channel);
+    for (int r = 0; r < R; ++r) {
+      store8(static_cast<T*>(out) + (r0 + r) * n + channel, add_bias8<T>(_mm256_mul_ps(acc[r], sv), bias, channel));
+    }
+  }
+}
+
+template <int R, typename T>
+void q4_tile_rows(const uint8_t* w, const uint16_t* d, const uint16_t* m, const sglc_quantized_rows* act, int64_t t,
+                  int64_t r0, int64_t n, const void* bias, void* out) {
+  const int64_t k = act->k, blocks = k / kQBlock;
+  const __m256i nibble = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (int half = 0; half < 2; ++half) {
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* wb = w + (t * blocks + b) * kQ4BlockBytes + 32 * half;
+      const int8_t* xq = act->q + r0 * k + b * kQBlock;
+      __m256i s[R];
+      for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
+      for (int i = 0; i < 4; ++i) {
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 64 * i));
+        const __m256i lo = _mm256_and_si256(wv, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), nibble);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xr = xq + r * k;
+          s[r] = _mm256_add_epi16(s[r], _mm256_maddubs_epi16(lo, broadcast4(xr + 4 * i)));
+          s[r] = _mm256_add_epi16(s[r], _mm256_maddubs_epi16(hi, broadcast4(xr + 16 + 4 * i)));
+        }
+      }
+      const int64_t sb = (t * blocks + b) * kQTile + 8 * half;
+      const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d + sb)));
+      const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(m + sb)));
+      for (int r = 0; r < R; ++r) {
+        const int64_t xb = (r0 + r) * blocks + b;
+        const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s[r], ones));
+        acc[r] = _mm256_fmadd_ps(sum, _mm256_mul_ps(dv, _mm256_set1_ps(act->dx[xb])), acc[r]);
+        acc[r] = _mm256_fmadd_ps(mv, _mm256_set1_ps(act->sx[xb]), acc[r]);
+      }
+    }
+    const int64_t channel = t * kQTile + 8 * half;
+    for (int r = 0; r < R; ++r) {
+      store8(static_cast<T*>(out) + (r0 + r) * n + channel, add_bias8<T>(acc[r], bias, channel));
+    }
+  }
+}
+
+template <typename T>
+void q8_tile(const int8_t* w, const float* scales, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows,
+             int64_t n, const void* bias, void* out) {
+  switch (rows) {
+    case 1: return q8_tile_rows<1, T>(w, scales, act, t, r0, n, bias, out);
+    case 2: return q8_tile_rows<2, T>(w, scales, act, t, r0, n, bias, out);
+    case 3: return q8_tile_rows<3, T>(w, scales, act, t, r0, n, bias, out);
+    default: return q8_tile_rows<4, T>(w, scales, act, t, r0, n, bias, out);
+  }
+}
+
+template <typename T>
+void q4_tile(const uint8_t* w, const uint16_t* d, const uint16_t* m, const sglc_quantized_rows* act, int64_t t,
+             int64_t r0, int rows, int64_t n, const void* bias, void* out) {
+  switch (rows) {
+    case 1: return q4_tile_rows<1, T>(w, d, m, act, t, r0, n, bias, out);
+    case 2: return q4_tile_rows<2, T>(w, d, m, act, t, r0, n, bias, out);
+    case 3: return q4_tile_rows<3, T>(w, d, m, act, t, r0, n, bias, out);
+    default: return q4_tile_rows<4, T>(w, d, m, act, t, r0, n, bias, out);
+  }
+}
+
+}  // namespace sglc::avx2

@@ -1,0 +1,117 @@
+// Weight-only integer linears, computed the way llama.cpp runs Q8_0 and Q4_1 matmuls: each
+// activation row is quantized to int8 in blocks of 32 inputs (x ~ dx * xq, one float scale per
+// block) and the products are integer dot products, scaled once per block.
+//
+// Output channels are the vector lanes: weights are stored in tiles of 16 channels, interleaved
+// so that 4 consecutive inputs of each of the 16 channels are 64 contiguous bytes; a SIMD
+// kernel multiplies such a load with 4 activation bytes broadcast to every lane, so a block of
+// 32 inputs ends as 16 channel sums with no horizontal reduction, and each weight load serves
+// several activation rows. Layouts (packed by models/quantized_linear.py):
+// - q8 tiles: int8 [N/16, K/32, 8, 64]: byte 4c + j of load i of block b holds input
+//   b*32 + 4i + j of channel c of the tile; one float scale per channel.
+// - q4 tiles: uint8 [N/16, K/32, 4, 64]: byte 4c + j of load i holds input b*32 + 4i + j of
+//   channel c in its low nibble and input b*32 + 16 + 4i + j in its high one (Q4_1 levels
+//   0..15); d and m float16 [N/16, K/32, 16]: w = d * q + m.
+//
+// This file: the portable reference (what every variant must compute, and the generic
+// variant's kernels). The integer sums are exact and every variant applies the per-block float
+// scaling in the same order with fused multiply-adds, so all of them agree bit for bit.
+#pragma once
+
+#include "../kernel_table.h"
+#include "convert.h"
+
+namespace sglc {
+
+constexpr int64_t kQBlock = 32;  // inputs per quantization block (GGUF's)
+constexpr int64_t kQTile = 16;   // output channels per tile
+constexpr int64_t kQ8BlockBytes = kQTile * kQBlock;
+constexpr int64_t kQ4BlockBytes = kQTile * kQBlock / 2;
+
+// One block of 32 inputs -> int8 levels (round to nearest even of x * 127 / amax); writes the
+// levels and returns their sum; *scale = amax / 127.
+template <typename T>
+inline int32_t quantize_block(const T* x, int8_t* q, float* scale) {
+  float amax = 0.f;
+  _Pragma("omp simd reduction(max : amax)")
+  for (int64_t i = 0; i < kQBlock; ++i) amax = std::max(amax, std::fabs(to_float(x[i])));
+  const float inv = amax > 0.f ? 127.f / amax : 0.f;
+  int32_t sum = 0;
+  for (int64_t i = 0; i < kQBlock; ++i) {
+    const int32_t v = static_cast<int32_t>(std::nearbyint(to_float(x[i]) * inv));
+    q[i] = static_cast<int8_t>(v);
+    sum += v;
+  }
+  *scale = amax / 127.f;
+  return sum;
+}
+
+template <typename T>
+void quantize_rows_ref(const void* x, int64_t stride, int64_t rows, int64_t k, int8_t* q, float* dx, float* sx,
+                       int32_t* sq) {
+  const int64_t blocks = k / kQBlock;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t i = r * blocks + b;
+      sq[i] = quantize_block(static_cast<const T*>(x) + r * stride + b * kQBlock, q + r * k + b * kQBlock, &dx[i]);
+      sx[i] = dx[i] * static_cast<float>(sq[i]);
+    }
+  }
+}
+
+template <typename T>
+inline void store_channels(const float* acc, const void* bias, int64_t t, T* out) {
+  const T* b = bias == nullptr ? nullptr : static_cast<const T*>(bias) + t * kQTile;
+  for (int64_t c = 0; c < kQTile; ++c) out[c] = from_float<T>(b == nullptr ? acc[c] : acc[c] + to_float(b[c]));
+}
+
+template <typename T>
+void q8_tile_ref(const int8_t* w, const float* scales, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows,
+                 int64_t n, const void* bias, void* out) {
+  const int64_t k = act->k, blocks = k / kQBlock;
+  for (int r = 0; r < rows; ++r) {
+    float acc[kQTile] = {};
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int8_t* wb = w + (t * blocks + b) * kQ8BlockBytes;
+      const int8_t* xq = act->q + (r0 + r) * k + b * kQBlock;
+      const float dx = act->dx[(r0 + r) * blocks + b];
+      for (int64_t c = 0; c < kQTile; ++c) {
+        int32_t sum = 0;
+        for (int i = 0; i < 8; ++i) {
+          for (int j = 0; j < 4; ++j) sum += static_cast<int32_t>(wb[64 * i + 4 * c + j]) * xq[4 * i + j];
+        }
+        acc[c] = std::fma(static_cast<float>(sum), dx, acc[c]);
+      }
+    }
+    for (int64_t c = 0; c < kQTile; ++c) acc[c] *= scales[t * kQTile + c];
+    store_channels(acc, bias, t, static_cast<T*>(out) + (r0 + r) * n + t * kQTile);
+  }
+}
+
+template <typename T>
+void q4_tile_ref(const uint8_t* w, const uint16_t* d, const uint16_t* m, const sglc_quantized_rows* act, int64_t t,
+                 int64_t r0, int rows, int64_t n, const void* bias, void* out) {
+  const int64_t k = act->k, blocks = k / kQBlock;
+  for (int r = 0; r < rows; ++r) {
+    float acc[kQTile] = {};
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* wb = w + (t * blocks + b) * kQ4BlockBytes;
+      const int8_t* xq = act->q + (r0 + r) * k + b * kQBlock;
+      const int64_t xb = (r0 + r) * blocks + b, sb = (t * blocks + b) * kQTile;
+      for (int64_t c = 0; c < kQTile; ++c) {
+        int32_t sum = 0;
+        for (int i = 0; i < 4; ++i) {
+          for (int j = 0; j < 4; ++j) {
+            const uint8_t byte = wb[64 * i + 4 * c + j];
+            sum += (byte & 0x0F) * xq[4 * i + j] + (byte >> 4) * xq[16 + 4 * i + j];
+          }
+        }
+        acc[c] = std::fma(static_cast<float>(sum), half_bits_to_float(d[sb + c]) * act->dx[xb], acc[c]);
+        acc[c] = std::fma(half_bits_to_float(m[sb + c]), act->sx[xb], acc[c]);
+      }
+    }
+    store_channels(acc, bias, t, static_cast<T*>(out) + (r0 + r) * n + t * kQTile);
+  }
+}
+
+}  // namespace sglc

@@ -1,0 +1,107 @@
+// One kernel variant: the table of kernel_table.h filled from the common code and one
+// instruction set's kernels, chosen by the SGLC_LEVEL_* macro the build passes with that
+// instruction set's compiler flags (native/build.py: VARIANTS). Compiled with
+// -fvisibility=hidden: only sglc_kernels() leaves the library, so variants loaded side by side
+// never share an inline function compiled for another instruction set.
+#include "kernel_table.h"
+
+#include <type_traits>
+
+#include "common/attention.h"
+#include "common/small_ops.h"
+
+#if defined(SGLC_LEVEL_AVX512)
+#include "arch/x86/avx512/attention.h"
+#include "arch/x86/avx512/int_linear.h"
+namespace arch = sglc::avx512;
+#define SGLC_LEVEL_NAME "avx512"
+#define SGLC_INT_LINEAR "avx512-vnni (vpdpbusd)"
+#define SGLC_ATTENTION "avx512 registers"
+#elif defined(SGLC_LEVEL_AVX2)
+#include "arch/x86/avx2/attention.h"
+#include "arch/x86/avx2/int_linear.h"
+namespace arch = sglc::avx2;
+#define SGLC_LEVEL_NAME "avx2"
+#define SGLC_INT_LINEAR "avx2 (vpmaddubsw)"
+#define SGLC_ATTENTION "avx2 registers"
+#elif defined(SGLC_LEVEL_NEON_DOTPROD)
+#include "arch/arm/neon/attention.h"
+#include "arch/arm/neon/int_linear.h"
+namespace arch = sglc::neon;
+#define SGLC_LEVEL_NAME "neon_dotprod"
+#define SGLC_INT_LINEAR "neon-dotprod (sdot)"
+#define SGLC_ATTENTION "neon registers"
+#else
+#include "arch/generic/kernels.h"
+namespace arch = sglc::generic;
+#define SGLC_LEVEL_NAME "generic"
+#define SGLC_INT_LINEAR "scalar reference"
+#define SGLC_ATTENTION "generic loop"
+#endif
+
+namespace {
+
+using sglc::bf16;
+using sglc::f16;
+
+template <typename T>
+void attend(const void* q, int64_t q_stride, const void* k, const void* v, int64_t row_stride, const int64_t* slots,
+            int64_t len, int64_t heads, int64_t group, int64_t d, float scale, float* scratch, float* m, float* l,
+            float* acc) {
+  const T* qp = static_cast<const T*>(q);
+  const T* kp = static_cast<const T*>(k);
+  const T* vp = static_cast<const T*>(v);
+  if constexpr (!std::is_same_v<T, double>) {  // NOTE: float64 stays on the generic loop
+    if (group <= arch::kRegisterMaxGroup &&
+        arch::attend_registers<T>(qp, q_stride, kp, vp, row_stride, slots, len, heads, group, d, scale, scratch, m, l,
+                                  acc)) {
+      return;
+    }
+  }
+  sglc::attend_generic<T>(qp, q_stride, kp, vp, row_stride, slots, len, heads, group, d, scale, scratch, m, l, acc);
+}
+
+template <typename T>
+void shared_prefix(int nc, const float* qt, int64_t rows, const void* k, const void* v, int64_t row_stride,
+                   int64_t head_off, const int64_t* slots, int64_t len, int64_t d, int64_t dp, float* s, float* kv,
+                   float* m, float* l, float* acc) {
+  const T* kp = static_cast<const T*>(k);
+  const T* vp = static_cast<const T*>(v);
+  switch (nc) {
+    case 1: return sglc::shared_prefix_state<1, T, arch::add_weighted_rows>(qt, rows, kp, vp, row_stride, head_off, slots, len, d, dp, s, kv, m, l, acc);
+    case 2: return sglc::shared_prefix_state<2, T, arch::add_weighted_rows>(qt, rows, kp, vp, row_stride, head_off, slots, len, d, dp, s, kv, m, l, acc);
+    case 3: return sglc::shared_prefix_state<3, T, arch::add_weighted_rows>(qt, rows, kp, vp, row_stride, head_off, slots, len, d, dp, s, kv, m, l, acc);
+    default: return sglc::shared_prefix_state<4, T, arch::add_weighted_rows>(qt, rows, kp, vp, row_stride, head_off, slots, len, d, dp, s, kv, m, l, acc);
+  }
+}
+
+void merge_state(float* m, float* l, float* acc, float m2, float l2, const float* acc2, int64_t d) {
+  sglc::merge_state(m, l, acc, m2, l2, acc2, d);
+}
+
+const sglc_kernel_table kTable = {
+    SGLC_KERNEL_ABI,
+    SGLC_LEVEL_NAME,
+    SGLC_INT_LINEAR,
+    SGLC_ATTENTION,
+    arch::kIntRowsPerPass,
+    static_cast<int32_t>(arch::kRegisterHeadDim),
+    arch::kRegisterMaxGroup,
+    {sglc::rms_norm_rows<float>, sglc::rms_norm_rows<bf16>, sglc::rms_norm_rows<f16>, sglc::rms_norm_rows<double>},
+    {sglc::add_rms_norm_rows<float>, sglc::add_rms_norm_rows<bf16>, sglc::add_rms_norm_rows<f16>,
+     sglc::add_rms_norm_rows<double>},
+    {sglc::rope_rows<float>, sglc::rope_rows<bf16>, sglc::rope_rows<f16>, sglc::rope_rows<double>},
+    {sglc::silu_mul_rows<float>, sglc::silu_mul_rows<bf16>, sglc::silu_mul_rows<f16>, sglc::silu_mul_rows<double>},
+    {attend<float>, attend<bf16>, attend<f16>, attend<double>},
+    {shared_prefix<float>, shared_prefix<bf16>, shared_prefix<f16>, shared_prefix<double>},
+    merge_state,
+    {sglc::write_normalised<float>, sglc::write_normalised<bf16>, sglc::write_normalised<f16>,
+     sglc::write_normalised<double>},
+    {arch::quantize_rows<float>, arch::quantize_rows<bf16>, arch::quantize_rows<f16>},
+    {arch::q8_tile<float>, arch::q8_tile<bf16>, arch::q8_tile<f16>},
+    {arch::q4_tile<float>, arch::q4_tile<bf16>, arch::q4_tile<f16>},
+};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const sglc_kernel_table* sglc_kernels(void) { return &kTable; }
