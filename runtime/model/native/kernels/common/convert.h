@@ -113,9 +113,12 @@ inline f16 from_float<f16>(float v) {
 }
 
 // exp(x) to ~2 ulp for x in [-87, 88] (Cephes' expf polynomial): std::exp does not vectorise.
+// n = round(x / ln 2) by the 1.5 * 2^23 trick (round to nearest even, plain adds): std::floor
+// needs SSE4.1 to vectorise, which the generic x86 build lacks.
 inline float exp_approx(float x) {
   x = std::min(std::max(x, -87.3f), 88.3f);
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  constexpr float kRound = 12582912.f;  // 1.5 * 2^23
+  const float n = (x * 1.44269504088896341f + kRound) - kRound;
   float r = x - n * 0.693145751953125f;
   r = r - n * 1.428606765330187045e-06f;
   float p = 1.9875691500e-4f;
