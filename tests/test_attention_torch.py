@@ -358,3 +358,35 @@ def test_decode_workspace_matches_reference_through_any_churn(seed, moves):
         elif move == "extend":
             extend = {rng.choice(running): rng.randint(2, 5)}
         sim.step(backend, running, extend=extend)
+
+
+@pytest.mark.parametrize("bf16_native", [True, False])
+def test_bf16_prefill_attends_in_float32_where_bf16_is_not_native(monkeypatch, bf16_native):
+    """On a CPU without native bf16 (AVX2), a bf16 prefill goes through SDPA in float32 (faster
+    there) and comes back in bf16; with native bf16 it stays bf16. Either way it is the same
+    attention as the dense reference, to bf16 rounding."""
+    import torch.nn.functional as F
+
+    import sglc_runtime.model.attention.torch_backend as torch_backend
+
+    seen = []
+    real_sdpa = F.scaled_dot_product_attention
+
+    def spy(q, *args, **kwargs):
+        seen.append(q.dtype)
+        return real_sdpa(q, *args, **kwargs)
+
+    monkeypatch.setattr(torch_backend, "bf16_is_native", lambda: bf16_native)
+    monkeypatch.setattr(torch_backend.F, "scaled_dot_product_attention", spy)
+    gen = torch.Generator().manual_seed(3)
+    e = 12
+    kv = KVBuffer(num_layers=1, num_slots=32, num_kv_heads=KVH, head_dim=D, dtype=torch.bfloat16)
+    batch = ForwardBatch.from_requests([[0] * e], [torch.arange(e)], prefix_lens=[0])
+    q = torch.randn(e, H, D, generator=gen).bfloat16()
+    k, v = torch.randn(e, KVH, D, generator=gen).bfloat16(), torch.randn(e, KVH, D, generator=gen).bfloat16()
+    backend = TorchAttentionBackend(H, KVH, D)
+    backend.prepare(batch)
+    out = backend.forward(0, q, k, v, kv)
+    assert seen == [torch.bfloat16 if bf16_native else torch.float32] and out.dtype == torch.bfloat16
+    ref = _reference(q.float(), k.float(), v.float(), 0)
+    torch.testing.assert_close(out.double(), ref, atol=2e-2, rtol=2e-2)
