@@ -44,7 +44,10 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="CPU threads computing each step (default: OMP_NUM_THREADS when set, else the physical cores "
                         "this process may use)")
     p.add_argument("--kv-slots", type=positive_int, metavar="N", help="KV cache size in tokens (default: 512 MiB worth)")
-    p.add_argument("--chunked-prefill-size", type=positive_int, metavar="N", help="prefill in chunks of N tokens")
+    p.add_argument("--chunked-prefill-size", type=non_negative_int, default=None, metavar="N",
+                   help="prefill tokens per step: longer prompts are prefilled in chunks of N, and other "
+                        "requests run between the chunks (default: the engine's, see docs/runtime_engine.md; 0 = off: "
+                        "a prompt's whole prefill is then one step that nothing can interrupt)")
     p.add_argument("--schedule-policy", choices=("lpm", "fcfs", "random"), default="lpm",
                    help="waiting-queue order (lpm: longest cached prefix first)")
     p.add_argument("--disable-radix-cache", action="store_true", help="no prefix reuse between requests")
@@ -98,13 +101,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         model=args.model, host=args.host, port=args.port, http_port=args.http_port, dtype=args.dtype,
         quantization=args.quantization, threads=args.threads,
         kv_slots=args.kv_slots,
-        chunked_prefill_size=args.chunked_prefill_size, schedule_policy=args.schedule_policy,
+        schedule_policy=args.schedule_policy,
         disable_radix_cache=args.disable_radix_cache, max_running_requests=args.max_running_requests,
         device=args.device, attention_backend=args.attention_backend, grace_s=max(0.0, args.grace),
         constraint_compiler=ConstraintCompilerConfig(
             **({"budget": args.constraint_budget} if args.constraint_budget else {}),
             num_workers=args.constraint_workers),
         limits=limits, api_key=resolve_api_key(args.api_key),
+        **({} if args.chunked_prefill_size is None else {"chunked_prefill_size": args.chunked_prefill_size or None}),
     )
     try:
         return serve(config)

@@ -125,6 +125,10 @@ class ServeProcess:
         if self.proc is not None:
             self.proc.wait(30)
 
+    def stderr_text(self) -> str:
+        """What the process wrote to stderr so far."""
+        return "".join(self._stderr)
+
     def wait(self, timeout: float) -> tuple[int, str]:
         """(exit code, stderr text) after the process ends (TimeoutExpired past `timeout`)."""
         assert self.proc is not None

@@ -29,7 +29,8 @@ GREEDY = SamplingParams(temperature=0, max_new_tokens=8)
 
 @pytest.fixture(scope="module")
 def engine() -> Engine:
-    return Engine(max_running_requests=32)
+    # NOTE: chunking off: `reference` is the unchunked baseline the other engines are compared to.
+    return Engine(max_running_requests=32, chunked_prefill_size=None)
 
 
 @pytest.fixture(scope="module")

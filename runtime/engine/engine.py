@@ -50,6 +50,10 @@ log = logging.getLogger(__name__)
 
 # Slots past the scheduler's pool, written only by prompt-logprob side passes (model_runner.py).
 _SCRATCH_SLOTS = 256
+#: Seconds ``shutdown`` waits for the engine thread to finish its step. A step is one prefill
+#: chunk plus one decode token per running request (well under a second on a 2-core CPU with the
+#: default chunk), so this is only reached when a step is far longer than it should be.
+SHUTDOWN_TIMEOUT_S = 10.0
 
 
 class Engine:
@@ -358,21 +362,34 @@ class Engine:
         # finalization, as SGLang's Runtime does.
         atexit.register(self.shutdown)
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout: float | None = SHUTDOWN_TIMEOUT_S) -> bool:
         """Stop the background thread, abort whatever is still queued or running, and stop the
-        constraint compile workers."""
+        constraint compile workers. True when the engine thread has stopped.
+
+        The thread stops at its next step boundary; ``timeout`` (seconds, None = no limit) bounds
+        the wait. When it expires (a step longer than that: chunked prefill off, a huge batch)
+        this logs a warning and returns False without waiting: the requests are aborted all the
+        same (those in the step in flight when it ends) and the thread exits after that step.
+        """
         with self._lock:
             self._stopping = True
             self._cv.notify_all()
+        stopped = True
         if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-            atexit.unregister(self.shutdown)
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                stopped = False
+                log.warning("engine shutdown: the engine thread is still inside a step after %.1f s; not waiting "
+                            "for it (it stops at the end of that step)", timeout)
+            else:
+                self._thread = None
+                atexit.unregister(self.shutdown)
         with self._lock:
             for req in list(self.scheduler.waiting) + list(self.scheduler.running):
                 self.abort(req.rid, "engine shut down")
             self._cv.notify_all()  # NOTE: waiters get their aborted outputs now, not at their deadline
         self._constraints.close()
+        return stopped
 
     def _loop(self) -> None:
         while True:

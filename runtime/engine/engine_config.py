@@ -14,6 +14,18 @@ _QUANTIZATIONS = ("none", "int8", "int4")  # runtime/model/models/quantized_line
 AUTO_QUANTIZATION = "auto"
 _POLICIES = ("lpm", "fcfs", "random")
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+#: Prefill tokens per step by default, so that no step (and no request) holds the engine for
+#: long: a prompt longer than this is prefilled in chunks, and requests that arrive meanwhile are
+#: scheduled between its chunks. Sized for steps of ~100-200 ms on a 2-core CPU. Measured with
+#: bench/bench_ttft_under_prefill.py (default model, quantization auto = int4, 2 threads, a
+#: 4,000-token prompt; 2-core AVX512-VNNI/BF16 Xeon, native path): steps of 256 tokens take
+#: 66-70 ms at the start of the prompt, 131-145 ms median, 182-190 ms at the longest (attention
+#: over the prefix grows along it); 512 tokens: 227-238 ms median, 306-308 ms longest; 128
+#: tokens: 81-84 ms median, but 16-23% less prefill throughput. With SGLC_CPU_LEVEL=avx2 forced on
+#: the same machine (AVX2 prefill at ~520 tok/s then) a 256-token step took 245-700 ms: the size
+#: is a token count so that faster prefill kernels shorten the step rather than change it.
+#: docs/runtime_engine.md has the table.
+DEFAULT_CHUNKED_PREFILL_SIZE = 256
 
 
 @dataclass(slots=True)
@@ -34,8 +46,13 @@ class EngineConfig:
     - num_kv_slots: KV pool size in tokens; when None it comes from kv_cache_bytes.
     - max_running_requests: requests decoding at once (rows of the request table).
     - max_context: longest prompt + output per request; None = the model's maximum.
-    - chunked_prefill_size: prefill tokens per chunk; None turns chunking off.
-    - max_prefill_tokens: prefill tokens per step (all requests together).
+    - chunked_prefill_size: prefill tokens per step (all requests together); a longer prompt
+      is prefilled in chunks, interleaved with decodes and with short requests that arrive
+      meanwhile (``DEFAULT_CHUNKED_PREFILL_SIZE``; sized so a step stays short on a 2-core CPU).
+      None turns chunking off: one prompt's whole prefill is then one step, which nothing
+      (another request, an abort, a shutdown) can interrupt.
+    - max_prefill_tokens: prefill tokens per step (all requests together) when chunking is off;
+      with chunking on the per-step budget is the smaller of the two.
     - schedule_policy: "lpm" (longest cached prefix first), "fcfs" or "random".
     - disable_radix_cache: no prefix reuse between requests (for comparisons).
     - disable_jump_forward: never append forced text without sampling it, whatever a request's
@@ -64,7 +81,7 @@ class EngineConfig:
     kv_cache_bytes: int = 512 * 2**20
     max_running_requests: int = 64
     max_context: int | None = None
-    chunked_prefill_size: int | None = None
+    chunked_prefill_size: int | None = DEFAULT_CHUNKED_PREFILL_SIZE
     max_prefill_tokens: int = 4096
     schedule_policy: str = "lpm"
     disable_radix_cache: bool = False

@@ -3,10 +3,14 @@
 The prompt is prefilled once (so it is cached), then every continuation runs as a prefill-only
 request that shares it, at most ``window`` of them in flight: other clients' requests are
 scheduled between the waves, so a score with many choices takes its share of the engine, not
-all of it. ``abort()`` may come from any thread (a client that went away, a server shutting
-down): it aborts the requests in flight and stops submitting; ``results()`` then raises
-ScoreAborted. Every request the job submitted is finished and collected before ``results()``
-returns or raises, so nothing stays queued or kept in the engine after it.
+all of it. Every request of a wave is an ordinary engine request, so the scheduler's per-step
+prefill budget (``EngineConfig.chunked_prefill_size``) bounds each step: a long continuation is
+prefilled in chunks, and a short request that arrives meanwhile runs between them.
+``abort()`` may come from any thread (a client that went away, a server shutting down): it
+aborts the requests in flight (each stops at its next chunk boundary) and stops submitting;
+``results()`` then raises ScoreAborted. Every request the job submitted is finished and
+collected before ``results()`` returns or raises, so nothing stays queued or kept in the
+engine after it.
 """
 from __future__ import annotations
 

@@ -5,10 +5,15 @@ One step is ``batch = schedule()``, the model runner runs ``batch``, then
     1. decodes: every running request whose prefill is done feeds its pending token(s); when the
        pool cannot hold them even after evicting the cache, the youngest running requests are
        retracted (their KV goes into the cache, they go back to the front of the queue);
-    2. the next chunk of a partially prefilled request;
+    2. the next chunk of a partially prefilled request; while one is in progress, waiting
+       requests that fit whole into half the prefill-token budget are admitted beside it first
+       (a short request never waits for every chunk of a long prompt; the long one keeps at
+       least half of each step);
     3. new admissions in policy order, while the prefill-token budget, the table rows and the KV
        budget (free + evictable slots minus the estimated future growth of running requests)
        allow; a prompt longer than the remaining budget is chunked.
+The prefill-token budget (``SchedulerConfig.prefill_budget``) bounds the prefill tokens of every
+step, so with chunking on no request holds the engine for longer than one chunk.
 Not thread-safe: call everything from the engine's thread.
 """
 from __future__ import annotations
@@ -255,25 +260,44 @@ class Scheduler:
         return total
 
     def _schedule_prefills(self) -> list[ScheduledReq]:
-        cfg, cache = self.config, self.tree_cache
-        budget = cfg.prefill_budget
+        budget = self.config.prefill_budget
+        dedup = InBatchPrefixDedup(self.config.in_batch_prefix_threshold) if self.policy.dedups_in_batch else None
+        continuing = [r for r in self.running if not r.prefill_done]  # at most one in practice
+        if dedup is not None:
+            for req in continuing:
+                dedup.add(req.fill_ids)
+        # 1) beside a prompt that is being prefilled chunk by chunk, waiting requests that fit
+        #    whole into half the budget go first: a short request never waits for all the chunks
+        #    of a long one, and the long one still gets at least half of every step.
+        lane: list[ScheduledReq] = []
+        if continuing and self.waiting and budget // 2 > 0:
+            lane = self._admit_waiting(budget // 2, dedup, whole_only=True)
+        left = budget - sum(e.extend_len for e in lane)
+        # 2) the next chunk of each partially prefilled request
         out: list[ScheduledReq] = []
-        dedup = InBatchPrefixDedup(cfg.in_batch_prefix_threshold) if self.policy.dedups_in_batch else None
-        # 1) continue partially prefilled requests (at most one in practice)
-        for req in [r for r in self.running if not r.prefill_done]:
-            n = min(req.num_pending, budget)
+        for req in continuing:
+            n = min(req.num_pending, left)
             if n > 0 and not self._make_room(n):
                 n = self.pool.num_free
             if n > 0:
                 out.append(self._extend(req, n))
-                budget -= n
-            if dedup is not None:
-                dedup.add(req.fill_ids)
-        if not self.waiting or budget <= 0:
-            self._counts["prefill"] += sum(e.extend_len for e in out)
-            return out
-        # 2) admit new requests
+                left -= n
+        out += lane
+        # 3) admissions in policy order with what is left (the last one admitted may be chunked)
+        if self.waiting and left > 0:
+            out += self._admit_waiting(left, dedup, whole_only=False)
+        self._counts["prefill"] += sum(e.extend_len for e in out)
+        return out
+
+    def _admit_waiting(self, budget: int, dedup: InBatchPrefixDedup | None, *,
+                       whole_only: bool) -> list[ScheduledReq]:
+        """Admit waiting requests in policy order while ``budget`` prefill tokens, the table rows
+        and the KV budget allow. A prompt longer than what is left of ``budget`` is skipped when
+        ``whole_only``; otherwise it is chunked (without chunking it waits for an empty step,
+        unless it is the first)."""
+        cfg, cache = self.config, self.tree_cache
         reserved = self._reserved()
+        out: list[ScheduledReq] = []
         admitted: set[int] = set()
         for req in self.policy.order(self.waiting):
             if budget <= 0 or not self.table.can_alloc_row() or len(self.running) >= cfg.max_running:
@@ -285,6 +309,8 @@ class Scheduler:
             extend = len(fill) - match.prefix_len
             n = extend
             if extend > budget:
+                if whole_only:
+                    continue
                 if cfg.chunk_size is not None:
                     n = budget
                 elif out:
@@ -303,7 +329,6 @@ class Scheduler:
                 dedup.add(fill)
         if admitted:
             self.waiting = [r for r in self.waiting if id(r) not in admitted]
-        self._counts["prefill"] += sum(e.extend_len for e in out)
         return out
 
     @staticmethod

@@ -2,13 +2,17 @@
 in front of it (gRPC today; the HTTP server of the ecosystem-protocols issue starts beside it).
 
 Shutdown (SIGTERM or SIGINT): refuse new calls (UNAVAILABLE), give Generate calls in flight
-`grace_s` seconds to finish, abort the rest (their clients get a GenerateError UNAVAILABLE),
-stop the servers and the engine thread, return 0.
-A second signal during the grace period cancels everything at once.
+`grace_s` seconds to finish, abort the rest (their clients get a GenerateError UNAVAILABLE; an
+aborted prefill stops at its next chunk boundary), stop the servers and the engine thread, return 0.
+The engine thread gets a bounded wait (``Engine.shutdown``): if it is still inside a step after
+that, the process logs it and exits at once with status 1 (a thread left inside torch at
+interpreter exit would crash it).
+A second signal exits at once: one log line, then ``os._exit(128 + signal)``, whatever is running.
 """
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -37,6 +41,13 @@ class Frontend(Protocol):
     def stop(self, grace: float | None = None) -> threading.Event: ...
 
 
+def _default_chunked_prefill_size() -> int:
+    """EngineConfig's default chunk (imported when a ServeConfig is made, not with this module)."""
+    from sglc_runtime.engine.engine_config import DEFAULT_CHUNKED_PREFILL_SIZE
+
+    return DEFAULT_CHUNKED_PREFILL_SIZE
+
+
 @dataclass
 class ServeConfig:
     """What `sglc serve` starts. Engine fields are passed to EngineConfig (validated there)."""
@@ -49,7 +60,7 @@ class ServeConfig:
     quantization: str = "none"
     threads: int | None = None  # None: the physical cores (runtime/engine/thread_policy.py)
     kv_slots: int | None = None
-    chunked_prefill_size: int | None = None
+    chunked_prefill_size: int | None = field(default_factory=_default_chunked_prefill_size)  # None: off
     schedule_policy: str = "lpm"
     disable_radix_cache: bool = False
     max_running_requests: int = 64
@@ -113,12 +124,9 @@ class Runtime:
         for f in self.frontends:
             f.start()
         self._stopped = threading.Event()
-        self._hurry = False
+        #: False when the engine thread was still inside a step when ``stop()`` gave up waiting
+        self.engine_stopped = True
         self._stop_lock = threading.Lock()
-
-    def hurry(self) -> None:
-        """End the grace period of a stop in progress now (safe in a signal handler)."""
-        self._hurry = True
 
     def stop(self, grace: float | None = None) -> None:
         """Drain: refuse new calls, wait up to `grace` s for Generates in flight, abort the
@@ -129,7 +137,7 @@ class Runtime:
             grace = self.config.grace_s if grace is None else grace
             self.service.drain()  # new calls get UNAVAILABLE from here on
             deadline = time.monotonic() + grace
-            while self.service.num_active and time.monotonic() < deadline and not self._hurry:
+            while self.service.num_active and time.monotonic() < deadline:
                 time.sleep(0.05)
             # NOTE: aborted Generates still send their GenerateError (UNAVAILABLE) to the client.
             cancelled = self.service.cancel_all("the server shut down")
@@ -139,7 +147,8 @@ class Runtime:
             done = [f.stop(_FLUSH_S) for f in self.frontends]
             for event in done:
                 event.wait(_FLUSH_S + 5.0)
-            self.engine.shutdown()  # aborts anything left (score / cache-prefix prefills)
+            # NOTE: aborts anything left (score / cache-prefix prefills); a bounded wait
+            self.engine_stopped = self.engine.shutdown() is not False
             self._stopped.set()
 
 
@@ -147,15 +156,16 @@ def serve(config: ServeConfig, *, say: Callable[[str], None] = _say) -> int:
     """Run the servers until SIGTERM/SIGINT; returns the exit status (0 after a clean stop).
 
     Prints ``sglc serve: listening on HOST:PORT (grpc)`` once each server accepts calls.
-    Must run in the main thread (signal handlers).
+    Must run in the main thread (signal handlers). A second signal ends the process at once
+    (``os._exit``); so does an engine thread still inside a step after the stop (status 1).
     """
     signals: list[int] = []
 
     def on_signal(signum: int, frame: Any) -> None:
         # NOTE: no locks in here (it runs between two bytecodes of the main thread)
         signals.append(signum)
-        if len(signals) > 1 and runtime is not None:  # second signal: no more grace
-            runtime.hurry()
+        if len(signals) > 1:  # second signal: no more grace, no more waiting for anything
+            _hard_exit(f"sglc serve: second {signal.Signals(signum).name}: exiting now", 128 + signum)
 
     runtime: Runtime | None = None
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -169,12 +179,27 @@ def serve(config: ServeConfig, *, say: Callable[[str], None] = _say) -> int:
         while not signals:
             time.sleep(0.2)
         name = signal.Signals(signals[0]).name if signals else "stop"
-        print(f"sglc serve: {name}: shutting down (grace {config.grace_s:g} s)", file=sys.stderr, flush=True)
+        print(f"sglc serve: {name}: shutting down (grace {config.grace_s:g} s; a second signal exits at once)",
+              file=sys.stderr, flush=True)
         runtime.stop()
+        if not runtime.engine_stopped:
+            _hard_exit("sglc serve: the engine thread is still inside a step; exiting without it", 1)
         print("sglc serve: stopped", file=sys.stderr, flush=True)
         return 0
     finally:
         if runtime is not None:
             runtime.stop(0.0)
+            if not runtime.engine_stopped:
+                _hard_exit("sglc serve: the engine thread is still inside a step; exiting without it", 1)
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def _hard_exit(line: str, status: int) -> None:
+    """Log `line` and end the process now: no atexit hooks, no joins (compile workers exit on
+    their pipe's EOF)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+        sys.stdout.flush()
+    finally:
+        os._exit(status)
