@@ -188,8 +188,10 @@ class Fleet:
                "PYTHONPATH": str(_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         args = [sys.executable, "-m", "sglc.cli", "serve", "--model", self.config.model, "--host", self.config.host,
                 "--port", "0", "--http-port", "0", *self.config.worker_args]
+        # NOTE: a session of its own: a terminal's Ctrl-C reaches the fleet only, whose one SIGTERM
+        # lets the worker drain (two signals mean "exit at once" to `sglc serve`).
         proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=_die_with_parent)
+                                preexec_fn=_die_with_parent, start_new_session=True)
         worker = Worker(index, proc)
         threading.Thread(target=self._pump, args=(proc.stdout, worker.lines), daemon=True).start()
         threading.Thread(target=self._tail, args=(proc.stderr, worker.stderr_tail, index), daemon=True).start()
