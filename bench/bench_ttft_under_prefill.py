@@ -3,18 +3,18 @@
 Side by side in one process, on one loaded model shared by the engines:
 
 1. Step length per chunk size: a P-token prompt (default 4,000) prefilled alone with chunks of
-   each --chunk-sizes value: median and longest step, and the whole prefill's time (what the
-   chunking costs in prefill throughput). The default chunk (EngineConfig) should keep the
-   median step near 100-200 ms on a 2-core CPU.
+   each --chunk-sizes value ("auto": EngineConfig's default, sized from the measured rate):
+   median and longest step, and the whole prefill's time (what the chunking costs in prefill
+   throughput). The default should keep the median step near 100-200 ms on a 2-core CPU.
 2. TTFT under prefill: the engine serves in its thread; the P-token prompt is submitted, and once
    its prefill has started a 1-token request ("Hi", max_new_tokens 1) is submitted; its TTFT is
-   the time from submit to its output. With the default chunk and with chunking off (the
-   pre-issue-30 default): the ratio is what counts. Each mode runs --repeats times (best kept).
+   the time from submit to its output. With "auto" chunks (the default), fixed 256-token chunks
+   and chunking off (the pre-issue-30 default): the ratio is what counts. Each mode runs --repeats times (best kept).
 
 Absolute times depend on the machine and its load; only the ratios taken in one run mean
 something. Prints a table and writes bench/out/ttft_under_prefill.json.
 
-    python bench/bench_ttft_under_prefill.py [--prompt-tokens 4000] [--chunk-sizes 128 256 512]
+    python bench/bench_ttft_under_prefill.py [--prompt-tokens 4000] [--chunk-sizes auto 128 256 512]
         [--quantization auto] [--threads N] [--repeats 1]
 """
 from __future__ import annotations
@@ -53,19 +53,20 @@ def _timing_steps(engine: Engine) -> list[float]:
     return times
 
 
-def bench_step_lengths(base: Engine, prompt_tokens: int, chunk_sizes: list[int], kv_slots: int) -> list[dict]:
+def bench_step_lengths(base: Engine, prompt_tokens: int, chunk_sizes: list, kv_slots: int) -> list[dict]:
     rows = []
     for chunk in chunk_sizes:
         engine = Engine(share_model_with=base, chunked_prefill_size=chunk, num_kv_slots=kv_slots)
         times = _timing_steps(engine)
         t0 = time.perf_counter()
-        engine.generate([_random_ids(prompt_tokens, engine.runner.vocab_size, seed=chunk)], {"max_new_tokens": 1})
+        seed = chunk if isinstance(chunk, int) else 1
+        engine.generate([_random_ids(prompt_tokens, engine.runner.vocab_size, seed=seed)], {"max_new_tokens": 1})
         total = time.perf_counter() - t0
         row = dict(chunk=chunk, steps=len(times), median_step_ms=round(1000 * statistics.median(times), 1),
                    first_step_ms=round(1000 * times[0], 1), max_step_ms=round(1000 * max(times), 1),
                    prefill_s=round(total, 2), prefill_tok_s=round(prompt_tokens / total, 1))
         rows.append(row)
-        print(f"chunk {chunk:5d}: {row['steps']:3d} steps, step median {row['median_step_ms']:7.1f} ms, first "
+        print(f"chunk {chunk!s:>5}: {row['steps']:3d} steps, step median {row['median_step_ms']:7.1f} ms, first "
               f"{row['first_step_ms']:7.1f} ms, longest {row['max_step_ms']:7.1f} ms; {prompt_tokens}-token prefill "
               f"{total:6.2f} s ({row['prefill_tok_s']:.0f} tok/s)", flush=True)
     return rows
@@ -92,11 +93,15 @@ def ttft_under_prefill(base: Engine, chunk: int | None, prompt_tokens: int, kv_s
         engine.shutdown()
 
 
+def chunk_arg(text: str) -> int | str:
+    return text if text == "auto" else int(text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompt-tokens", type=int, default=4000)
-    ap.add_argument("--chunk-sizes", type=int, nargs="*", default=[128, 256, 512],
-                    help="chunk sizes whose step lengths part 1 measures (none: skip part 1)")
+    ap.add_argument("--chunk-sizes", type=chunk_arg, nargs="*", default=["auto", 128, 256, 512],
+                    help="chunk sizes (or auto) whose step lengths part 1 measures (none: skip part 1)")
     ap.add_argument("--quantization", default="auto", choices=["auto", "none", "int8", "int4"],
                     help="as `sglc serve` (default auto: int4 for the default model on a CPU)")
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
@@ -113,24 +118,25 @@ def main() -> None:
                   default_chunk=DEFAULT_CHUNKED_PREFILL_SIZE)
     report["step_lengths"] = bench_step_lengths(base, args.prompt_tokens, args.chunk_sizes, kv_slots)
 
-    modes = {f"chunked {DEFAULT_CHUNKED_PREFILL_SIZE}": DEFAULT_CHUNKED_PREFILL_SIZE, "unchunked": None}
+    modes = {"auto": "auto", f"chunked {DEFAULT_CHUNKED_PREFILL_SIZE}": DEFAULT_CHUNKED_PREFILL_SIZE,
+             "unchunked": None}
     best: dict[str, dict] = {}
     for r in range(args.repeats):
         for name, chunk in modes.items():
             got = ttft_under_prefill(base, chunk, args.prompt_tokens, kv_slots, seed=100 + r)
             if name not in best or got["ttft_s"] < best[name]["ttft_s"]:
                 best[name] = got
-    on, off = best[f"chunked {DEFAULT_CHUNKED_PREFILL_SIZE}"], best["unchunked"]
+    on, off = best["auto"], best["unchunked"]
     for name, got in best.items():
         print(f"TTFT of a 1-token request during a {args.prompt_tokens}-token prefill, {name:>12}: "
               f"{got['ttft_s']:7.3f} s   (the long prompt's own time: {got['long_prompt_s']:6.2f} s, "
               f"{got['steps']} steps)", flush=True)
     ratio = off["ttft_s"] / on["ttft_s"]
-    print(f"TTFT unchunked / chunked: {ratio:.1f}x; the long prompt's time chunked / unchunked: "
+    print(f"TTFT unchunked / auto chunks: {ratio:.1f}x; the long prompt's time auto chunks / unchunked: "
           f"{on['long_prompt_s'] / off['long_prompt_s']:.2f}x", flush=True)
     report["ttft"] = {name: {k: round(v, 3) if isinstance(v, float) else v for k, v in got.items()}
                       for name, got in best.items()}
-    report["ttft_ratio_unchunked_over_chunked"] = round(ratio, 2)
+    report["ttft_ratio_unchunked_over_auto"] = round(ratio, 2)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")

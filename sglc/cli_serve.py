@@ -2,7 +2,7 @@
 
     sglc serve --model PATH_OR_DEFAULT --port N [--host 127.0.0.1] [--dtype float32|bfloat16] [--quantization auto|none|int8|int4]
                [--threads N]
-               [--kv-slots N] [--chunked-prefill-size N] [--schedule-policy lpm|fcfs|random]
+               [--kv-slots N] [--chunked-prefill-size auto|N] [--schedule-policy lpm|fcfs|random]
                [--disable-radix-cache] [--device auto|cpu|cuda] [--attention-backend auto|torch|triton|flashinfer]
                [--constraint-budget LIMIT=N,...] [--constraint-workers N] [--api-key KEY] [--limit NAME=VALUE ...]
 
@@ -20,6 +20,11 @@ from sglc.errors import SglcError
 
 class ServeError(SglcError):
     """`sglc serve` could not start (bad model path or setting)."""
+
+
+def chunk_size_arg(text: str) -> int | str:
+    """--chunked-prefill-size: 'auto' or an int >= 0 (0: off)."""
+    return "auto" if text.strip().lower() == "auto" else non_negative_int(text)
 
 
 def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -44,10 +49,11 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="CPU threads computing each step (default: OMP_NUM_THREADS when set, else the physical cores "
                         "this process may use)")
     p.add_argument("--kv-slots", type=positive_int, metavar="N", help="KV cache size in tokens (default: 512 MiB worth)")
-    p.add_argument("--chunked-prefill-size", type=non_negative_int, default=None, metavar="N",
-                   help="prefill tokens per step: longer prompts are prefilled in chunks of N, and other "
-                        "requests run between the chunks (default: the engine's, see docs/runtime_engine.md; 0 = off: "
-                        "a prompt's whole prefill is then one step that nothing can interrupt)")
+    p.add_argument("--chunked-prefill-size", type=chunk_size_arg, default="auto", metavar="auto|N",
+                   help="prefill tokens per step: longer prompts are prefilled in chunks, and other requests run "
+                        "between the chunks. auto (default): chunks sized from the measured prefill rate so a "
+                        "step's prefill takes about 150 ms (see docs/runtime_engine.md); N: fixed chunks of N; "
+                        "0 = off: a prompt's whole prefill is then one step that nothing can interrupt")
     p.add_argument("--schedule-policy", choices=("lpm", "fcfs", "random"), default="lpm",
                    help="waiting-queue order (lpm: longest cached prefix first)")
     p.add_argument("--disable-radix-cache", action="store_true", help="no prefix reuse between requests")
@@ -108,7 +114,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             **({"budget": args.constraint_budget} if args.constraint_budget else {}),
             num_workers=args.constraint_workers),
         limits=limits, api_key=resolve_api_key(args.api_key),
-        **({} if args.chunked_prefill_size is None else {"chunked_prefill_size": args.chunked_prefill_size or None}),
+        chunked_prefill_size=args.chunked_prefill_size or None,
     )
     try:
         return serve(config)

@@ -1,4 +1,5 @@
-"""The engine never stalls (issue 30): prefill is chunked by default, a 1-token request answers
+"""The engine never stalls (issue 30): prefill is chunked by default (chunks sized from the
+measured prefill rate; the step-counting tests below fix them at 256 to count), a 1-token request answers
 within a few steps of a 4k-token prompt (and of a Score with long continuations), an aborted
 prefill stops at its next chunk boundary, and ``Engine.shutdown`` returns within its bound even
 while the engine thread is stuck inside a step.
@@ -15,7 +16,7 @@ import time
 import pytest
 
 from sglc_runtime.engine import Engine
-from sglc_runtime.engine.engine_config import DEFAULT_CHUNKED_PREFILL_SIZE, EngineConfig
+from sglc_runtime.engine.engine_config import AUTO_CHUNK, DEFAULT_CHUNKED_PREFILL_SIZE, MIN_AUTO_CHUNK, EngineConfig
 from sglc_runtime.engine.score_job import ScoreAborted
 
 LONG_PROMPT = 4000  # tokens: the issue's "4k-token prompt in flight"
@@ -30,15 +31,16 @@ def _random_ids(n: int, seed: int, vocab: int) -> list[int]:
 
 
 def test_prefill_is_chunked_by_default():
-    """EngineConfig and `sglc serve`'s ServeConfig both default to chunks of DEFAULT_CHUNKED_PREFILL_SIZE."""
+    """EngineConfig and `sglc serve`'s ServeConfig both default to "auto" chunks."""
     from sglc_runtime.server.launch import ServeConfig
 
-    assert EngineConfig().chunked_prefill_size == CHUNK
-    assert ServeConfig().engine_config().chunked_prefill_size == CHUNK
+    assert EngineConfig().chunked_prefill_size == AUTO_CHUNK
+    assert ServeConfig().engine_config().chunked_prefill_size == AUTO_CHUNK
     assert ServeConfig(chunked_prefill_size=None).engine_config().chunked_prefill_size is None
 
 
-@pytest.mark.parametrize("flags, expected", [([], CHUNK), (["--chunked-prefill-size", "64"], 64),
+@pytest.mark.parametrize("flags, expected", [([], AUTO_CHUNK), (["--chunked-prefill-size", "64"], 64),
+                                            (["--chunked-prefill-size", "auto"], AUTO_CHUNK),
                                             (["--chunked-prefill-size", "0"], None)])
 def test_serve_chunks_prefill_by_default_and_0_turns_it_off(monkeypatch, flags, expected):
     """`sglc serve` passes the engine's default chunk unless --chunked-prefill-size says otherwise."""
@@ -53,7 +55,7 @@ def test_serve_chunks_prefill_by_default_and_0_turns_it_off(monkeypatch, flags, 
 
 @pytest.fixture(scope="module")
 def engine() -> Engine:
-    return Engine(num_kv_slots=LONG_PROMPT + 512)
+    return Engine(num_kv_slots=LONG_PROMPT + 512, chunked_prefill_size=CHUNK)
 
 
 def _recording(engine: Engine, record: list, before=None) -> None:
@@ -96,7 +98,7 @@ def test_a_one_token_request_answers_within_two_steps_of_a_4k_token_prompt(engin
 def test_an_abort_during_a_long_prefill_takes_effect_at_the_next_chunk_boundary(engine):
     """A 4,000-token prompt aborted from another thread while its second chunk runs is finished
     by that step: the engine computes exactly two chunks of it, not the other fourteen."""
-    e = Engine(share_model_with=engine, num_kv_slots=LONG_PROMPT + 512)
+    e = Engine(share_model_with=engine, num_kv_slots=LONG_PROMPT + 512, chunked_prefill_size=CHUNK)
     in_second, aborted = threading.Event(), threading.Event()
 
     def before(index: int) -> None:
@@ -126,7 +128,7 @@ def test_an_abort_during_a_long_prefill_takes_effect_at_the_next_chunk_boundary(
 def test_a_score_with_long_continuations_leaves_room_for_a_one_token_request(engine):
     """A Score of 8 continuations of ~500 tokens never prefills more than one chunk per step, and a
     1-token request submitted while it runs is answered within two steps, before the Score ends."""
-    e = Engine(share_model_with=engine, num_kv_slots=8192)
+    e = Engine(share_model_with=engine, num_kv_slots=8192, chunked_prefill_size=CHUNK)
     record: list = []
     _recording(e, record)
     job = e.score_job("Pick the best continuation:", [f" option {i}:" + " and so on" * 160 for i in range(8)])
@@ -191,3 +193,42 @@ def test_shutdown_returns_within_its_bound_while_a_step_is_stuck(engine):
         release.set()
     assert e.wait("stuck", timeout=HANG_S).finish_reason["type"] == "abort"
     assert e.shutdown()
+
+
+@pytest.mark.model
+def test_auto_chunks_follow_the_prefill_rate_and_a_short_request_still_answers(engine):
+    """The default ("auto"): every step's prefill stays within the chunk in force when it was
+    scheduled, the chunk moves within its bounds as the rate is measured, and a 1-token request
+    submitted during a 4k-token prefill finishes long before that prefill does."""
+    e = Engine(share_model_with=engine, num_kv_slots=LONG_PROMPT + 512)
+    assert e.config.chunked_prefill_size == AUTO_CHUNK and e.scheduler.config.chunk_size == CHUNK
+    record: list = []
+    chunks: list[int] = []
+    run = e.runner.run
+
+    def recorded(batch):
+        record.append(batch.num_prefill_tokens)
+        chunks.append(e.scheduler.config.chunk_size)
+        return run(batch)
+
+    e.runner.run = recorded
+    try:
+        long = e.submit(_random_ids(LONG_PROMPT, 5, e.runner.vocab_size), {"max_new_tokens": 1})
+        e.step()
+        e.step()
+        short = e.submit("Hi", {"max_new_tokens": 1, "temperature": 0})
+        steps = 0
+        while e.scheduler.get_request(short) is not None:
+            assert steps < HANG_S
+            e.step()
+            steps += 1
+        assert steps <= 2 and e.wait(short).completion_tokens == 1
+        assert e.scheduler.get_request(long) is not None, "the long prompt finished first"
+        while e.scheduler.get_request(long) is not None:
+            e.step()
+        assert e.wait(long).completion_tokens == 1
+        assert all(tokens <= chunk for tokens, chunk in zip(record, chunks))
+        assert all(MIN_AUTO_CHUNK <= c <= e.config.max_prefill_tokens for c in chunks)
+        assert len(set(chunks)) > 1, "the chunk never followed the measured rate"
+    finally:
+        e.shutdown()

@@ -38,8 +38,9 @@ from ..scheduling.request import Req
 from ..scheduling.schedule_batch import ScheduleBatch
 from ..scheduling.scheduler import Scheduler
 from ..scheduling.scheduler_config import SchedulerConfig
-from .engine_config import EngineConfig
+from .engine_config import AUTO_CHUNK, DEFAULT_CHUNKED_PREFILL_SIZE, MIN_AUTO_CHUNK, EngineConfig
 from .engine_constraints import EngineConstraints
+from .prefill_pacer import PrefillPacer
 from .prompt_ids import Prompt, to_token_ids
 from .request_trace import RequestTrace
 from .score_job import ScoreJob
@@ -94,7 +95,8 @@ class Engine:
         self.eos_token_ids = tuple(sorted(set(self.tokenizer.stop_token_ids) | set(mc.eos_token_ids)))
         self.scheduler = Scheduler(SchedulerConfig(
             num_kv_slots=num_slots, max_running=cfg.max_running_requests, max_context=self.max_context,
-            max_prefill_tokens=cfg.max_prefill_tokens, chunk_size=cfg.chunked_prefill_size,
+            max_prefill_tokens=cfg.max_prefill_tokens,
+            chunk_size=DEFAULT_CHUNKED_PREFILL_SIZE if cfg.chunked_prefill_size == AUTO_CHUNK else cfg.chunked_prefill_size,
             policy=cfg.schedule_policy, seed=cfg.seed, disable_radix_cache=cfg.disable_radix_cache,
             debug=cfg.debug,
         ))
@@ -109,6 +111,10 @@ class Engine:
                                   max_batch=cfg.max_running_requests, max_context=self.max_context)
         self.runner = ModelRunner(self.model, self.kv_buffer, Sampler(cfg.seed, self.model.device),
                                   num_pool_slots=num_slots, eos_token_ids=self.eos_token_ids, graphs=graphs)
+        #: "auto" chunks: sized from the measured prefill rate after every step with prefill
+        self._pacer = PrefillPacer(cfg.prefill_step_ms / 1000, DEFAULT_CHUNKED_PREFILL_SIZE, MIN_AUTO_CHUNK,
+                                   max(MIN_AUTO_CHUNK, cfg.max_prefill_tokens)) \
+            if cfg.chunked_prefill_size == AUTO_CHUNK else None
         self._radix = RadixTimer(self.scheduler.tree_cache)
         self._timers = StepTimers()
         self._completion_tokens = 0
@@ -187,7 +193,12 @@ class Engine:
         batch = self._schedule()
         if batch is None:
             return []
+        t_run = time.perf_counter()
         results = self._run(batch)
+        if self._pacer is not None and batch.num_prefill_tokens:
+            chunk = self._pacer.observe(batch.num_prefill_tokens, time.perf_counter() - t_run)
+            with self._lock:
+                self.scheduler.config.chunk_size = chunk
         finished = self._process(batch, results)
         self._timers.busy_s += time.perf_counter() - t0
         return finished

@@ -14,18 +14,19 @@ _QUANTIZATIONS = ("none", "int8", "int4")  # runtime/model/models/quantized_line
 AUTO_QUANTIZATION = "auto"
 _POLICIES = ("lpm", "fcfs", "random")
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
-#: Prefill tokens per step by default, so that no step (and no request) holds the engine for
-#: long: a prompt longer than this is prefilled in chunks, and requests that arrive meanwhile are
-#: scheduled between its chunks. Sized for steps of ~100-200 ms on a 2-core CPU. Measured with
-#: bench/bench_ttft_under_prefill.py (default model, quantization auto = int4, 2 threads, a
-#: 4,000-token prompt; 2-core AVX512-VNNI/BF16 Xeon, native path): steps of 256 tokens take
-#: 66-70 ms at the start of the prompt, 131-145 ms median, 182-190 ms at the longest (attention
-#: over the prefix grows along it); 512 tokens: 227-238 ms median, 306-308 ms longest; 128
-#: tokens: 81-84 ms median, but 16-23% less prefill throughput. With SGLC_CPU_LEVEL=avx2 forced on
-#: the same machine (AVX2 prefill at ~520 tok/s then) a 256-token step took 245-700 ms: the size
-#: is a token count so that faster prefill kernels shorten the step rather than change it.
-#: docs/runtime_engine.md has the table.
-DEFAULT_CHUNKED_PREFILL_SIZE = 256
+#: Prefill chunks: a prompt longer than one chunk is prefilled over several steps, and requests
+#: that arrive meanwhile are scheduled between its chunks, so no step (and no request) holds the
+#: engine for long. By default ("auto", :mod:`.prefill_pacer`) the chunk follows the measured
+#: prefill rate so that a step's prefill takes about ``prefill_step_ms``, starting from
+#: DEFAULT_CHUNKED_PREFILL_SIZE. Why not a fixed size: measured with bench/bench_ttft_under_prefill.py
+#: (default model, int4, 2 threads, a 4,000-token prompt, 2-core AVX512-VNNI/BF16 Xeon), steps of
+#: 256 tokens took 131-145 ms median (182-190 ms at the longest: attention over the prefix grows)
+#: and 128 tokens 81-84 ms at 16-23% less prefill throughput; with SGLC_CPU_LEVEL=avx2 forced on
+#: the same machine a 256-token step took 245-700 ms. docs/runtime_engine.md has the table.
+AUTO_CHUNK = "auto"
+DEFAULT_CHUNKED_PREFILL_SIZE = 256  # the first chunk of "auto"
+DEFAULT_PREFILL_STEP_MS = 150.0
+MIN_AUTO_CHUNK = 64
 
 
 @dataclass(slots=True)
@@ -48,9 +49,12 @@ class EngineConfig:
     - max_context: longest prompt + output per request; None = the model's maximum.
     - chunked_prefill_size: prefill tokens per step (all requests together); a longer prompt
       is prefilled in chunks, interleaved with decodes and with short requests that arrive
-      meanwhile (``DEFAULT_CHUNKED_PREFILL_SIZE``; sized so a step stays short on a 2-core CPU).
-      None turns chunking off: one prompt's whole prefill is then one step, which nothing
-      (another request, an abort, a shutdown) can interrupt.
+      meanwhile. "auto" (the default): the chunk follows the measured prefill rate so that a
+      step's prefill takes about ``prefill_step_ms`` (from 256 tokens, within [64,
+      max_prefill_tokens]); an int: that many tokens, fixed. None turns chunking off: one
+      prompt's whole prefill is then one step, which nothing (another request, an abort, a
+      shutdown) can interrupt.
+    - prefill_step_ms: the prefill time "auto" chunks aim a step at (default 150 ms).
     - max_prefill_tokens: prefill tokens per step (all requests together) when chunking is off;
       with chunking on the per-step budget is the smaller of the two.
     - schedule_policy: "lpm" (longest cached prefix first), "fcfs" or "random".
@@ -81,7 +85,8 @@ class EngineConfig:
     kv_cache_bytes: int = 512 * 2**20
     max_running_requests: int = 64
     max_context: int | None = None
-    chunked_prefill_size: int | None = DEFAULT_CHUNKED_PREFILL_SIZE
+    chunked_prefill_size: int | str | None = AUTO_CHUNK
+    prefill_step_ms: float = DEFAULT_PREFILL_STEP_MS
     max_prefill_tokens: int = 4096
     schedule_policy: str = "lpm"
     disable_radix_cache: bool = False
@@ -116,7 +121,14 @@ class EngineConfig:
                              f"dtype {self.dtype!r} cannot be combined with it")
         if self.schedule_policy not in _POLICIES:
             raise ValueError(f"EngineConfig.schedule_policy must be one of {_POLICIES}, got {self.schedule_policy!r}")
-        for name in ("num_kv_slots", "max_context", "chunked_prefill_size"):
+        if self.chunked_prefill_size != AUTO_CHUNK:
+            v = self.chunked_prefill_size
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"EngineConfig.chunked_prefill_size must be 'auto', None or an int >= 1, got {v!r}")
+        if isinstance(self.prefill_step_ms, bool) or not isinstance(self.prefill_step_ms, (int, float)) \
+                or not 1 <= self.prefill_step_ms <= 60_000:
+            raise ValueError(f"EngineConfig.prefill_step_ms must be a number of ms in 1..60000, got {self.prefill_step_ms!r}")
+        for name in ("num_kv_slots", "max_context"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"EngineConfig.{name} must be None or an int >= 1, got {v!r}")

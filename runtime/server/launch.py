@@ -41,13 +41,6 @@ class Frontend(Protocol):
     def stop(self, grace: float | None = None) -> threading.Event: ...
 
 
-def _default_chunked_prefill_size() -> int:
-    """EngineConfig's default chunk (imported when a ServeConfig is made, not with this module)."""
-    from sglc_runtime.engine.engine_config import DEFAULT_CHUNKED_PREFILL_SIZE
-
-    return DEFAULT_CHUNKED_PREFILL_SIZE
-
-
 @dataclass
 class ServeConfig:
     """What `sglc serve` starts. Engine fields are passed to EngineConfig (validated there)."""
@@ -60,7 +53,7 @@ class ServeConfig:
     quantization: str = "none"
     threads: int | None = None  # None: the physical cores (runtime/engine/thread_policy.py)
     kv_slots: int | None = None
-    chunked_prefill_size: int | None = field(default_factory=_default_chunked_prefill_size)  # None: off
+    chunked_prefill_size: int | str | None = "auto"  # EngineConfig's: "auto", a fixed size, or None: off
     schedule_policy: str = "lpm"
     disable_radix_cache: bool = False
     max_running_requests: int = 64

@@ -113,7 +113,7 @@ class TorchAttentionBackend(AttentionBackend):
                 decode_rows.append(start)
             else:
                 mask = None
-                if p > 0:
+                if p > 0 and device.type != "cpu":  # NOTE: CPU attends prefix and new tokens apart
                     # NOTE: new token j (position p + j) sees keys 0..p + j.
                     mask = torch.ones(e, p + e, dtype=torch.bool, device=device).tril(p)[None, None]
                 self._extends.append(_Extend(start, e, p, batch.kv_indices[i], mask))
@@ -221,16 +221,19 @@ class TorchAttentionBackend(AttentionBackend):
             out.index_copy_(0, dec.rows, self._decode_attend(dec, q.index_select(0, dec.rows), k_cache, v_cache))
         for ext in self._extends:
             s, e = ext.start, ext.start + ext.length
+            dtype = self._extend_dtype(q)
             # NOTE: 4-D inputs ([1, heads, len, D]); 3-D ones miss the fused CPU flash kernel.
-            qq = q[s:e].transpose(0, 1)[None]  # [1, H, E, D]
+            qq = q[s:e].transpose(0, 1)[None].to(dtype)  # [1, H, E, D]
+            if ext.prefix_len > 0 and q.device.type == "cpu":
+                o = self._attend_prefix_then_new(qq, ext, k[s:e], v[s:e], k_cache, v_cache, dtype)
+                out[s:e] = o[0].transpose(0, 1).reshape(ext.length, -1)
+                continue
             if ext.prefix_len == 0:
                 # NOTE: with no prefix, the request's keys are exactly its new tokens.
                 kk, vv = k[s:e], v[s:e]
             else:
                 kk = k_cache.index_select(0, ext.kv_index)  # [L, KV, D]
                 vv = v_cache.index_select(0, ext.kv_index)
-            dtype = self._extend_dtype(q)
-            qq = qq.to(dtype)
             kk = kk.transpose(0, 1)[None].to(dtype)  # [1, KV, L, D]
             vv = vv.transpose(0, 1)[None].to(dtype)
             o = F.scaled_dot_product_attention(
@@ -244,6 +247,24 @@ class TorchAttentionBackend(AttentionBackend):
             )
             out[s:e] = o[0].transpose(0, 1).reshape(ext.length, -1)  # NOTE: copies back to out's dtype
         return out
+
+    def _attend_prefix_then_new(self, qq: torch.Tensor, ext: _Extend, k_new: torch.Tensor, v_new: torch.Tensor,
+                                k_cache: torch.Tensor, v_cache: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """A chunk's new tokens over a cached prefix (CPU), as two flash-attention calls merged by
+        log-sum-exp: over the prefix every new token sees every key (no mask), over the new tokens
+        it is causal (square: SDPA's own causal kernel). One SDPA over prefix + new needs an
+        E x (P + E) mask and runs torch's masked path, which made a chunked 4k-token prefill ~30%
+        slower than an unchunked one. Returns [1, H, E, D] (float32 where merged)."""
+        flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+        prefix = ext.kv_index[: ext.prefix_len]
+        kp = k_cache.index_select(0, prefix).transpose(0, 1)[None].to(dtype)  # [1, KV, P, D]
+        vp = v_cache.index_select(0, prefix).transpose(0, 1)[None].to(dtype)
+        kn = k_new.transpose(0, 1)[None].to(dtype)
+        vn = v_new.transpose(0, 1)[None].to(dtype)
+        o1, lse1 = flash(qq, kp, vp, 0.0, False, scale=self.scale)
+        o2, lse2 = flash(qq, kn, vn, 0.0, True, scale=self.scale)
+        lse = torch.logaddexp(lse1, lse2)
+        return o1 * (lse1 - lse).exp()[..., None] + o2 * (lse2 - lse).exp()[..., None]
 
     def _extend_dtype(self, q: torch.Tensor) -> torch.dtype:
         """The dtype prefill attention runs in: bf16 activations go through SDPA in float32 on a CPU
