@@ -116,20 +116,27 @@ class Int4Linear:
 
 def pack_q4_tiles(q: torch.Tensor, scale: torch.Tensor, lo: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``q4_linear``'s layout of levels ``q`` [out, in] (0..15) and per-block ``scale``, ``lo``
-    [out, in / 32] (``w = lo + scale * q``): weights uint8 [out/16, in/32, 4, 64], where byte
-    ``4c + j`` of load ``i`` holds input ``4i + j`` of the block for channel ``c`` of the tile
-    in its low nibble and input ``16 + 4i + j`` in its high one; ``d``, ``m`` float16
-    [out/16, in/32, 16]."""
+    [out, in / 32] (``w = lo + scale * q``): weights uint8 [out/16, in/32, 4, 64] (see
+    :func:`pack_q4_levels`); ``d``, ``m`` float16 [out/16, in/32, 16]."""
+    return pack_q4_levels(q), tile_table(scale.to(torch.float16)), tile_table(lo.to(torch.float16))
+
+
+def pack_q4_levels(q: torch.Tensor) -> torch.Tensor:
+    """4-bit levels ``q`` [out, in] (0..15, out a multiple of 16) as q4 tiles: uint8
+    [out/16, in/32, 4, 64], where byte ``4c + j`` of load ``i`` holds input ``4i + j`` of the block
+    for channel ``c`` of the tile in its low nibble and input ``16 + 4i + j`` in its high one."""
     out, inp = q.shape
     tiles, blocks = out // 16, inp // INT4_GROUP
     # [tile, channel, block, half, load, j] -> [tile, block, half, load, channel, j]
     qt = q.to(torch.uint8).view(tiles, 16, blocks, 2, 4, 4).permute(0, 2, 3, 4, 1, 5)
-    packed = (qt[:, :, 0] | (qt[:, :, 1] << 4)).reshape(tiles, blocks, 4, 64).contiguous()
+    return (qt[:, :, 0] | (qt[:, :, 1] << 4)).reshape(tiles, blocks, 4, 64).contiguous()
 
-    def per_tile(t: torch.Tensor) -> torch.Tensor:
-        return t.to(torch.float16).view(tiles, 16, blocks).transpose(1, 2).contiguous()
 
-    return packed, per_tile(scale), per_tile(lo)
+def tile_table(t: torch.Tensor) -> torch.Tensor:
+    """A per-channel table [out, groups] (one value per block or super-block) in the tiles' order
+    [out/16, groups, 16] (the 16 channels of a tile contiguous), dtype kept."""
+    out, groups = t.shape
+    return t.view(out // 16, 16, groups).transpose(1, 2).contiguous()
 
 
 def _use_native(native: bool | None, policy) -> bool:

@@ -588,6 +588,62 @@ at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& weight, const at::Te
                        void* op, int64_t n_out) { kt->q4_tile[slot](wp, dp, mp, act, t, r0, rows, n_out, bp, op); });
 }
 
+void check_block_table(const at::Tensor& t, int64_t tiles, int64_t blocks, at::ScalarType dtype, const char* what,
+                       const char* name) {
+  TORCH_CHECK(t.dim() == 3 && t.size(0) == tiles && t.size(1) == blocks && t.size(2) == kQTile && t.is_contiguous() &&
+                  t.scalar_type() == dtype,
+              what, ": ", name, " must be a contiguous ", dtype, " [", tiles, ", ", blocks, ", 16], got ", t.sizes(),
+              " ", t.scalar_type());
+}
+
+// GGUF Q8_0: int8 q8 tiles [N/16, K/32, 8, 64] with one float16 scale per block and channel.
+at::Tensor q8b_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& d,
+                      const std::optional<at::Tensor>& bias) {
+  TORCH_CHECK(weight.dim() == 4 && weight.size(2) == 8 && weight.size(3) == 64 && weight.is_contiguous() &&
+                  weight.scalar_type() == at::kChar,
+              "q8b_linear: weight must be contiguous int8 q8 tiles [out / 16, in / 32, 8, 64], got ", weight.sizes(),
+              " ", weight.scalar_type());
+  const int64_t tiles = weight.size(0), blocks = weight.size(1), k = blocks * kQBlock;
+  check_activations(x, k, "q8b_linear");
+  check_block_table(d, tiles, blocks, at::kHalf, "q8b_linear", "d");
+  check_bias(bias, x, tiles * kQTile, "q8b_linear");
+  const auto* kt = &kernels();
+  const int8_t* wp = weight.const_data_ptr<int8_t>();
+  const uint16_t* dp = reinterpret_cast<const uint16_t*>(d.const_data_ptr<at::Half>());
+  return run_tiled(x, tiles, k, bias, "q8b_linear",
+                   [&](int slot, int64_t t, int64_t r0, int rows, const sglc_quantized_rows* act, const void* bp,
+                       void* op, int64_t n_out) { kt->q8b_tile[slot](wp, dp, act, t, r0, rows, n_out, bp, op); });
+}
+
+// GGUF Q4_K: q4 tiles [N/16, K/32, 4, 64]; float16 d and dmin [N/16, K/256, 16]; 6-bit scales and
+// mins as uint8 sc and mn [N/16, K/32, 16].
+at::Tensor q4k_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& d, const at::Tensor& dmin,
+                      const at::Tensor& sc, const at::Tensor& mn, const std::optional<at::Tensor>& bias) {
+  TORCH_CHECK(weight.dim() == 4 && weight.size(2) == 4 && weight.size(3) == 64 && weight.is_contiguous() &&
+                  weight.scalar_type() == at::kByte,
+              "q4k_linear: weight must be contiguous uint8 q4 tiles [out / 16, in / 32, 4, 64], got ", weight.sizes(),
+              " ", weight.scalar_type());
+  const int64_t tiles = weight.size(0), blocks = weight.size(1), k = blocks * kQBlock;
+  TORCH_CHECK(blocks % 8 == 0, "q4k_linear: in_features must be a multiple of 256 (K-quant super-blocks), got ", k);
+  check_activations(x, k, "q4k_linear");
+  check_block_table(d, tiles, blocks / 8, at::kHalf, "q4k_linear", "d");
+  check_block_table(dmin, tiles, blocks / 8, at::kHalf, "q4k_linear", "dmin");
+  check_block_table(sc, tiles, blocks, at::kByte, "q4k_linear", "sc");
+  check_block_table(mn, tiles, blocks, at::kByte, "q4k_linear", "mn");
+  check_bias(bias, x, tiles * kQTile, "q4k_linear");
+  const auto* kt = &kernels();
+  const uint8_t* wp = weight.const_data_ptr<uint8_t>();
+  const uint16_t* dp = reinterpret_cast<const uint16_t*>(d.const_data_ptr<at::Half>());
+  const uint16_t* dminp = reinterpret_cast<const uint16_t*>(dmin.const_data_ptr<at::Half>());
+  const uint8_t* scp = sc.const_data_ptr<uint8_t>();
+  const uint8_t* mnp = mn.const_data_ptr<uint8_t>();
+  return run_tiled(x, tiles, k, bias, "q4k_linear",
+                   [&](int slot, int64_t t, int64_t r0, int rows, const sglc_quantized_rows* act, const void* bp,
+                       void* op, int64_t n_out) {
+                     kt->q4k_tile[slot](wp, dp, dminp, scp, mnp, act, t, r0, rows, n_out, bp, op);
+                   });
+}
+
 }  // namespace
 
 TORCH_LIBRARY(sglc_cpu, m) {
@@ -604,6 +660,8 @@ TORCH_LIBRARY(sglc_cpu, m) {
         "Tensor? prefix_lens=None) -> Tensor");
   m.def("q8_linear(Tensor x, Tensor weight, Tensor scales, Tensor? bias) -> Tensor");
   m.def("q4_linear(Tensor x, Tensor weight, Tensor d, Tensor m, Tensor? bias) -> Tensor");
+  m.def("q8b_linear(Tensor x, Tensor weight, Tensor d, Tensor? bias) -> Tensor");
+  m.def("q4k_linear(Tensor x, Tensor weight, Tensor d, Tensor dmin, Tensor sc, Tensor mn, Tensor? bias) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(sglc_cpu, CPU, m) {
@@ -614,4 +672,6 @@ TORCH_LIBRARY_IMPL(sglc_cpu, CPU, m) {
   m.impl("decode_attention_", &decode_attention_);
   m.impl("q8_linear", &q8_linear);
   m.impl("q4_linear", &q4_linear);
+  m.impl("q8b_linear", &q8b_linear);
+  m.impl("q4k_linear", &q4k_linear);
 }

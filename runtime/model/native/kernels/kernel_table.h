@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#define SGLC_KERNEL_ABI 1
+#define SGLC_KERNEL_ABI 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -81,6 +81,16 @@ typedef void (*sglc_q8_tile_fn)(const int8_t* w, const float* scales, const stru
 typedef void (*sglc_q4_tile_fn)(const uint8_t* w, const uint16_t* d, const uint16_t* m,
                                 const struct sglc_quantized_rows* act, int64_t t, int64_t r0, int rows, int64_t n,
                                 const void* bias, void* out);
+// GGUF's Q8_0: the q8 tiles' levels with a float16 scale per block and channel d [tiles, k/32, 16]:
+// w = d * q.
+typedef void (*sglc_q8b_tile_fn)(const int8_t* w, const uint16_t* d, const struct sglc_quantized_rows* act, int64_t t,
+                                 int64_t r0, int rows, int64_t n, const void* bias, void* out);
+// GGUF's Q4_K: levels in q4 tiles; float16 d and dmin per super-block of 256 inputs [tiles,
+// k/256, 16], 6-bit scale and min per block as bytes sc, mn [tiles, k/32, 16]:
+// w = (d * sc) * q - (dmin * mn).
+typedef void (*sglc_q4k_tile_fn)(const uint8_t* w, const uint16_t* d, const uint16_t* dmin, const uint8_t* sc,
+                                 const uint8_t* mn, const struct sglc_quantized_rows* act, int64_t t, int64_t r0,
+                                 int rows, int64_t n, const void* bias, void* out);
 
 struct sglc_kernel_table {
   int32_t abi;                 // SGLC_KERNEL_ABI
@@ -104,6 +114,8 @@ struct sglc_kernel_table {
   sglc_quantize_rows_fn quantize_rows[SGLC_NUM_INT_DTYPES];
   sglc_q8_tile_fn q8_tile[SGLC_NUM_INT_DTYPES];
   sglc_q4_tile_fn q4_tile[SGLC_NUM_INT_DTYPES];
+  sglc_q8b_tile_fn q8b_tile[SGLC_NUM_INT_DTYPES];
+  sglc_q4k_tile_fn q4k_tile[SGLC_NUM_INT_DTYPES];
 };
 
 // Scratch floats sglc_attend_fn needs.

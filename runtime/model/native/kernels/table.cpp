@@ -75,6 +75,28 @@ void shared_prefix(int nc, const float* qt, int64_t rows, const void* k, const v
   }
 }
 
+// The integer linears: the level's row-group kernels with each GGUF type's scale policy.
+template <typename T>
+void q8_tile(const int8_t* w, const float* scales, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows,
+             int64_t n, const void* bias, void* out) {
+  arch::q8_rows<T>(w, scales, nullptr, act, t, r0, rows, n, bias, out);
+}
+template <typename T>
+void q8b_tile(const int8_t* w, const uint16_t* d, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows,
+              int64_t n, const void* bias, void* out) {
+  arch::q8_rows<T>(w, nullptr, d, act, t, r0, rows, n, bias, out);
+}
+template <typename T>
+void q4_tile(const uint8_t* w, const uint16_t* d, const uint16_t* m, const sglc_quantized_rows* act, int64_t t,
+             int64_t r0, int rows, int64_t n, const void* bias, void* out) {
+  arch::q4_rows<T>(w, sglc::Q41Scales{d, m}, act, t, r0, rows, n, bias, out);
+}
+template <typename T>
+void q4k_tile(const uint8_t* w, const uint16_t* d, const uint16_t* dmin, const uint8_t* sc, const uint8_t* mn,
+              const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows, int64_t n, const void* bias, void* out) {
+  arch::q4_rows<T>(w, sglc::Q4KScales{d, dmin, sc, mn}, act, t, r0, rows, n, bias, out);
+}
+
 void merge_state(float* m, float* l, float* acc, float m2, float l2, const float* acc2, int64_t d) {
   sglc::merge_state(m, l, acc, m2, l2, acc2, d);
 }
@@ -98,8 +120,10 @@ const sglc_kernel_table kTable = {
     {sglc::write_normalised<float>, sglc::write_normalised<bf16>, sglc::write_normalised<f16>,
      sglc::write_normalised<double>},
     {arch::quantize_rows<float>, arch::quantize_rows<bf16>, arch::quantize_rows<f16>},
-    {arch::q8_tile<float>, arch::q8_tile<bf16>, arch::q8_tile<f16>},
-    {arch::q4_tile<float>, arch::q4_tile<bf16>, arch::q4_tile<f16>},
+    {q8_tile<float>, q8_tile<bf16>, q8_tile<f16>},
+    {q4_tile<float>, q4_tile<bf16>, q4_tile<f16>},
+    {q8b_tile<float>, q8b_tile<bf16>, q8b_tile<f16>},
+    {q4k_tile<float>, q4k_tile<bf16>, q4k_tile<f16>},
 };
 
 }  // namespace

@@ -10,8 +10,14 @@
 // - q8 tiles: int8 [N/16, K/32, 8, 64]: byte 4c + j of load i of block b holds input
 //   b*32 + 4i + j of channel c of the tile; one float scale per channel.
 // - q4 tiles: uint8 [N/16, K/32, 4, 64]: byte 4c + j of load i holds input b*32 + 4i + j of
-//   channel c in its low nibble and input b*32 + 16 + 4i + j in its high one (Q4_1 levels
-//   0..15); d and m float16 [N/16, K/32, 16]: w = d * q + m.
+//   channel c in its low nibble and input b*32 + 16 + 4i + j in its high one (4-bit levels
+//   0..15). Their block scales come in two forms (the policies below):
+//   Q4_1 (and Q4_0, as m = -8 d): d and m float16 [N/16, K/32, 16], w = d * q + m;
+//   Q4_K: float16 d and dmin per super-block of 8 blocks [N/16, K/256, 16] and 6-bit scale and
+//   min per block as bytes [N/16, K/32, 16], w = (d * sc) * q - (dmin * mn): both products are
+//   exact in float32, so GGUF's Q4_K levels and scales are kept as shipped.
+// - q8 tiles with block scales (GGUF's Q8_0): the q8 tiles' levels and float16 d [N/16, K/32,
+//   16] per block and channel: w = d * q.
 //
 // This file: the portable reference (what every variant must compute, and the generic
 // variant's kernels). The integer sums are exact and every variant applies the per-block float
@@ -88,16 +94,46 @@ void q8_tile_ref(const int8_t* w, const float* scales, const sglc_quantized_rows
   }
 }
 
-template <typename T>
-void q4_tile_ref(const uint8_t* w, const uint16_t* d, const uint16_t* m, const sglc_quantized_rows* act, int64_t t,
-                 int64_t r0, int rows, int64_t n, const void* bias, void* out) {
+// Where a q4 tile's per-block scale d and offset m (w = d * q + m) come from; scalar accessors
+// (the SIMD kernels load 16 / 8 / 4 lanes of the same arrays).
+struct Q41Scales {  // Q4_1 and Q4_0: float16 d and m per block and channel
+  const uint16_t* d;
+  const uint16_t* m;
+  float scale(int64_t t, int64_t b, int64_t blocks, int64_t c) const {
+    return half_bits_to_float(d[(t * blocks + b) * kQTile + c]);
+  }
+  float offset(int64_t t, int64_t b, int64_t blocks, int64_t c) const {
+    return half_bits_to_float(m[(t * blocks + b) * kQTile + c]);
+  }
+};
+
+constexpr int64_t kKBlocks = 8;  // blocks of 32 per K-quant super-block (256 inputs)
+
+struct Q4KScales {  // Q4_K: d * sc and -(dmin * mn), sc and mn 6-bit per block, d and dmin per super-block
+  const uint16_t* d;
+  const uint16_t* dmin;
+  const uint8_t* sc;
+  const uint8_t* mn;
+  float scale(int64_t t, int64_t b, int64_t blocks, int64_t c) const {
+    return half_bits_to_float(d[(t * (blocks / kKBlocks) + b / kKBlocks) * kQTile + c]) *
+           static_cast<float>(sc[(t * blocks + b) * kQTile + c]);
+  }
+  float offset(int64_t t, int64_t b, int64_t blocks, int64_t c) const {
+    return -(half_bits_to_float(dmin[(t * (blocks / kKBlocks) + b / kKBlocks) * kQTile + c]) *
+             static_cast<float>(mn[(t * blocks + b) * kQTile + c]));
+  }
+};
+
+template <typename T, typename Scales>
+void q4_tile_scaled_ref(const uint8_t* w, const Scales& sc, const sglc_quantized_rows* act, int64_t t, int64_t r0,
+                        int rows, int64_t n, const void* bias, void* out) {
   const int64_t k = act->k, blocks = k / kQBlock;
   for (int r = 0; r < rows; ++r) {
     float acc[kQTile] = {};
     for (int64_t b = 0; b < blocks; ++b) {
       const uint8_t* wb = w + (t * blocks + b) * kQ4BlockBytes;
       const int8_t* xq = act->q + (r0 + r) * k + b * kQBlock;
-      const int64_t xb = (r0 + r) * blocks + b, sb = (t * blocks + b) * kQTile;
+      const int64_t xb = (r0 + r) * blocks + b;
       for (int64_t c = 0; c < kQTile; ++c) {
         int32_t sum = 0;
         for (int i = 0; i < 4; ++i) {
@@ -106,12 +142,49 @@ void q4_tile_ref(const uint8_t* w, const uint16_t* d, const uint16_t* m, const s
             sum += (byte & 0x0F) * xq[4 * i + j] + (byte >> 4) * xq[16 + 4 * i + j];
           }
         }
-        acc[c] = std::fma(static_cast<float>(sum), half_bits_to_float(d[sb + c]) * act->dx[xb], acc[c]);
-        acc[c] = std::fma(half_bits_to_float(m[sb + c]), act->sx[xb], acc[c]);
+        acc[c] = std::fma(static_cast<float>(sum), sc.scale(t, b, blocks, c) * act->dx[xb], acc[c]);
+        acc[c] = std::fma(sc.offset(t, b, blocks, c), act->sx[xb], acc[c]);
       }
     }
     store_channels(acc, bias, t, static_cast<T*>(out) + (r0 + r) * n + t * kQTile);
   }
+}
+
+template <typename T>
+void q4k_tile_ref(const uint8_t* w, const uint16_t* d, const uint16_t* dmin, const uint8_t* sc, const uint8_t* mn,
+                  const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows, int64_t n, const void* bias,
+                  void* out) {
+  q4_tile_scaled_ref<T>(w, Q4KScales{d, dmin, sc, mn}, act, t, r0, rows, n, bias, out);
+}
+
+// Q8_0: one float16 scale per block and channel, applied per block (the q8 tiles' per-channel
+// scale is applied once at the end).
+template <typename T>
+void q8b_tile_ref(const int8_t* w, const uint16_t* d, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows,
+                  int64_t n, const void* bias, void* out) {
+  const int64_t k = act->k, blocks = k / kQBlock;
+  for (int r = 0; r < rows; ++r) {
+    float acc[kQTile] = {};
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int8_t* wb = w + (t * blocks + b) * kQ8BlockBytes;
+      const int8_t* xq = act->q + (r0 + r) * k + b * kQBlock;
+      const float dx = act->dx[(r0 + r) * blocks + b];
+      for (int64_t c = 0; c < kQTile; ++c) {
+        int32_t sum = 0;
+        for (int i = 0; i < 8; ++i) {
+          for (int j = 0; j < 4; ++j) sum += static_cast<int32_t>(wb[64 * i + 4 * c + j]) * xq[4 * i + j];
+        }
+        acc[c] = std::fma(static_cast<float>(sum), half_bits_to_float(d[(t * blocks + b) * kQTile + c]) * dx, acc[c]);
+      }
+    }
+    store_channels(acc, bias, t, static_cast<T*>(out) + (r0 + r) * n + t * kQTile);
+  }
+}
+
+template <typename T>
+void q4_tile_ref(const uint8_t* w, const uint16_t* d, const uint16_t* m, const sglc_quantized_rows* act, int64_t t,
+                 int64_t r0, int rows, int64_t n, const void* bias, void* out) {
+  q4_tile_scaled_ref<T>(w, Q41Scales{d, m}, act, t, r0, rows, n, bias, out);
 }
 
 }  // namespace sglc

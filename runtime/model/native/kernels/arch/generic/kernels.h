@@ -31,15 +31,16 @@ void quantize_rows(const void* x, int64_t stride, int64_t rows, int64_t k, int8_
 }
 
 template <typename T>
-void q8_tile(const int8_t* w, const float* scales, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows,
-             int64_t n, const void* bias, void* out) {
+void q8_rows(const int8_t* w, const float* scales, const uint16_t* block_d, const sglc_quantized_rows* act, int64_t t,
+             int64_t r0, int rows, int64_t n, const void* bias, void* out) {
+  if (block_d != nullptr) return q8b_tile_ref<T>(w, block_d, act, t, r0, rows, n, bias, out);
   q8_tile_ref<T>(w, scales, act, t, r0, rows, n, bias, out);
 }
 
-template <typename T>
-void q4_tile(const uint8_t* w, const uint16_t* d, const uint16_t* m, const sglc_quantized_rows* act, int64_t t,
-             int64_t r0, int rows, int64_t n, const void* bias, void* out) {
-  q4_tile_ref<T>(w, d, m, act, t, r0, rows, n, bias, out);
+template <typename T, typename Scales>
+void q4_rows(const uint8_t* w, const Scales& sc, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows,
+             int64_t n, const void* bias, void* out) {
+  q4_tile_scaled_ref<T>(w, sc, act, t, r0, rows, n, bias, out);
 }
 
 }  // namespace sglc::generic

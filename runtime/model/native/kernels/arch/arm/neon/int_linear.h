@@ -66,9 +66,32 @@ inline void store_tile(const float32x4_t* acc, const void* bias, int64_t t, T* o
 // sdot of a weight register with lane `lane` (0..3) of an activation register.
 #define SGLC_SDOT_LANE(acc, w, x, lane) vdotq_laneq_s32(acc, w, x, lane)
 
+inline float32x4_t load_half4(const uint16_t* p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+inline float32x4_t load_byte4(const uint8_t* p) {
+  const uint32_t lanes[4] = {p[0], p[1], p[2], p[3]};
+  return vcvtq_f32_u32(vld1q_u32(lanes));
+}
+
+// Quarter `c` (4 channels) of a q4 tile's block scales and offsets (common/int_linear.h's policies).
+inline void block_scales(const Q41Scales& s, int64_t t, int64_t b, int64_t blocks, int c, float32x4_t& dv,
+                         float32x4_t& mv) {
+  const int64_t sb = (t * blocks + b) * kQTile + 4 * c;
+  dv = load_half4(s.d + sb);
+  mv = load_half4(s.m + sb);
+}
+inline void block_scales(const Q4KScales& s, int64_t t, int64_t b, int64_t blocks, int c, float32x4_t& dv,
+                         float32x4_t& mv) {
+  const int64_t sup = (t * (blocks / kKBlocks) + b / kKBlocks) * kQTile + 4 * c;
+  const int64_t sb = (t * blocks + b) * kQTile + 4 * c;
+  dv = vmulq_f32(load_half4(s.d + sup), load_byte4(s.sc + sb));
+  mv = vnegq_f32(vmulq_f32(load_half4(s.dmin + sup), load_byte4(s.mn + sb)));
+}
+
+// block_d: Q8_0's float16 scale per block and channel (applied per block); else one float scale
+// per channel (at the end).
 template <int R, typename T>
-void q8_tile_rows(const int8_t* w, const float* scales, const sglc_quantized_rows* act, int64_t t, int64_t r0, int64_t n,
-                  const void* bias, void* out) {
+void q8_tile_rows(const int8_t* w, const float* scales, const uint16_t* block_d, const sglc_quantized_rows* act,
+                  int64_t t, int64_t r0, int64_t n, const void* bias, void* out) {
   const int64_t k = act->k, blocks = k / kQBlock;
   float32x4_t acc[R][4];
   for (int r = 0; r < R; ++r) {
@@ -104,18 +127,27 @@ void q8_tile_rows(const int8_t* w, const float* scales, const sglc_quantized_row
     }
     for (int r = 0; r < R; ++r) {
       const float dx = act->dx[(r0 + r) * blocks + b];
-      for (int c = 0; c < 4; ++c) acc[r][c] = vfmaq_n_f32(acc[r][c], vcvtq_f32_s32(s[r][c]), dx);
+      for (int c = 0; c < 4; ++c) {
+        if (block_d == nullptr) {
+          acc[r][c] = vfmaq_n_f32(acc[r][c], vcvtq_f32_s32(s[r][c]), dx);
+        } else {
+          const float32x4_t bd = load_half4(block_d + (t * blocks + b) * kQTile + 4 * c);
+          acc[r][c] = vfmaq_f32(acc[r][c], vcvtq_f32_s32(s[r][c]), vmulq_n_f32(bd, dx));
+        }
+      }
     }
   }
   for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < 4; ++c) acc[r][c] = vmulq_f32(acc[r][c], vld1q_f32(scales + t * kQTile + 4 * c));
+    if (block_d == nullptr) {
+      for (int c = 0; c < 4; ++c) acc[r][c] = vmulq_f32(acc[r][c], vld1q_f32(scales + t * kQTile + 4 * c));
+    }
     store_tile(acc[r], bias, t, static_cast<T*>(out) + (r0 + r) * n + t * kQTile);
   }
 }
 
-template <int R, typename T>
-void q4_tile_rows(const uint8_t* w, const uint16_t* d, const uint16_t* m, const sglc_quantized_rows* act, int64_t t,
-                  int64_t r0, int64_t n, const void* bias, void* out) {
+template <int R, typename T, typename Scales>
+void q4_tile_rows(const uint8_t* w, const Scales& scales, const sglc_quantized_rows* act, int64_t t, int64_t r0,
+                  int64_t n, const void* bias, void* out) {
   const int64_t k = act->k, blocks = k / kQBlock;
   const uint8x16_t nibble = vdupq_n_u8(0x0F);
   float32x4_t acc[R][4];
@@ -162,14 +194,13 @@ void q4_tile_rows(const uint8_t* w, const uint16_t* d, const uint16_t* m, const 
         }
       }
     }
-    const int64_t sb = (t * blocks + b) * kQTile;
+    float32x4_t dv[4], mv[4];
+    for (int c = 0; c < 4; ++c) block_scales(scales, t, b, blocks, c, dv[c], mv[c]);
     for (int r = 0; r < R; ++r) {
       const int64_t xb = (r0 + r) * blocks + b;
       for (int c = 0; c < 4; ++c) {
-        const float32x4_t dv = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(d + sb + 4 * c)));
-        const float32x4_t mv = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(m + sb + 4 * c)));
-        acc[r][c] = vfmaq_f32(acc[r][c], vcvtq_f32_s32(s[r][c]), vmulq_n_f32(dv, act->dx[xb]));
-        acc[r][c] = vfmaq_n_f32(acc[r][c], mv, act->sx[xb]);
+        acc[r][c] = vfmaq_f32(acc[r][c], vcvtq_f32_s32(s[r][c]), vmulq_n_f32(dv[c], act->dx[xb]));
+        acc[r][c] = vfmaq_n_f32(acc[r][c], mv[c], act->sx[xb]);
       }
     }
   }
@@ -179,24 +210,24 @@ void q4_tile_rows(const uint8_t* w, const uint16_t* d, const uint16_t* m, const 
 #undef SGLC_SDOT_LANE
 
 template <typename T>
-void q8_tile(const int8_t* w, const float* scales, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows,
-             int64_t n, const void* bias, void* out) {
+void q8_rows(const int8_t* w, const float* scales, const uint16_t* block_d, const sglc_quantized_rows* act, int64_t t,
+             int64_t r0, int rows, int64_t n, const void* bias, void* out) {
   switch (rows) {
-    case 1: return q8_tile_rows<1, T>(w, scales, act, t, r0, n, bias, out);
-    case 2: return q8_tile_rows<2, T>(w, scales, act, t, r0, n, bias, out);
-    case 3: return q8_tile_rows<3, T>(w, scales, act, t, r0, n, bias, out);
-    default: return q8_tile_rows<4, T>(w, scales, act, t, r0, n, bias, out);
+    case 1: return q8_tile_rows<1, T>(w, scales, block_d, act, t, r0, n, bias, out);
+    case 2: return q8_tile_rows<2, T>(w, scales, block_d, act, t, r0, n, bias, out);
+    case 3: return q8_tile_rows<3, T>(w, scales, block_d, act, t, r0, n, bias, out);
+    default: return q8_tile_rows<4, T>(w, scales, block_d, act, t, r0, n, bias, out);
   }
 }
 
-template <typename T>
-void q4_tile(const uint8_t* w, const uint16_t* d, const uint16_t* m, const sglc_quantized_rows* act, int64_t t,
-             int64_t r0, int rows, int64_t n, const void* bias, void* out) {
+template <typename T, typename Scales>
+void q4_rows(const uint8_t* w, const Scales& sc, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows,
+             int64_t n, const void* bias, void* out) {
   switch (rows) {
-    case 1: return q4_tile_rows<1, T>(w, d, m, act, t, r0, n, bias, out);
-    case 2: return q4_tile_rows<2, T>(w, d, m, act, t, r0, n, bias, out);
-    case 3: return q4_tile_rows<3, T>(w, d, m, act, t, r0, n, bias, out);
-    default: return q4_tile_rows<4, T>(w, d, m, act, t, r0, n, bias, out);
+    case 1: return q4_tile_rows<1, T>(w, sc, act, t, r0, n, bias, out);
+    case 2: return q4_tile_rows<2, T>(w, sc, act, t, r0, n, bias, out);
+    case 3: return q4_tile_rows<3, T>(w, sc, act, t, r0, n, bias, out);
+    default: return q4_tile_rows<4, T>(w, sc, act, t, r0, n, bias, out);
   }
 }
 

@@ -83,9 +83,30 @@ inline __m256 add_bias8(__m256 acc, const void* bias, int64_t channel) {
   return bias == nullptr ? acc : _mm256_add_ps(acc, load8(static_cast<const T*>(bias) + channel));
 }
 
+inline __m256 load_half8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m256 load_byte8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256 negate(__m256 v) { return _mm256_xor_ps(v, _mm256_set1_ps(-0.f)); }
+
+// Half `half` (8 channels) of a q4 tile's block scales and offsets (common/int_linear.h's policies).
+inline void block_scales(const Q41Scales& s, int64_t t, int64_t b, int64_t blocks, int half, __m256& dv, __m256& mv) {
+  const int64_t sb = (t * blocks + b) * kQTile + 8 * half;
+  dv = load_half8(s.d + sb);
+  mv = load_half8(s.m + sb);
+}
+inline void block_scales(const Q4KScales& s, int64_t t, int64_t b, int64_t blocks, int half, __m256& dv, __m256& mv) {
+  const int64_t sup = (t * (blocks / kKBlocks) + b / kKBlocks) * kQTile + 8 * half;
+  const int64_t sb = (t * blocks + b) * kQTile + 8 * half;
+  dv = _mm256_mul_ps(load_half8(s.d + sup), load_byte8(s.sc + sb));
+  mv = negate(_mm256_mul_ps(load_half8(s.dmin + sup), load_byte8(s.mn + sb)));
+}
+
+// block_d: Q8_0's float16 scale per block and channel (applied per block); else one float scale
+// per channel (at the end).
 template <int R, typename T>
-void q8_tile_rows(const int8_t* w, const float* scales, const sglc_quantized_rows* act, int64_t t, int64_t r0, int64_t n,
-                  const void* bias, void* out) {
+void q8_tile_rows(const int8_t* w, const float* scales, const uint16_t* block_d, const sglc_quantized_rows* act,
+                  int64_t t, int64_t r0, int64_t n, const void* bias, void* out) {
   const int64_t k = act->k, blocks = k / kQBlock;
   const __m256i ones = _mm256_set1_epi16(1);
   for (int half = 0; half < 2; ++half) {
@@ -104,21 +125,23 @@ void q8_tile_rows(const int8_t* w, const float* scales, const sglc_quantized_row
           s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xs), ones));
         }
       }
+      const __m256 bd = block_d == nullptr ? _mm256_setzero_ps() : load_half8(block_d + (t * blocks + b) * kQTile + 8 * half);
       for (int r = 0; r < R; ++r) {
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), _mm256_set1_ps(act->dx[(r0 + r) * blocks + b]), acc[r]);
+        const __m256 dx = _mm256_set1_ps(act->dx[(r0 + r) * blocks + b]);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), block_d == nullptr ? dx : _mm256_mul_ps(bd, dx), acc[r]);
       }
     }
     const int64_t channel = t * kQTile + 8 * half;
-    const __m256 sv = _mm256_loadu_ps(scales + channel);
     for (int r = 0; r < R; ++r) {
-      store8(static_cast<T*>(out) + (r0 + r) * n + channel, add_bias8<T>(_mm256_mul_ps(acc[r], sv), bias, channel));
+      const __m256 y = block_d == nullptr ? _mm256_mul_ps(acc[r], _mm256_loadu_ps(scales + channel)) : acc[r];
+      store8(static_cast<T*>(out) + (r0 + r) * n + channel, add_bias8<T>(y, bias, channel));
     }
   }
 }
 
-template <int R, typename T>
-void q4_tile_rows(const uint8_t* w, const uint16_t* d, const uint16_t* m, const sglc_quantized_rows* act, int64_t t,
-                  int64_t r0, int64_t n, const void* bias, void* out) {
+template <int R, typename T, typename Scales>
+void q4_tile_rows(const uint8_t* w, const Scales& scales, const sglc_quantized_rows* act, int64_t t, int64_t r0,
+                  int64_t n, const void* bias, void* out) {
   const int64_t k = act->k, blocks = k / kQBlock;
   const __m256i nibble = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   for (int half = 0; half < 2; ++half) {
@@ -138,9 +161,8 @@ void q4_tile_rows(const uint8_t* w, const uint16_t* d, const uint16_t* m, const 
           s[r] = _mm256_add_epi16(s[r], _mm256_maddubs_epi16(hi, broadcast4(xr + 16 + 4 * i)));
         }
       }
-      const int64_t sb = (t * blocks + b) * kQTile + 8 * half;
-      const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d + sb)));
-      const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(m + sb)));
+      __m256 dv, mv;
+      block_scales(scales, t, b, blocks, half, dv, mv);
       for (int r = 0; r < R; ++r) {
         const int64_t xb = (r0 + r) * blocks + b;
         const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s[r], ones));
@@ -156,24 +178,24 @@ void q4_tile_rows(const uint8_t* w, const uint16_t* d, const uint16_t* m, const 
 }
 
 template <typename T>
-void q8_tile(const int8_t* w, const float* scales, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows,
-             int64_t n, const void* bias, void* out) {
+void q8_rows(const int8_t* w, const float* scales, const uint16_t* block_d, const sglc_quantized_rows* act, int64_t t,
+             int64_t r0, int rows, int64_t n, const void* bias, void* out) {
   switch (rows) {
-    case 1: return q8_tile_rows<1, T>(w, scales, act, t, r0, n, bias, out);
-    case 2: return q8_tile_rows<2, T>(w, scales, act, t, r0, n, bias, out);
-    case 3: return q8_tile_rows<3, T>(w, scales, act, t, r0, n, bias, out);
-    default: return q8_tile_rows<4, T>(w, scales, act, t, r0, n, bias, out);
+    case 1: return q8_tile_rows<1, T>(w, scales, block_d, act, t, r0, n, bias, out);
+    case 2: return q8_tile_rows<2, T>(w, scales, block_d, act, t, r0, n, bias, out);
+    case 3: return q8_tile_rows<3, T>(w, scales, block_d, act, t, r0, n, bias, out);
+    default: return q8_tile_rows<4, T>(w, scales, block_d, act, t, r0, n, bias, out);
   }
 }
 
-template <typename T>
-void q4_tile(const uint8_t* w, const uint16_t* d, const uint16_t* m, const sglc_quantized_rows* act, int64_t t,
-             int64_t r0, int rows, int64_t n, const void* bias, void* out) {
+template <typename T, typename Scales>
+void q4_rows(const uint8_t* w, const Scales& sc, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows,
+             int64_t n, const void* bias, void* out) {
   switch (rows) {
-    case 1: return q4_tile_rows<1, T>(w, d, m, act, t, r0, n, bias, out);
-    case 2: return q4_tile_rows<2, T>(w, d, m, act, t, r0, n, bias, out);
-    case 3: return q4_tile_rows<3, T>(w, d, m, act, t, r0, n, bias, out);
-    default: return q4_tile_rows<4, T>(w, d, m, act, t, r0, n, bias, out);
+    case 1: return q4_tile_rows<1, T>(w, sc, act, t, r0, n, bias, out);
+    case 2: return q4_tile_rows<2, T>(w, sc, act, t, r0, n, bias, out);
+    case 3: return q4_tile_rows<3, T>(w, sc, act, t, r0, n, bias, out);
+    default: return q4_tile_rows<4, T>(w, sc, act, t, r0, n, bias, out);
   }
 }
 

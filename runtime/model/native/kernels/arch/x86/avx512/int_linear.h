@@ -66,11 +66,30 @@ inline __m512 add_bias(__m512 acc, const void* bias, int64_t t) {
   return _mm512_add_ps(acc, load16_any(static_cast<const T*>(bias) + t * kQTile));
 }
 
+inline __m512 load_half16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline __m512 load_byte16(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m512 negate(__m512 v) { return _mm512_xor_ps(v, _mm512_set1_ps(-0.f)); }
+
+// A q4 tile's block scales and offsets as 16 lanes (see common/int_linear.h's policies).
+inline void block_scales(const Q41Scales& s, int64_t t, int64_t b, int64_t blocks, __m512& dv, __m512& mv) {
+  const int64_t sb = (t * blocks + b) * kQTile;
+  dv = load_half16(s.d + sb);
+  mv = load_half16(s.m + sb);
+}
+inline void block_scales(const Q4KScales& s, int64_t t, int64_t b, int64_t blocks, __m512& dv, __m512& mv) {
+  const int64_t sup = (t * (blocks / kKBlocks) + b / kKBlocks) * kQTile, sb = (t * blocks + b) * kQTile;
+  dv = _mm512_mul_ps(load_half16(s.d + sup), load_byte16(s.sc + sb));
+  mv = negate(_mm512_mul_ps(load_half16(s.dmin + sup), load_byte16(s.mn + sb)));
+}
+
 // int8 weights (signed; +128 here makes them vpdpbusd's unsigned operand, and the sum is
-// corrected by 128 * sum(xq), which does not depend on the channel).
+// corrected by 128 * sum(xq), which does not depend on the channel). block_d: Q8_0's float16
+// scale per block and channel (applied per block); else one float scale per channel (at the end).
 template <int R, typename T>
-void q8_tile_rows(const int8_t* w, const float* scales, const sglc_quantized_rows* act, int64_t t, int64_t r0, int64_t n,
-                  const void* bias, void* out) {
+void q8_tile_rows(const int8_t* w, const float* scales, const uint16_t* block_d, const sglc_quantized_rows* act,
+                  int64_t t, int64_t r0, int64_t n, const void* bias, void* out) {
   const int64_t k = act->k, blocks = k / kQBlock;
   const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[R];
@@ -89,20 +108,23 @@ void q8_tile_rows(const int8_t* w, const float* scales, const sglc_quantized_row
       }
       const int64_t xb = (r0 + r) * blocks + b;
       const __m512i sum = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(128 * act->sq[xb]));
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(act->dx[xb]), acc[r]);
+      const __m512 dx = _mm512_set1_ps(act->dx[xb]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                               block_d == nullptr ? dx : _mm512_mul_ps(load_half16(block_d + (t * blocks + b) * kQTile), dx),
+                               acc[r]);
     }
   }
-  const __m512 sv = _mm512_loadu_ps(scales + t * kQTile);
   for (int r = 0; r < R; ++r) {
-    store_tile(static_cast<T*>(out) + (r0 + r) * n + t * kQTile, add_bias<T>(_mm512_mul_ps(acc[r], sv), bias, t));
+    const __m512 y = block_d == nullptr ? _mm512_mul_ps(acc[r], _mm512_loadu_ps(scales + t * kQTile)) : acc[r];
+    store_tile(static_cast<T*>(out) + (r0 + r) * n + t * kQTile, add_bias<T>(y, bias, t));
   }
 }
 
 // Q4_1: a block's dot is d * dx * sum(q * xq) + m * dx * sum(xq); the levels are vpdpbusd's
 // unsigned operand as they are (3 ops unpack a load).
-template <int R, typename T>
-void q4_tile_rows(const uint8_t* w, const uint16_t* d, const uint16_t* m, const sglc_quantized_rows* act, int64_t t,
-                  int64_t r0, int64_t n, const void* bias, void* out) {
+template <int R, typename T, typename Scales>
+void q4_tile_rows(const uint8_t* w, const Scales& scales, const sglc_quantized_rows* act, int64_t t, int64_t r0,
+                  int64_t n, const void* bias, void* out) {
   const int64_t k = act->k, blocks = k / kQBlock;
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   __m512 acc[R];
@@ -115,9 +137,8 @@ void q4_tile_rows(const uint8_t* w, const uint16_t* d, const uint16_t* m, const 
       lo[i] = _mm512_and_si512(wv, nibble);
       hi[i] = _mm512_and_si512(_mm512_srli_epi16(wv, 4), nibble);
     }
-    const int64_t sb = (t * blocks + b) * kQTile;
-    const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + sb)));
-    const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m + sb)));
+    __m512 dv, mv;
+    block_scales(scales, t, b, blocks, dv, mv);
     for (int r = 0; r < R; ++r) {
       const int8_t* xq = act->q + (r0 + r) * k + b * kQBlock;
       __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], broadcast4(xq));
@@ -139,32 +160,32 @@ void q4_tile_rows(const uint8_t* w, const uint16_t* d, const uint16_t* m, const 
 
 // R as a template argument: the accumulators stay in registers.
 template <typename T>
-void q8_tile(const int8_t* w, const float* scales, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows,
-             int64_t n, const void* bias, void* out) {
+void q8_rows(const int8_t* w, const float* scales, const uint16_t* block_d, const sglc_quantized_rows* act, int64_t t,
+             int64_t r0, int rows, int64_t n, const void* bias, void* out) {
   switch (rows) {
-    case 1: return q8_tile_rows<1, T>(w, scales, act, t, r0, n, bias, out);
-    case 2: return q8_tile_rows<2, T>(w, scales, act, t, r0, n, bias, out);
-    case 3: return q8_tile_rows<3, T>(w, scales, act, t, r0, n, bias, out);
-    case 4: return q8_tile_rows<4, T>(w, scales, act, t, r0, n, bias, out);
-    case 5: return q8_tile_rows<5, T>(w, scales, act, t, r0, n, bias, out);
-    case 6: return q8_tile_rows<6, T>(w, scales, act, t, r0, n, bias, out);
-    case 7: return q8_tile_rows<7, T>(w, scales, act, t, r0, n, bias, out);
-    default: return q8_tile_rows<8, T>(w, scales, act, t, r0, n, bias, out);
+    case 1: return q8_tile_rows<1, T>(w, scales, block_d, act, t, r0, n, bias, out);
+    case 2: return q8_tile_rows<2, T>(w, scales, block_d, act, t, r0, n, bias, out);
+    case 3: return q8_tile_rows<3, T>(w, scales, block_d, act, t, r0, n, bias, out);
+    case 4: return q8_tile_rows<4, T>(w, scales, block_d, act, t, r0, n, bias, out);
+    case 5: return q8_tile_rows<5, T>(w, scales, block_d, act, t, r0, n, bias, out);
+    case 6: return q8_tile_rows<6, T>(w, scales, block_d, act, t, r0, n, bias, out);
+    case 7: return q8_tile_rows<7, T>(w, scales, block_d, act, t, r0, n, bias, out);
+    default: return q8_tile_rows<8, T>(w, scales, block_d, act, t, r0, n, bias, out);
   }
 }
 
-template <typename T>
-void q4_tile(const uint8_t* w, const uint16_t* d, const uint16_t* m, const sglc_quantized_rows* act, int64_t t,
-             int64_t r0, int rows, int64_t n, const void* bias, void* out) {
+template <typename T, typename Scales>
+void q4_rows(const uint8_t* w, const Scales& sc, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows,
+             int64_t n, const void* bias, void* out) {
   switch (rows) {
-    case 1: return q4_tile_rows<1, T>(w, d, m, act, t, r0, n, bias, out);
-    case 2: return q4_tile_rows<2, T>(w, d, m, act, t, r0, n, bias, out);
-    case 3: return q4_tile_rows<3, T>(w, d, m, act, t, r0, n, bias, out);
-    case 4: return q4_tile_rows<4, T>(w, d, m, act, t, r0, n, bias, out);
-    case 5: return q4_tile_rows<5, T>(w, d, m, act, t, r0, n, bias, out);
-    case 6: return q4_tile_rows<6, T>(w, d, m, act, t, r0, n, bias, out);
-    case 7: return q4_tile_rows<7, T>(w, d, m, act, t, r0, n, bias, out);
-    default: return q4_tile_rows<8, T>(w, d, m, act, t, r0, n, bias, out);
+    case 1: return q4_tile_rows<1, T>(w, sc, act, t, r0, n, bias, out);
+    case 2: return q4_tile_rows<2, T>(w, sc, act, t, r0, n, bias, out);
+    case 3: return q4_tile_rows<3, T>(w, sc, act, t, r0, n, bias, out);
+    case 4: return q4_tile_rows<4, T>(w, sc, act, t, r0, n, bias, out);
+    case 5: return q4_tile_rows<5, T>(w, sc, act, t, r0, n, bias, out);
+    case 6: return q4_tile_rows<6, T>(w, sc, act, t, r0, n, bias, out);
+    case 7: return q4_tile_rows<7, T>(w, sc, act, t, r0, n, bias, out);
+    default: return q4_tile_rows<8, T>(w, sc, act, t, r0, n, bias, out);
   }
 }
 

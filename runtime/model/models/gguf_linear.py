@@ -1,0 +1,136 @@
+"""Linears and embeddings over GGUF tensors as shipped.
+
+A GGUF linear keeps its file's levels and scales, repacked once into the native kernels' tile
+layout (``native/kernels/common/int_linear.h``): Q4_0 and Q4_1 as q4 tiles with float16 d and m
+(Q4_0's offset is -8 d, exact), Q4_K as q4 tiles with its super-block d and dmin and its 6-bit
+sub-block scales and mins (``q4k_linear``), Q8_0 as q8 tiles with a float16 scale per block
+(``q8b_linear``). Nothing is dequantized or re-quantized, so the product is llama.cpp's (same
+levels, same int8 activation blocks) and memory stays at the file's size (plus a few % for
+unpacked K-quant scales). Where no native kernel runs (no compiler, the generic CPU level, a type
+without a kernel: ``gguf.tensor_types``), the weight is dequantized (exactly, ``gguf.blocks``)
+into a float linear of the compute dtype.
+
+Embeddings are looked up from the blocks: only the rows of the tokens in a step are decoded.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..gguf.blocks import decode_q4_0, decode_q4_1, decode_q4_k, decode_q8_0
+from ..gguf.tensor_types import NATIVE_TYPES
+from ..gguf.weight import GGUFWeight
+from ..native import kernel_info, load_cpu_ops
+from .linear import Linear
+from .quantized_linear import Int4Linear, pack_q4_levels, pack_q8_tiles, tile_table
+
+TILE = 16
+
+
+def _padded(t: np.ndarray, rows: int) -> np.ndarray:
+    """``t`` with zero rows appended up to ``rows`` (a tile's missing channels: zero weights)."""
+    if t.shape[0] == rows:
+        return t
+    pad = np.zeros((rows - t.shape[0], *t.shape[1:]), dtype=t.dtype)
+    return np.concatenate([t, pad])
+
+
+def _table(bits: np.ndarray, rows: int, dtype: torch.dtype) -> torch.Tensor:
+    """A [out, groups] numpy table (float16 bits as uint16, or uint8) in tile order."""
+    t = torch.from_numpy(np.ascontiguousarray(_padded(bits, rows)))
+    return tile_table(t.view(dtype) if dtype == torch.float16 else t)
+
+
+class _TiledLinear:
+    """Shared by the GGUF linears: bias, the padding of the last tile, the kernel's name."""
+
+    __slots__ = ("bias", "out_features", "in_features", "type_name")
+    kernel = "native"
+
+    def _finish(self, y: torch.Tensor) -> torch.Tensor:
+        if y.shape[1] != self.out_features:  # NOTE: the padding channels of the last tile
+            y = y[:, : self.out_features]
+        return y if self.bias is None else y + self.bias.to(y.dtype)
+
+
+class GGUFQ4KLinear(_TiledLinear):
+    """Q4_K on ``q4k_linear``: levels in q4 tiles, d / dmin per super-block, sc / mn per block."""
+
+    __slots__ = ("_args",)
+
+    def __init__(self, w: GGUFWeight, bias: torch.Tensor | None) -> None:
+        blk = decode_q4_k(w.raw, w.rows, w.cols)
+        rows = -(-w.rows // TILE) * TILE
+        levels = torch.from_numpy(_padded(blk.levels, rows))
+        self._args = (pack_q4_levels(levels), _table(blk.d, rows, torch.float16), _table(blk.dmin, rows, torch.float16),
+                      _table(blk.sc, rows, torch.uint8), _table(blk.mn, rows, torch.uint8))
+        self.bias, self.out_features, self.in_features, self.type_name = bias, w.rows, w.cols, w.type_name
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self._finish(torch.ops.sglc_cpu.q4k_linear(x, *self._args, None))
+
+
+class GGUFQ8Linear(_TiledLinear):
+    """Q8_0 on ``q8b_linear``: levels in q8 tiles, a float16 scale per block and channel."""
+
+    __slots__ = ("_tiles", "_d")
+
+    def __init__(self, w: GGUFWeight, bias: torch.Tensor | None) -> None:
+        blk = decode_q8_0(w.raw, w.rows, w.cols)
+        rows = -(-w.rows // TILE) * TILE
+        self._tiles = pack_q8_tiles(torch.from_numpy(blk.levels))
+        self._d = _table(blk.d, rows, torch.float16)
+        self.bias, self.out_features, self.in_features, self.type_name = bias, w.rows, w.cols, w.type_name
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self._finish(torch.ops.sglc_cpu.q8b_linear(x, self._tiles, self._d, None))
+
+
+def _q4_tiles_linear(w: GGUFWeight, bias: torch.Tensor | None) -> Int4Linear:
+    """Q4_0 / Q4_1 as the int4 linear's own tiles (its d and m are float16, as these types store them)."""
+    blk = decode_q4_0(w.raw, w.rows, w.cols) if w.type_name == "Q4_0" else decode_q4_1(w.raw, w.rows, w.cols)
+    if w.rows % TILE:
+        raise ValueError(f"{w.name}: {w.rows} output channels are not a multiple of {TILE}")
+    q4 = (pack_q4_levels(torch.from_numpy(blk.levels)), _table(blk.d, w.rows, torch.float16),
+          _table(blk.m, w.rows, torch.float16))
+    return Int4Linear(None, None, bias, w.rows, w.cols, q4=q4)
+
+
+def native_gguf_kernels() -> bool:
+    """Whether GGUF tensors of the native types run on the native integer kernels here (built, at
+    a level whose integer kernels beat dequantizing)."""
+    return load_cpu_ops() is None and kernel_info().int_linears_native
+
+
+def gguf_linear(w: GGUFWeight, bias: torch.Tensor | None, dtype: torch.dtype, pack: bool, native: bool | None = None):
+    """The linear for a GGUF weight: its type's native kernel (``native`` None: where
+    :func:`native_gguf_kernels`; True: required; False: never), else a float ``dtype`` copy."""
+    use_native = native_gguf_kernels() if native is None else native
+    if use_native and w.type_name in NATIVE_TYPES:
+        if w.type_name == "Q4_K":
+            return GGUFQ4KLinear(w, bias)
+        if w.type_name == "Q8_0":
+            return GGUFQ8Linear(w, bias)
+        return _q4_tiles_linear(w, bias)
+    weight = torch.from_numpy(w.dequantize()).to(dtype).contiguous()
+    return Linear.build(weight, None if bias is None else bias.to(dtype), pack=pack)
+
+
+class GGUFEmbedding:
+    """Token embedding rows decoded from a GGUF tensor's blocks per lookup (exact, any type), so
+    the table stays as shipped: ``embed(ids)`` -> [len(ids), hidden] in ``dtype``."""
+
+    __slots__ = ("weight", "dtype")
+
+    def __init__(self, weight: GGUFWeight, dtype: torch.dtype) -> None:
+        self.weight, self.dtype = weight, dtype
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.weight.shape
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = ids.detach().cpu().numpy().reshape(-1)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.weight.rows):
+            raise IndexError(f"token id outside the vocabulary of {self.weight.rows}")
+        return torch.from_numpy(self.weight.dequantize(rows)).to(device=ids.device, dtype=self.dtype)

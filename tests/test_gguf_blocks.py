@@ -1,0 +1,62 @@
+"""GGUF block formats decoded by sglc (runtime/model/gguf/blocks.py): bit-equal to gguf-py's own
+dequantize for every type we read, the decoders' levels and scales consistent with it, and
+everything else refused by name."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType, quants
+
+from gguf_blocks import gguf_tensor
+from sglc_runtime.model.gguf import SUPPORTED_TYPES, GGUFWeight, UnsupportedTensorType, check_supported, dequantize
+from sglc_runtime.model.gguf.blocks import decode_q4_0, decode_q4_1, decode_q4_k, decode_q8_0
+
+
+@pytest.mark.parametrize("name", SUPPORTED_TYPES)
+def test_dequantize_equals_gguf_py_bit_for_bit(name):
+    rows, cols = 6, 512
+    raw = gguf_tensor(name, rows, cols, seed=len(name))
+    ours = dequantize(name, raw, rows, cols)
+    theirs = np.asarray(quants.dequantize(raw, GGMLQuantizationType[name]), dtype=np.float32).reshape(rows, cols)
+    assert ours.dtype == np.float32 and ours.shape == (rows, cols)
+    assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32))
+
+
+def test_decoded_levels_and_scales_give_the_same_weights():
+    """What the kernels are given (levels, float16 scale bits, 6-bit sub-block scales) rebuilds
+    the dequantized weights exactly, in the kernels' own formulas."""
+    rows, cols = 4, 512
+    f16 = lambda bits: bits.view(np.float16).astype(np.float32)  # noqa: E731
+    for name, decode in (("Q4_0", decode_q4_0), ("Q4_1", decode_q4_1)):
+        raw = gguf_tensor(name, rows, cols, seed=1)
+        blk = decode(raw, rows, cols)
+        w = f16(blk.d).repeat(32, 1) * blk.levels.astype(np.float32) + f16(blk.m).repeat(32, 1)
+        assert np.array_equal(w, dequantize(name, raw, rows, cols)), name
+    raw = gguf_tensor("Q8_0", rows, cols, seed=2)
+    blk = decode_q8_0(raw, rows, cols)
+    assert np.array_equal(blk.levels.astype(np.float32) * f16(blk.d).repeat(32, 1), dequantize("Q8_0", raw, rows, cols))
+    raw = gguf_tensor("Q4_K", rows, cols, seed=3)
+    blk = decode_q4_k(raw, rows, cols)
+    scale = (f16(blk.d).repeat(8, 1) * blk.sc.astype(np.float32)).repeat(32, 1)
+    offset = (f16(blk.dmin).repeat(8, 1) * blk.mn.astype(np.float32)).repeat(32, 1)
+    assert np.array_equal(scale * blk.levels.astype(np.float32) - offset, dequantize("Q4_K", raw, rows, cols))
+    assert blk.sc.max() <= 63 and blk.mn.max() <= 63 and blk.levels.max() <= 15
+
+
+def test_weights_move_whole_rows_and_stack_only_alike_tensors():
+    raw = gguf_tensor("Q4_K", 8, 256, seed=4)
+    w = GGUFWeight("t", "Q4_K", 8, 256, raw)
+    order = np.array([3, 1, 2, 0, 7, 6, 5, 4])
+    assert np.array_equal(w.reorder_rows(order).dequantize(), w.dequantize()[order])
+    both = w.concat_rows(w)
+    assert both.rows == 16 and np.array_equal(both.dequantize()[8:], w.dequantize())
+    with pytest.raises(ValueError, match="cannot stack"):
+        w.concat_rows(GGUFWeight("u", "Q8_0", 8, 256, gguf_tensor("Q8_0", 8, 256)))
+    with pytest.raises(ValueError, match="bytes for a Q4_K"):
+        GGUFWeight("v", "Q4_K", 8, 256, raw[:, :10])
+
+
+@pytest.mark.parametrize("name", ["Q2_K", "Q3_K", "IQ4_XS", "IQ2_XXS", "TQ1_0"])
+def test_types_we_do_not_read_are_refused_by_name_with_the_list(name):
+    with pytest.raises(UnsupportedTensorType, match=f"is {name}.*Q4_K.*Q6_K"):
+        check_supported(name, "blk.0.ffn_down.weight")
