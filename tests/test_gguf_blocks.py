@@ -9,7 +9,7 @@ from gguf import GGMLQuantizationType, quants
 
 from gguf_blocks import gguf_tensor
 from sglc_runtime.model.gguf import SUPPORTED_TYPES, GGUFWeight, UnsupportedTensorType, check_supported, dequantize
-from sglc_runtime.model.gguf.blocks import decode_q4_0, decode_q4_1, decode_q4_k, decode_q8_0
+from sglc_runtime.model.gguf.blocks import decode_q4_0, decode_q4_1, decode_q4_k, decode_q6_k, decode_q8_0
 
 
 @pytest.mark.parametrize("name", SUPPORTED_TYPES)
@@ -41,6 +41,11 @@ def test_decoded_levels_and_scales_give_the_same_weights():
     offset = (f16(blk.dmin).repeat(8, 1) * blk.mn.astype(np.float32)).repeat(32, 1)
     assert np.array_equal(scale * blk.levels.astype(np.float32) - offset, dequantize("Q4_K", raw, rows, cols))
     assert blk.sc.max() <= 63 and blk.mn.max() <= 63 and blk.levels.max() <= 15
+    raw = gguf_tensor("Q6_K", rows, cols, seed=5)
+    blk6 = decode_q6_k(raw, rows, cols)
+    scale = (f16(blk6.d).repeat(16, 1) * blk6.sc.astype(np.float32)).repeat(16, 1)
+    assert np.array_equal(scale * (blk6.levels.astype(np.float32) - 32), dequantize("Q6_K", raw, rows, cols))
+    assert blk6.levels.max() <= 63
 
 
 def test_weights_move_whole_rows_and_stack_only_alike_tensors():

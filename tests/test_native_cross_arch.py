@@ -121,30 +121,34 @@ def test_arm_integer_linears_equal_the_reference_bit_for_bit(arm_drivers, tmp_pa
 @pytest.mark.parametrize("level", ARM_LEVELS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_arm_gguf_linears_equal_the_reference_bit_for_bit(arm_drivers, tmp_path, level, dtype):
-    """GGUF's Q4_K (q4k tiles) and Q8_0 (block-scaled q8 tiles) on aarch64 equal this machine's
-    portable reference exactly, as the x86 levels do."""
+    """GGUF's Q4_K (q4k tiles), Q8_0 (block-scaled q8 tiles) and Q6_K on aarch64 equal this
+    machine's portable reference exactly, as the x86 levels do."""
     from gguf_blocks import gguf_tensor
 
     from sglc_runtime.model.gguf import GGUFWeight
-    from sglc_runtime.model.models.gguf_linear import GGUFQ4KLinear, GGUFQ8Linear
+    from sglc_runtime.model.models.gguf_linear import GGUFQ4KLinear, GGUFQ6KLinear, GGUFQ8Linear
 
     assert load_cpu_ops() is None
     rows, k, n = 5, 512, 32
     q4k = GGUFQ4KLinear(GGUFWeight("q4k", "Q4_K", n, k, gguf_tensor("Q4_K", n, k, seed=3)), None)
     q8 = GGUFQ8Linear(GGUFWeight("q8", "Q8_0", n, k, gguf_tensor("Q8_0", n, k, seed=4)), None)
+    q6 = GGUFQ6KLinear(GGUFWeight("q6", "Q6_K", n, k, gguf_tensor("Q6_K", n, k, seed=5)), None)
     x = (torch.randn(rows, k, generator=torch.Generator().manual_seed(2)) * torch.linspace(0.3, 2, k)).to(dtype)
     bias = torch.randn(n).to(dtype)
     levels, d, dmin, sc, mn = q4k._args
     header = np.array([rows, k, n // 16, SLOT[dtype]], np.int64)
     out = Outputs(run_driver(arm_drivers[level], "gguf_linear",
                              [header, raw(x), levels.numpy(), raw(d.view(torch.bfloat16)), raw(dmin.view(torch.bfloat16)),
-                              sc.numpy(), mn.numpy(), q8._tiles.numpy(), raw(q8._d.view(torch.bfloat16)), raw(bias)],
+                              sc.numpy(), mn.numpy(), q8._tiles.numpy(), raw(q8._d.view(torch.bfloat16)),
+                              q6._args[0].numpy(), raw(q6._args[1].view(torch.bfloat16)), q6._args[2].numpy(),
+                              raw(bias)],
                              tmp_path))
-    y4, y8 = out.take(dtype, rows, n), out.take(dtype, rows, n)
+    y4, y8, y6 = out.take(dtype, rows, n), out.take(dtype, rows, n), out.take(dtype, rows, n)
     with running_level("generic"):
         ref4 = torch.ops.sglc_cpu.q4k_linear(x, levels, d, dmin, sc, mn, bias)
         ref8 = torch.ops.sglc_cpu.q8b_linear(x, q8._tiles, q8._d, bias)
-    assert torch.equal(y4, ref4) and torch.equal(y8, ref8)
+        ref6 = torch.ops.sglc_cpu.q6k_linear(x, *q6._args, bias)
+    assert torch.equal(y4, ref4) and torch.equal(y8, ref8) and torch.equal(y6, ref6)
 
 
 @needs_arm_tools

@@ -57,9 +57,9 @@ void int_linear(const sglc_kernel_table& t, Reader& in, Writer& out) {
   const auto bias = in.bytes(n * es);
   std::vector<int8_t> q(rows * k);
   std::vector<float> dx(rows * blocks), sx(rows * blocks);
-  std::vector<int32_t> sq(rows * blocks);
-  t.quantize_rows[slot](x.data(), k, rows, k, q.data(), dx.data(), sx.data(), sq.data());
-  const sglc_quantized_rows act{q.data(), dx.data(), sx.data(), sq.data(), k};
+  std::vector<int32_t> sq(rows * blocks), sq16(rows * blocks * 2);
+  t.quantize_rows[slot](x.data(), k, rows, k, q.data(), dx.data(), sx.data(), sq.data(), sq16.data());
+  const sglc_quantized_rows act{q.data(), dx.data(), sx.data(), sq.data(), sq16.data(), k};
   std::vector<uint8_t> y4(rows * n * es), y8(rows * n * es);
   for (int64_t tile = 0; tile < tiles; ++tile) {
     for (int64_t r0 = 0; r0 < rows; r0 += t.int_rows_per_pass) {
@@ -78,8 +78,9 @@ void int_linear(const sglc_kernel_table& t, Reader& in, Writer& out) {
 
 // gguf_linear: header [rows, k, tiles, slot] (k a multiple of 256); x [rows, k] (slot), q4 tiles
 // u8 [tiles, k/32, 256] with Q4_K's d and dmin u16 [tiles, k/256, 16] and sc, mn u8 [tiles,
-// k/32, 16], q8 tiles i8 [tiles, k/32, 512] with Q8_0's d u16 [tiles, k/32, 16], bias (slot).
-// Writes the Q4_K and the Q8_0 products [rows, tiles * 16] (slot).
+// k/32, 16], q8 tiles i8 [tiles, k/32, 512] with Q8_0's d u16 [tiles, k/32, 16], q6k tiles u8
+// [tiles, k/32, 512] with Q6_K's d u16 [tiles, k/256, 16] and sc i8 [tiles, k/16, 16], bias
+// (slot). Writes the Q4_K, Q8_0 and Q6_K products [rows, tiles * 16] (slot).
 void gguf_linear(const sglc_kernel_table& t, Reader& in, Writer& out) {
   const auto h = in.read<int64_t>(4);
   const int64_t rows = h[0], k = h[1], tiles = h[2], n = tiles * 16, blocks = k / 32;
@@ -93,16 +94,20 @@ void gguf_linear(const sglc_kernel_table& t, Reader& in, Writer& out) {
   const auto mn = in.read<uint8_t>(tiles * blocks * 16);
   const auto q8 = in.read<int8_t>(tiles * blocks * 512);
   const auto d8 = in.read<uint16_t>(tiles * blocks * 16);
+  const auto q6 = in.read<uint8_t>(tiles * blocks * 512);
+  const auto d6 = in.read<uint16_t>(tiles * blocks / 8 * 16);
+  const auto sc6 = in.read<int8_t>(tiles * blocks * 2 * 16);
   const auto bias = in.bytes(n * es);
   std::vector<int8_t> q(rows * k);
   std::vector<float> dx(rows * blocks), sx(rows * blocks);
-  std::vector<int32_t> sq(rows * blocks);
-  t.quantize_rows[slot](x.data(), k, rows, k, q.data(), dx.data(), sx.data(), sq.data());
-  const sglc_quantized_rows act{q.data(), dx.data(), sx.data(), sq.data(), k};
-  std::vector<uint8_t> y4(rows * n * es), y8(rows * n * es);
+  std::vector<int32_t> sq(rows * blocks), sq16(rows * blocks * 2);
+  t.quantize_rows[slot](x.data(), k, rows, k, q.data(), dx.data(), sx.data(), sq.data(), sq16.data());
+  const sglc_quantized_rows act{q.data(), dx.data(), sx.data(), sq.data(), sq16.data(), k};
+  std::vector<uint8_t> y4(rows * n * es), y8(rows * n * es), y6(rows * n * es);
   for (int64_t tile = 0; tile < tiles; ++tile) {
     for (int64_t r0 = 0; r0 < rows; r0 += t.int_rows_per_pass) {
       const int group = static_cast<int>(std::min<int64_t>(t.int_rows_per_pass, rows - r0));
+      t.q6k_tile[slot](q6.data(), d6.data(), sc6.data(), &act, tile, r0, group, n, bias.data(), y6.data());
       t.q4k_tile[slot](q4.data(), d.data(), dmin.data(), sc.data(), mn.data(), &act, tile, r0, group, n, bias.data(),
                        y4.data());
       t.q8b_tile[slot](q8.data(), d8.data(), &act, tile, r0, group, n, bias.data(), y8.data());
@@ -110,6 +115,7 @@ void gguf_linear(const sglc_kernel_table& t, Reader& in, Writer& out) {
   }
   out.write(y4);
   out.write(y8);
+  out.write(y6);
 }
 
 // attention: header [heads, kv_heads, d, len, num_slots, slot]; q [heads, d], k and v

@@ -133,6 +133,30 @@ def decode_q4_k(raw: np.ndarray, rows: int, cols: int) -> Q4KBlocks:
                      _f16(b[:, 2:4]).reshape(rows, -1), sc.reshape(rows, -1), mn.reshape(rows, -1))
 
 
+@dataclass(slots=True)
+class Q6KBlocks:
+    """Q6_K: w = (d * sc) * (q - 32), d per 256 values, an int8 sc per 16."""
+
+    levels: np.ndarray  # uint8 [rows, cols], 0..63
+    d: np.ndarray  # uint16 [rows, cols / 256]
+    sc: np.ndarray  # int8 [rows, cols / 16]
+
+
+def _q6_levels(b: np.ndarray) -> np.ndarray:
+    """[n, 210] Q6_K blocks -> [n, 256] levels 0..63 (value order)."""
+    ql = b[:, 0:128].reshape(-1, 2, 1, 64) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
+    ql = (ql & 0x0F).reshape(-1, 8, 32)
+    qh = b[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
+    qh = (qh & 0x03).reshape(-1, 8, 32)
+    return (ql | (qh << 4)).reshape(-1, QK_K)
+
+
+def decode_q6_k(raw: np.ndarray, rows: int, cols: int) -> Q6KBlocks:
+    b = _blocks(raw, "Q6_K", rows, cols)
+    return Q6KBlocks(_q6_levels(b).reshape(rows, cols), _f16(b[:, 208:210]).reshape(rows, -1),
+                     np.ascontiguousarray(b[:, 192:208]).view(np.int8).reshape(rows, -1))
+
+
 def _f32(bits: np.ndarray) -> np.ndarray:
     return bits.view(np.float16).astype(np.float32)
 
@@ -177,11 +201,7 @@ def dequantize(name: str, raw: np.ndarray, rows: int, cols: int) -> np.ndarray:
         return (d * q.reshape(-1, 8, 32).astype(np.float32) - dm).reshape(rows, cols)
     if name == "Q6_K":
         b = _blocks(raw, name, rows, cols)
-        ql = b[:, 0:128].reshape(-1, 2, 1, 64) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
-        ql = (ql & 0x0F).reshape(-1, 8, 32)
-        qh = b[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
-        qh = (qh & 0x03).reshape(-1, 8, 32)
-        q = ((ql | (qh << 4)).astype(np.int8) - np.int8(32)).reshape(-1, 16, 16).astype(np.float32)
+        q = (_q6_levels(b).astype(np.int8) - np.int8(32)).reshape(-1, 16, 16).astype(np.float32)
         scales = np.ascontiguousarray(b[:, 192:208]).view(np.int8).astype(np.float32)
         d = (_f32(_f16(b[:, 208:210])).reshape(-1, 1) * scales).reshape(-1, 16, 1)
         return (d * q).reshape(rows, cols)

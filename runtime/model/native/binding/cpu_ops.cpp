@@ -500,7 +500,7 @@ void check_bias(const std::optional<at::Tensor>& bias, const at::Tensor& x, int6
 struct QuantizedRows {
   std::vector<int8_t> q;
   std::vector<float> dx, sx;
-  std::vector<int32_t> sq;
+  std::vector<int32_t> sq, sq16;
 };
 
 // One call of a tiled integer linear on checked inputs: the rows quantized once (in parallel
@@ -521,14 +521,15 @@ at::Tensor run_tiled(const at::Tensor& x, int64_t tiles, int64_t k, const std::o
   act.dx.resize(rows * blocks);
   act.sx.resize(rows * blocks);
   act.sq.resize(rows * blocks);
+  act.sq16.resize(rows * blocks * 2);
   const auto quantize = kt.quantize_rows[slot];
   const void* xp = x.const_data_ptr();
   const int64_t xs = x.stride(0), es = x.element_size();
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     quantize(at_elem(xp, begin * xs, es), xs, end - begin, k, act.q.data() + begin * k, act.dx.data() + begin * blocks,
-             act.sx.data() + begin * blocks, act.sq.data() + begin * blocks);
+             act.sx.data() + begin * blocks, act.sq.data() + begin * blocks, act.sq16.data() + begin * blocks * 2);
   });
-  const sglc_quantized_rows qr{act.q.data(), act.dx.data(), act.sx.data(), act.sq.data(), k};
+  const sglc_quantized_rows qr{act.q.data(), act.dx.data(), act.sx.data(), act.sq.data(), act.sq16.data(), k};
   const void* bp = bias.has_value() ? bias->const_data_ptr() : nullptr;
   void* op = out.data_ptr();
   const int64_t per_pass = kt.int_rows_per_pass, row_blocks = (rows + kRowBlock - 1) / kRowBlock;
@@ -644,6 +645,29 @@ at::Tensor q4k_linear(const at::Tensor& x, const at::Tensor& weight, const at::T
                    });
 }
 
+// GGUF Q6_K: levels 0..63 as bytes in the q8 tiles' layout [N/16, K/32, 8, 64]; float16 d
+// [N/16, K/256, 16]; int8 scales per 16 inputs [N/16, K/16, 16].
+at::Tensor q6k_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& d, const at::Tensor& sc,
+                      const std::optional<at::Tensor>& bias) {
+  TORCH_CHECK(weight.dim() == 4 && weight.size(2) == 8 && weight.size(3) == 64 && weight.is_contiguous() &&
+                  weight.scalar_type() == at::kByte,
+              "q6k_linear: weight must be contiguous uint8 q6k tiles [out / 16, in / 32, 8, 64], got ", weight.sizes(),
+              " ", weight.scalar_type());
+  const int64_t tiles = weight.size(0), blocks = weight.size(1), k = blocks * kQBlock;
+  TORCH_CHECK(blocks % 8 == 0, "q6k_linear: in_features must be a multiple of 256 (K-quant super-blocks), got ", k);
+  check_activations(x, k, "q6k_linear");
+  check_block_table(d, tiles, blocks / 8, at::kHalf, "q6k_linear", "d");
+  check_block_table(sc, tiles, blocks * 2, at::kChar, "q6k_linear", "sc");
+  check_bias(bias, x, tiles * kQTile, "q6k_linear");
+  const auto* kt = &kernels();
+  const uint8_t* wp = weight.const_data_ptr<uint8_t>();
+  const uint16_t* dp = reinterpret_cast<const uint16_t*>(d.const_data_ptr<at::Half>());
+  const int8_t* scp = sc.const_data_ptr<int8_t>();
+  return run_tiled(x, tiles, k, bias, "q6k_linear",
+                   [&](int slot, int64_t t, int64_t r0, int rows, const sglc_quantized_rows* act, const void* bp,
+                       void* op, int64_t n_out) { kt->q6k_tile[slot](wp, dp, scp, act, t, r0, rows, n_out, bp, op); });
+}
+
 }  // namespace
 
 TORCH_LIBRARY(sglc_cpu, m) {
@@ -662,6 +686,7 @@ TORCH_LIBRARY(sglc_cpu, m) {
   m.def("q4_linear(Tensor x, Tensor weight, Tensor d, Tensor m, Tensor? bias) -> Tensor");
   m.def("q8b_linear(Tensor x, Tensor weight, Tensor d, Tensor? bias) -> Tensor");
   m.def("q4k_linear(Tensor x, Tensor weight, Tensor d, Tensor dmin, Tensor sc, Tensor mn, Tensor? bias) -> Tensor");
+  m.def("q6k_linear(Tensor x, Tensor weight, Tensor d, Tensor sc, Tensor? bias) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(sglc_cpu, CPU, m) {
@@ -674,4 +699,5 @@ TORCH_LIBRARY_IMPL(sglc_cpu, CPU, m) {
   m.impl("q4_linear", &q4_linear);
   m.impl("q8b_linear", &q8b_linear);
   m.impl("q4k_linear", &q4k_linear);
+  m.impl("q6k_linear", &q6k_linear);
 }

@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#define SGLC_KERNEL_ABI 2
+#define SGLC_KERNEL_ABI 3
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,12 +24,14 @@ enum sglc_dtype { SGLC_F32 = 0, SGLC_BF16 = 1, SGLC_F16 = 2, SGLC_F64 = 3, SGLC_
 #define SGLC_NUM_INT_DTYPES 3
 
 // Activation rows quantized to int8 per block of 32 inputs (llama.cpp's Q8_0 / Q8_1 rows):
-// x[r, 32b + i] ~ dx[r, b] * q[r, 32b + i]; sx = dx * sum(q), sq = sum(q) per block.
+// x[r, 32b + i] ~ dx[r, b] * q[r, 32b + i]; sx = dx * sum(q), sq = sum(q) per block, sq16 = sum(q)
+// per half block (16 inputs: the scale groups of Q6_K).
 struct sglc_quantized_rows {
   const int8_t* q;    // [rows, k]
   const float* dx;    // [rows, k / 32]
   const float* sx;    // [rows, k / 32]
   const int32_t* sq;  // [rows, k / 32]
+  const int32_t* sq16;  // [rows, k / 16]
   int64_t k;
 };
 
@@ -68,9 +70,9 @@ typedef void (*sglc_merge_state_fn)(float* m, float* l, float* acc, float m2, fl
 typedef void (*sglc_write_normalised_fn)(const float* acc, float l, int64_t d, void* out);
 
 // --- weight-only integer linears (16 output channels per tile, blocks of 32 inputs) ---
-// x rows [0, rows) -> their quantization (see sglc_quantized_rows; q/dx/sx/sq sized by the caller)
+// x rows [0, rows) -> their quantization (see sglc_quantized_rows; q/dx/sx/sq/sq16 sized by the caller)
 typedef void (*sglc_quantize_rows_fn)(const void* x, int64_t stride, int64_t rows, int64_t k, int8_t* q, float* dx,
-                                      float* sx, int32_t* sq);
+                                      float* sx, int32_t* sq, int32_t* sq16);
 // out[r0 + r, 16t : 16t + 16] for r < rows (<= rows_per_pass) from tile t of int8 weights
 // [tiles, k/32, 8, 64] (byte 4c + j of load i of a block: input 4i + j of channel c) and one
 // scale per channel; bias [n] or NULL; out rows n apart.
@@ -88,6 +90,12 @@ typedef void (*sglc_q8b_tile_fn)(const int8_t* w, const uint16_t* d, const struc
 // GGUF's Q4_K: levels in q4 tiles; float16 d and dmin per super-block of 256 inputs [tiles,
 // k/256, 16], 6-bit scale and min per block as bytes sc, mn [tiles, k/32, 16]:
 // w = (d * sc) * q - (dmin * mn).
+// GGUF's Q6_K: 6-bit levels (0..63, one byte each) in the q8 tiles' layout; float16 d per
+// super-block of 256 inputs [tiles, k/256, 16] and an int8 scale per 16 inputs [tiles, k/16, 16]:
+// w = (d * sc) * (q - 32).
+typedef void (*sglc_q6k_tile_fn)(const uint8_t* w, const uint16_t* d, const int8_t* sc,
+                                 const struct sglc_quantized_rows* act, int64_t t, int64_t r0, int rows, int64_t n,
+                                 const void* bias, void* out);
 typedef void (*sglc_q4k_tile_fn)(const uint8_t* w, const uint16_t* d, const uint16_t* dmin, const uint8_t* sc,
                                  const uint8_t* mn, const struct sglc_quantized_rows* act, int64_t t, int64_t r0,
                                  int rows, int64_t n, const void* bias, void* out);
@@ -116,6 +124,7 @@ struct sglc_kernel_table {
   sglc_q4_tile_fn q4_tile[SGLC_NUM_INT_DTYPES];
   sglc_q8b_tile_fn q8b_tile[SGLC_NUM_INT_DTYPES];
   sglc_q4k_tile_fn q4k_tile[SGLC_NUM_INT_DTYPES];
+  sglc_q6k_tile_fn q6k_tile[SGLC_NUM_INT_DTYPES];
 };
 
 // Scratch floats sglc_attend_fn needs.

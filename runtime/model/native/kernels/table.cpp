@@ -97,6 +97,12 @@ void q4k_tile(const uint8_t* w, const uint16_t* d, const uint16_t* dmin, const u
   arch::q4_rows<T>(w, sglc::Q4KScales{d, dmin, sc, mn}, act, t, r0, rows, n, bias, out);
 }
 
+template <typename T>
+void q6k_tile(const uint8_t* w, const uint16_t* d, const int8_t* sc, const sglc_quantized_rows* act, int64_t t,
+              int64_t r0, int rows, int64_t n, const void* bias, void* out) {
+  arch::q6k_rows<T>(w, d, sc, act, t, r0, rows, n, bias, out);
+}
+
 void merge_state(float* m, float* l, float* acc, float m2, float l2, const float* acc2, int64_t d) {
   sglc::merge_state(m, l, acc, m2, l2, acc2, d);
 }
@@ -124,6 +130,7 @@ const sglc_kernel_table kTable = {
     {q4_tile<float>, q4_tile<bf16>, q4_tile<f16>},
     {q8b_tile<float>, q8b_tile<bf16>, q8b_tile<f16>},
     {q4k_tile<float>, q4k_tile<bf16>, q4k_tile<f16>},
+    {q6k_tile<float>, q6k_tile<bf16>, q6k_tile<f16>},
 };
 
 }  // namespace

@@ -18,6 +18,9 @@
 //   exact in float32, so GGUF's Q4_K levels and scales are kept as shipped.
 // - q8 tiles with block scales (GGUF's Q8_0): the q8 tiles' levels and float16 d [N/16, K/32,
 //   16] per block and channel: w = d * q.
+// - q6k tiles (GGUF's Q6_K): 6-bit levels 0..63, a byte each, in the q8 tiles' layout; float16 d
+//   per super-block [N/16, K/256, 16] and an int8 scale per 16 inputs [N/16, K/16, 16]:
+//   w = (d * sc) * (q - 32) (the product d * sc exact in float32).
 //
 // This file: the portable reference (what every variant must compute, and the generic
 // variant's kernels). The integer sums are exact and every variant applies the per-block float
@@ -35,31 +38,34 @@ constexpr int64_t kQ8BlockBytes = kQTile * kQBlock;
 constexpr int64_t kQ4BlockBytes = kQTile * kQBlock / 2;
 
 // One block of 32 inputs -> int8 levels (round to nearest even of x * 127 / amax); writes the
-// levels and returns their sum; *scale = amax / 127.
+// levels, the sums of each half (16 inputs) and returns the block's sum; *scale = amax / 127.
 template <typename T>
-inline int32_t quantize_block(const T* x, int8_t* q, float* scale) {
+inline int32_t quantize_block(const T* x, int8_t* q, float* scale, int32_t* half_sums) {
   float amax = 0.f;
   _Pragma("omp simd reduction(max : amax)")
   for (int64_t i = 0; i < kQBlock; ++i) amax = std::max(amax, std::fabs(to_float(x[i])));
   const float inv = amax > 0.f ? 127.f / amax : 0.f;
-  int32_t sum = 0;
+  int32_t sums[2] = {0, 0};
   for (int64_t i = 0; i < kQBlock; ++i) {
     const int32_t v = static_cast<int32_t>(std::nearbyint(to_float(x[i]) * inv));
     q[i] = static_cast<int8_t>(v);
-    sum += v;
+    sums[i / 16] += v;
   }
   *scale = amax / 127.f;
-  return sum;
+  half_sums[0] = sums[0];
+  half_sums[1] = sums[1];
+  return sums[0] + sums[1];
 }
 
 template <typename T>
 void quantize_rows_ref(const void* x, int64_t stride, int64_t rows, int64_t k, int8_t* q, float* dx, float* sx,
-                       int32_t* sq) {
+                       int32_t* sq, int32_t* sq16) {
   const int64_t blocks = k / kQBlock;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t i = r * blocks + b;
-      sq[i] = quantize_block(static_cast<const T*>(x) + r * stride + b * kQBlock, q + r * k + b * kQBlock, &dx[i]);
+      sq[i] = quantize_block(static_cast<const T*>(x) + r * stride + b * kQBlock, q + r * k + b * kQBlock, &dx[i],
+                             sq16 + 2 * i);
       sx[i] = dx[i] * static_cast<float>(sq[i]);
     }
   }
@@ -175,6 +181,34 @@ void q8b_tile_ref(const int8_t* w, const uint16_t* d, const sglc_quantized_rows*
           for (int j = 0; j < 4; ++j) sum += static_cast<int32_t>(wb[64 * i + 4 * c + j]) * xq[4 * i + j];
         }
         acc[c] = std::fma(static_cast<float>(sum), half_bits_to_float(d[(t * blocks + b) * kQTile + c]) * dx, acc[c]);
+      }
+    }
+    store_channels(acc, bias, t, static_cast<T*>(out) + (r0 + r) * n + t * kQTile);
+  }
+}
+
+// Q6_K: levels 0..63 in the q8 tiles' layout (loads 0-3 of a block: inputs 0-15, loads 4-7:
+// 16-31); each half block's sum is corrected by 32 * its activations' sum and scaled by d * sc.
+template <typename T>
+void q6k_tile_ref(const uint8_t* w, const uint16_t* d, const int8_t* sc, const sglc_quantized_rows* act, int64_t t,
+                  int64_t r0, int rows, int64_t n, const void* bias, void* out) {
+  const int64_t k = act->k, blocks = k / kQBlock;
+  for (int r = 0; r < rows; ++r) {
+    float acc[kQTile] = {};
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* wb = w + (t * blocks + b) * kQ8BlockBytes;
+      const int8_t* xq = act->q + (r0 + r) * k + b * kQBlock;
+      const int64_t xb = (r0 + r) * blocks + b;
+      for (int64_t c = 0; c < kQTile; ++c) {
+        const float dc = half_bits_to_float(d[(t * (blocks / kKBlocks) + b / kKBlocks) * kQTile + c]);
+        for (int h = 0; h < 2; ++h) {
+          int32_t sum = 0;
+          for (int i = 4 * h; i < 4 * h + 4; ++i) {
+            for (int j = 0; j < 4; ++j) sum += static_cast<int32_t>(wb[64 * i + 4 * c + j]) * xq[4 * i + j];
+          }
+          const float scale = dc * static_cast<float>(sc[(t * blocks * 2 + 2 * b + h) * kQTile + c]);
+          acc[c] = std::fma(static_cast<float>(sum - 32 * act->sq16[2 * xb + h]), scale * act->dx[xb], acc[c]);
+        }
       }
     }
     store_channels(acc, bias, t, static_cast<T*>(out) + (r0 + r) * n + t * kQTile);

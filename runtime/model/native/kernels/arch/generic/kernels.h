@@ -26,8 +26,8 @@ inline void add_weighted_rows(const float* p, int64_t p_stride, const float* v, 
 
 template <typename T>
 void quantize_rows(const void* x, int64_t stride, int64_t rows, int64_t k, int8_t* q, float* dx, float* sx,
-                   int32_t* sq) {
-  quantize_rows_ref<T>(x, stride, rows, k, q, dx, sx, sq);
+                   int32_t* sq, int32_t* sq16) {
+  quantize_rows_ref<T>(x, stride, rows, k, q, dx, sx, sq, sq16);
 }
 
 template <typename T>
@@ -35,6 +35,12 @@ void q8_rows(const int8_t* w, const float* scales, const uint16_t* block_d, cons
              int64_t r0, int rows, int64_t n, const void* bias, void* out) {
   if (block_d != nullptr) return q8b_tile_ref<T>(w, block_d, act, t, r0, rows, n, bias, out);
   q8_tile_ref<T>(w, scales, act, t, r0, rows, n, bias, out);
+}
+
+template <typename T>
+void q6k_rows(const uint8_t* w, const uint16_t* d, const int8_t* sc, const sglc_quantized_rows* act, int64_t t,
+              int64_t r0, int rows, int64_t n, const void* bias, void* out) {
+  q6k_tile_ref<T>(w, d, sc, act, t, r0, rows, n, bias, out);
 }
 
 template <typename T, typename Scales>

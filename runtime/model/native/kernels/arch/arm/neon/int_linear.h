@@ -17,7 +17,7 @@ constexpr int kIntRowsPerPass = 4;
 // quantize_rows_ref 4 floats at a time; vcvtnq rounds to nearest even as nearbyint does.
 template <typename T>
 void quantize_rows(const void* x, int64_t stride, int64_t rows, int64_t k, int8_t* q, float* dx, float* sx,
-                   int32_t* sq) {
+                   int32_t* sq, int32_t* sq16) {
   const int64_t blocks = k / kQBlock;
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = static_cast<const T*>(x) + r * stride;
@@ -30,16 +30,18 @@ void quantize_rows(const void* x, int64_t stride, int64_t rows, int64_t k, int8_
       }
       const float amax = vmaxvq_f32(mx);
       const float inv = amax > 0.f ? 127.f / amax : 0.f;
-      int32x4_t sum = vdupq_n_s32(0);
+      int32x4_t sum[2] = {vdupq_n_s32(0), vdupq_n_s32(0)};
       int8_t* dst = q + r * k + b * kQBlock;
       for (int i = 0; i < 8; i += 2) {
         const int32x4_t a = vcvtnq_s32_f32(vmulq_n_f32(v[i], inv)), c = vcvtnq_s32_f32(vmulq_n_f32(v[i + 1], inv));
-        sum = vaddq_s32(sum, vaddq_s32(a, c));
+        sum[i / 4] = vaddq_s32(sum[i / 4], vaddq_s32(a, c));
         const int16x8_t h = vcombine_s16(vqmovn_s32(a), vqmovn_s32(c));
         vst1_s8(dst + 4 * i, vqmovn_s16(h));
       }
       const int64_t i = r * blocks + b;
-      sq[i] = vaddvq_s32(sum);
+      sq16[2 * i] = vaddvq_s32(sum[0]);
+      sq16[2 * i + 1] = vaddvq_s32(sum[1]);
+      sq[i] = sq16[2 * i] + sq16[2 * i + 1];
       dx[i] = amax / 127.f;
       sx[i] = dx[i] * static_cast<float>(sq[i]);
     }
@@ -217,6 +219,63 @@ void q8_rows(const int8_t* w, const float* scales, const uint16_t* block_d, cons
     case 2: return q8_tile_rows<2, T>(w, scales, block_d, act, t, r0, n, bias, out);
     case 3: return q8_tile_rows<3, T>(w, scales, block_d, act, t, r0, n, bias, out);
     default: return q8_tile_rows<4, T>(w, scales, block_d, act, t, r0, n, bias, out);
+  }
+}
+
+// Q6_K: levels 0..63 fit a signed byte, so sdot takes them as they are; each half block (loads
+// 0-3, 4-7) keeps its own sums, corrected by 32 * its activation sum.
+template <int R, typename T>
+void q6k_tile_rows(const uint8_t* w, const uint16_t* d, const int8_t* sc, const sglc_quantized_rows* act, int64_t t,
+                   int64_t r0, int64_t n, const void* bias, void* out) {
+  const int64_t k = act->k, blocks = k / kQBlock;
+  float32x4_t acc[R][4];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < 4; ++c) acc[r][c] = vdupq_n_f32(0.f);
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int8_t* wb = reinterpret_cast<const int8_t*>(w) + (t * blocks + b) * kQ8BlockBytes;
+    const int64_t sup = (t * (blocks / kKBlocks) + b / kKBlocks) * kQTile;
+    const int8_t* scb = sc + (t * blocks * 2 + 2 * b) * kQTile;
+    float32x4_t scale[2][4];
+    for (int h = 0; h < 2; ++h) {
+      for (int c = 0; c < 4; ++c) {
+        const float lanes[4] = {static_cast<float>(scb[h * kQTile + 4 * c]), static_cast<float>(scb[h * kQTile + 4 * c + 1]),
+                                static_cast<float>(scb[h * kQTile + 4 * c + 2]), static_cast<float>(scb[h * kQTile + 4 * c + 3])};
+        scale[h][c] = vmulq_f32(load_half4(d + sup + 4 * c), vld1q_f32(lanes));
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xq = act->q + (r0 + r) * k + b * kQBlock;
+      const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);
+      const int64_t xb = (r0 + r) * blocks + b;
+      for (int c = 0; c < 4; ++c) {
+        int32x4_t h0 = vdupq_n_s32(0), h1 = vdupq_n_s32(0);
+        h0 = vdotq_laneq_s32(h0, vld1q_s8(wb + 16 * c), x0, 0);
+        h0 = vdotq_laneq_s32(h0, vld1q_s8(wb + 64 + 16 * c), x0, 1);
+        h0 = vdotq_laneq_s32(h0, vld1q_s8(wb + 128 + 16 * c), x0, 2);
+        h0 = vdotq_laneq_s32(h0, vld1q_s8(wb + 192 + 16 * c), x0, 3);
+        h1 = vdotq_laneq_s32(h1, vld1q_s8(wb + 256 + 16 * c), x1, 0);
+        h1 = vdotq_laneq_s32(h1, vld1q_s8(wb + 320 + 16 * c), x1, 1);
+        h1 = vdotq_laneq_s32(h1, vld1q_s8(wb + 384 + 16 * c), x1, 2);
+        h1 = vdotq_laneq_s32(h1, vld1q_s8(wb + 448 + 16 * c), x1, 3);
+        h0 = vsubq_s32(h0, vdupq_n_s32(32 * act->sq16[2 * xb]));
+        h1 = vsubq_s32(h1, vdupq_n_s32(32 * act->sq16[2 * xb + 1]));
+        acc[r][c] = vfmaq_f32(acc[r][c], vcvtq_f32_s32(h0), vmulq_n_f32(scale[0][c], act->dx[xb]));
+        acc[r][c] = vfmaq_f32(acc[r][c], vcvtq_f32_s32(h1), vmulq_n_f32(scale[1][c], act->dx[xb]));
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) store_tile(acc[r], bias, t, static_cast<T*>(out) + (r0 + r) * n + t * kQTile);
+}
+
+template <typename T>
+void q6k_rows(const uint8_t* w, const uint16_t* d, const int8_t* sc, const sglc_quantized_rows* act, int64_t t,
+              int64_t r0, int rows, int64_t n, const void* bias, void* out) {
+  switch (rows) {
+    case 1: return q6k_tile_rows<1, T>(w, d, sc, act, t, r0, n, bias, out);
+    case 2: return q6k_tile_rows<2, T>(w, d, sc, act, t, r0, n, bias, out);
+    case 3: return q6k_tile_rows<3, T>(w, d, sc, act, t, r0, n, bias, out);
+    default: return q6k_tile_rows<4, T>(w, d, sc, act, t, r0, n, bias, out);
   }
 }
 

@@ -42,7 +42,7 @@ inline float hmax(__m256 v) {
 // nearbyint does, so the levels are bit-identical.
 template <typename T>
 void quantize_rows(const void* x, int64_t stride, int64_t rows, int64_t k, int8_t* q, float* dx, float* sx,
-                   int32_t* sq) {
+                   int32_t* sq, int32_t* sq16) {
   const int64_t blocks = k / kQBlock;
   const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undoes the packs' lane interleave
@@ -58,12 +58,14 @@ void quantize_rows(const void* x, int64_t stride, int64_t rows, int64_t k, int8_
       const __m256 iv = _mm256_set1_ps(inv);
       __m256i qi[4];
       for (int i = 0; i < 4; ++i) qi[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], iv));
-      const __m256i sum = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
+
       const __m256i p16a = _mm256_packs_epi32(qi[0], qi[1]), p16b = _mm256_packs_epi32(qi[2], qi[3]);
       const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), order);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + r * k + b * kQBlock), p8);
       const int64_t i = r * blocks + b;
-      sq[i] = hsum_epi32(sum);
+      sq16[2 * i] = hsum_epi32(_mm256_add_epi32(qi[0], qi[1]));
+      sq16[2 * i + 1] = hsum_epi32(_mm256_add_epi32(qi[2], qi[3]));
+      sq[i] = sq16[2 * i] + sq16[2 * i + 1];
       dx[i] = amax / 127.f;
       sx[i] = dx[i] * static_cast<float>(sq[i]);
     }
@@ -185,6 +187,62 @@ void q8_rows(const int8_t* w, const float* scales, const uint16_t* block_d, cons
     case 2: return q8_tile_rows<2, T>(w, scales, block_d, act, t, r0, n, bias, out);
     case 3: return q8_tile_rows<3, T>(w, scales, block_d, act, t, r0, n, bias, out);
     default: return q8_tile_rows<4, T>(w, scales, block_d, act, t, r0, n, bias, out);
+  }
+}
+
+// Q6_K: levels 0..63 (unsigned) times activations: a vpmaddubsw pair sum is at most 2 * 63 * 127
+// = 16,002, so two loads' products add in int16 (<= 32,004) before each vpmaddwd; each half
+// block (loads 0-3, 4-7) keeps its own sums, corrected by 32 * its activation sum.
+template <int R, typename T>
+void q6k_tile_rows(const uint8_t* w, const uint16_t* d, const int8_t* sc, const sglc_quantized_rows* act, int64_t t,
+                   int64_t r0, int64_t n, const void* bias, void* out) {
+  const int64_t k = act->k, blocks = k / kQBlock;
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int half = 0; half < 2; ++half) {
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* wb = w + (t * blocks + b) * kQ8BlockBytes + 32 * half;
+      const __m256 dv = load_half8(d + (t * (blocks / kKBlocks) + b / kKBlocks) * kQTile + 8 * half);
+      const int8_t* scb = sc + (t * blocks * 2 + 2 * b) * kQTile + 8 * half;
+      const __m256 sc0 = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scb)))));
+      const __m256 sc1 = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scb + kQTile)))));
+      __m256i h[2][R];
+      for (int g = 0; g < 2; ++g) {
+        for (int r = 0; r < R; ++r) h[g][r] = _mm256_setzero_si256();
+        for (int i = 4 * g; i < 4 * g + 4; i += 2) {
+          const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 64 * i));
+          const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 64 * (i + 1)));
+          for (int r = 0; r < R; ++r) {
+            const int8_t* xq = act->q + (r0 + r) * k + b * kQBlock;
+            const __m256i pair = _mm256_add_epi16(_mm256_maddubs_epi16(w0, broadcast4(xq + 4 * i)),
+                                                  _mm256_maddubs_epi16(w1, broadcast4(xq + 4 * (i + 1))));
+            h[g][r] = _mm256_add_epi32(h[g][r], _mm256_madd_epi16(pair, ones));
+          }
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        const int64_t xb = (r0 + r) * blocks + b;
+        const __m256 dx = _mm256_set1_ps(act->dx[xb]);
+        const __m256i c0 = _mm256_sub_epi32(h[0][r], _mm256_set1_epi32(32 * act->sq16[2 * xb]));
+        const __m256i c1 = _mm256_sub_epi32(h[1][r], _mm256_set1_epi32(32 * act->sq16[2 * xb + 1]));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c0), _mm256_mul_ps(sc0, dx), acc[r]);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c1), _mm256_mul_ps(sc1, dx), acc[r]);
+      }
+    }
+    const int64_t channel = t * kQTile + 8 * half;
+    for (int r = 0; r < R; ++r) store8(static_cast<T*>(out) + (r0 + r) * n + channel, add_bias8<T>(acc[r], bias, channel));
+  }
+}
+
+template <typename T>
+void q6k_rows(const uint8_t* w, const uint16_t* d, const int8_t* sc, const sglc_quantized_rows* act, int64_t t,
+              int64_t r0, int rows, int64_t n, const void* bias, void* out) {
+  switch (rows) {
+    case 1: return q6k_tile_rows<1, T>(w, d, sc, act, t, r0, n, bias, out);
+    case 2: return q6k_tile_rows<2, T>(w, d, sc, act, t, r0, n, bias, out);
+    case 3: return q6k_tile_rows<3, T>(w, d, sc, act, t, r0, n, bias, out);
+    default: return q6k_tile_rows<4, T>(w, d, sc, act, t, r0, n, bias, out);
   }
 }
 

@@ -30,7 +30,7 @@ inline __m512 load16_any(const f16* p) { return _mm512_cvtph_ps(_mm256_loadu_si2
 // even by vcvtps2dq as nearbyint does, so the levels are bit-identical.
 template <typename T>
 void quantize_rows(const void* x, int64_t stride, int64_t rows, int64_t k, int8_t* q, float* dx, float* sx,
-                   int32_t* sq) {
+                   int32_t* sq, int32_t* sq16) {
   const int64_t blocks = k / kQBlock;
   const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
   for (int64_t r = 0; r < rows; ++r) {
@@ -45,7 +45,9 @@ void quantize_rows(const void* x, int64_t stride, int64_t rows, int64_t k, int8_
       _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtsepi32_epi8(q0));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16), _mm512_cvtsepi32_epi8(q1));
       const int64_t i = r * blocks + b;
-      sq[i] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+      sq16[2 * i] = _mm512_reduce_add_epi32(q0);
+      sq16[2 * i + 1] = _mm512_reduce_add_epi32(q1);
+      sq[i] = sq16[2 * i] + sq16[2 * i + 1];
       dx[i] = amax / 127.f;
       sx[i] = dx[i] * static_cast<float>(sq[i]);
     }
@@ -158,6 +160,42 @@ void q4_tile_rows(const uint8_t* w, const Scales& scales, const sglc_quantized_r
   }
 }
 
+// Q6_K: levels 0..63 are vpdpbusd's unsigned operand as they are; loads 0-3 of a block hold
+// inputs 0-15 and 4-7 inputs 16-31, each half with its own scale, so each half's sum is kept
+// apart and corrected by 32 * that half's activation sum.
+template <int R, typename T>
+void q6k_tile_rows(const uint8_t* w, const uint16_t* d, const int8_t* sc, const sglc_quantized_rows* act, int64_t t,
+                   int64_t r0, int64_t n, const void* bias, void* out) {
+  const int64_t k = act->k, blocks = k / kQBlock;
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* wb = w + (t * blocks + b) * kQ8BlockBytes;
+    __m512i wv[8];
+    for (int i = 0; i < 8; ++i) wv[i] = _mm512_loadu_si512(wb + 64 * i);
+    const __m512 dv = load_half16(d + (t * (blocks / kKBlocks) + b / kKBlocks) * kQTile);
+    const int8_t* scb = sc + (t * blocks * 2 + 2 * b) * kQTile;
+    const __m512 s0 = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scb)))));
+    const __m512 s1 = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scb + kQTile)))));
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xq = act->q + (r0 + r) * k + b * kQBlock;
+      __m512i h0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[0], broadcast4(xq));
+      __m512i h1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[4], broadcast4(xq + 16));
+      for (int i = 1; i < 4; ++i) {
+        h0 = _mm512_dpbusd_epi32(h0, wv[i], broadcast4(xq + 4 * i));
+        h1 = _mm512_dpbusd_epi32(h1, wv[4 + i], broadcast4(xq + 16 + 4 * i));
+      }
+      const int64_t xb = (r0 + r) * blocks + b;
+      const __m512 dx = _mm512_set1_ps(act->dx[xb]);
+      h0 = _mm512_sub_epi32(h0, _mm512_set1_epi32(32 * act->sq16[2 * xb]));
+      h1 = _mm512_sub_epi32(h1, _mm512_set1_epi32(32 * act->sq16[2 * xb + 1]));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(h0), _mm512_mul_ps(s0, dx), acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(h1), _mm512_mul_ps(s1, dx), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) store_tile(static_cast<T*>(out) + (r0 + r) * n + t * kQTile, add_bias<T>(acc[r], bias, t));
+}
+
 // R as a template argument: the accumulators stay in registers.
 template <typename T>
 void q8_rows(const int8_t* w, const float* scales, const uint16_t* block_d, const sglc_quantized_rows* act, int64_t t,
@@ -171,6 +209,21 @@ void q8_rows(const int8_t* w, const float* scales, const uint16_t* block_d, cons
     case 6: return q8_tile_rows<6, T>(w, scales, block_d, act, t, r0, n, bias, out);
     case 7: return q8_tile_rows<7, T>(w, scales, block_d, act, t, r0, n, bias, out);
     default: return q8_tile_rows<8, T>(w, scales, block_d, act, t, r0, n, bias, out);
+  }
+}
+
+template <typename T>
+void q6k_rows(const uint8_t* w, const uint16_t* d, const int8_t* sc, const sglc_quantized_rows* act, int64_t t,
+              int64_t r0, int rows, int64_t n, const void* bias, void* out) {
+  switch (rows) {
+    case 1: return q6k_tile_rows<1, T>(w, d, sc, act, t, r0, n, bias, out);
+    case 2: return q6k_tile_rows<2, T>(w, d, sc, act, t, r0, n, bias, out);
+    case 3: return q6k_tile_rows<3, T>(w, d, sc, act, t, r0, n, bias, out);
+    case 4: return q6k_tile_rows<4, T>(w, d, sc, act, t, r0, n, bias, out);
+    case 5: return q6k_tile_rows<5, T>(w, d, sc, act, t, r0, n, bias, out);
+    case 6: return q6k_tile_rows<6, T>(w, d, sc, act, t, r0, n, bias, out);
+    case 7: return q6k_tile_rows<7, T>(w, d, sc, act, t, r0, n, bias, out);
+    default: return q6k_tile_rows<8, T>(w, d, sc, act, t, r0, n, bias, out);
   }
 }
 
