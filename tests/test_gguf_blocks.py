@@ -65,3 +65,29 @@ def test_weights_move_whole_rows_and_stack_only_alike_tensors():
 def test_types_we_do_not_read_are_refused_by_name_with_the_list(name):
     with pytest.raises(UnsupportedTensorType, match=f"is {name}.*Q4_K.*Q6_K"):
         check_supported(name, "blk.0.ffn_down.weight")
+
+
+def test_a_model_file_maps_to_the_converter_s_hugging_face_tensors():
+    """The default model's GGUF read in place (GGUFFile) gives the Hugging Face names, shapes and
+    q/k row order of the float32 conversion (gguf_convert), every tensor equal once decoded."""
+    import torch
+
+    from sglc_runtime.model.default_model import find_default_gguf
+    from sglc_runtime.model.gguf import GGUFFile
+    from sglc_runtime.model.gguf_convert import gguf_config, gguf_state_dict
+
+    f = GGUFFile(find_default_gguf())
+    config = f.config_dict()
+    reference_config = gguf_config(f.reader)
+    for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
+                "max_position_embeddings"):
+        assert config[key] == reference_config[key], key
+    ours = f.state_dict(config)
+    reference = gguf_state_dict(f.reader, reference_config)
+    assert set(ours) == set(reference)
+    for name, value in ours.items():
+        decoded = value if isinstance(value, torch.Tensor) else torch.from_numpy(value.dequantize())
+        assert torch.equal(decoded, reference[name]), name
+    assert f.tensor_types() == {"F32": 61, "Q4_1": 210, "Q8_0": 1}
+    assert isinstance(ours["model.layers.0.self_attn.q_proj.weight"], GGUFWeight)
