@@ -19,7 +19,7 @@ from sglc.frontend.choices import (
     token_length_normalized,
     unconditional_likelihood_normalized,
 )
-from sglc.frontend.errors import NotExecutableError, TraceError
+from sglc.frontend.errors import NotExecutableError, NotSupportedError, TraceError, not_supported
 from sglc.frontend.function import SglFunction, function
 from sglc.frontend.primitives import (
     assistant,
@@ -70,6 +70,19 @@ def Runtime(model: str = "default", *, model_path: Any = None, **opts: Any) -> A
     return make_backend("srt", None, model=model if model_path is None else model_path, **opts)
 
 
+def Engine(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - SGLang's spelling
+    """SGLang's offline engine (``sgl.Engine``): not supported yet; ``sgl.Runtime()`` runs our
+    engine in this process instead."""
+    raise not_supported("sgl.Engine(...) (SGLang's offline SRT engine)",
+                        "use sgl.Runtime() (the embedded runtime in this process) or sgl.RuntimeEndpoint(...)")
+
+
+def separate_reasoning(expr: Any = None, model_type: Optional[str] = None) -> Any:
+    """SGLang's ``sgl.separate_reasoning(gen(...), model_type=...)``: not supported yet."""
+    raise not_supported("sgl.separate_reasoning(...) (splitting a reasoning model's thinking from its answer)",
+                        "append the gen itself and split its text after the run")
+
+
 def OpenAI(model_name: str = "default", is_chat_model: Optional[bool] = None, chat_template: Any = None,  # noqa: N802
            is_azure: bool = False, *, base_url: Optional[str] = None, api_key: Optional[str] = None,
            **kwargs: Any) -> Any:
@@ -114,7 +127,7 @@ def load(path: Any) -> Any:
 
 
 __all__ = [
-    "ChoicesSamplingMethod", "NotExecutableError", "OpenAI", "flush_cache", "get_server_info", "global_config",
+    "ChoicesSamplingMethod", "Engine", "NotExecutableError", "NotSupportedError", "OpenAI", "separate_reasoning", "flush_cache", "get_server_info", "global_config",
     "ProgramState", "ProgramStateGroup",
     "RuntimeEndpoint", "SglFunction", "TraceError", "assistant", "assistant_begin", "assistant_end",
     "function", "gen", "load", "Runtime", "gen_int", "gen_string", "greedy_token_selection", "image", "select",

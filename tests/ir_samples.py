@@ -97,6 +97,8 @@ def every_op_graph() -> Graph:
     g.create_node(Op.STREAM_TEXT, guard=yes, meta=src(29))
     g.create_node(Op.CONSTANT_TEXT, attrs={"text": "The essay is unrelated."}, guard=no, meta=src(17))
     g.create_node(Op.CONSTANT_TEXT, attrs={"text": "Bye."}, guard=no, meta=src(17))
+    g.create_node(Op.OUTPUT, [essay, related], guard=no, meta=src(17), attrs={"value": {"dict": [
+        ["essay", {"input": 0}], ["related", {"input": 1}], ["pair", {"tuple": [{"const": 1}, {"list": []}]}]]}})
     return g
 
 

@@ -11,6 +11,7 @@ import hashlib
 import threading
 from typing import Callable, Optional
 
+from sglc.fsm.dtypes import REGEX_INT
 from sglc.wire.backend import (
     Backend,
     CallMeta,
@@ -38,7 +39,7 @@ def digest(text: str) -> int:
 
 def default_reply(prompt: Prompt, params: GenParams) -> str:
     """A word chosen by the prompt's hash (the same prompt always gives the same word)."""
-    if params.regex == r"-?(?:0|[1-9][0-9]*)" or (params.fsm or {}).get("pattern") == r"-?(?:0|[1-9][0-9]*)":
+    if params.regex == REGEX_INT or (params.fsm or {}).get("pattern") == REGEX_INT:
         return str(digest(prompt.text) % 100)
     return " " + WORDS[digest(prompt.text) % len(WORDS)]
 

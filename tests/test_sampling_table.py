@@ -48,7 +48,8 @@ def test_each_edge_has_exactly_the_table_rows_it_spells():
     assert set(SAMPLING_CHECKS) == set(BY_DSL)
     assert set(SAMPLING_ATTRS) == set(GEN_ATTRS) == {row.name for row in BY_DSL.values()}
     assert RUN_SAMPLING_KEYS == {key: row.name for key, row in BY_RUN.items()}
-    assert [f.name for f in dataclasses.fields(GenParams)] == [*GEN_FIELDS, "regex", "json_schema", "fsm"]
+    # NOTE: besides the sampling rows, a gen's constraint and its logprob request (not sampling)
+    assert [f.name for f in dataclasses.fields(GenParams)] == [*GEN_FIELDS, "regex", "json_schema", "fsm", "logprobs"]
     assert all(row.proto in (None, row.name) for row in TABLE)
     # NOTE: every GenParams field reaches every backend: runtime.proto, OpenAI and SGLang spell it
     assert all(row.proto and row.openai and row.sglang for row in GEN_FIELDS.values())

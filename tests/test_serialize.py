@@ -21,6 +21,7 @@ V1_FILES = sorted((Path(__file__).parent / "data").glob("*.v1.pb"))
 V2_FILES = sorted((Path(__file__).parent / "data").glob("*.v2.pb"))
 #: Version 3 files (each lowered FSM a typed message), written before format version 4.
 V3_FILES = sorted((Path(__file__).parent / "data").glob("*.v3.pb"))
+V4_FILES = sorted((Path(__file__).parent / "data").glob("*.v4.pb"))
 
 
 def fails(data: bytes, *fragments: str) -> str:
@@ -180,9 +181,9 @@ def test_encoding_is_deterministic():
 
 # ----- the checksum (format version 2 and later) -----
 def test_a_file_ends_with_the_sha256_of_everything_before_it():
-    """encode() writes the current format (4) whose last 35 bytes are the checksum field over the rest."""
+    """encode() writes the current format (5) whose last 35 bytes are the checksum field over the rest."""
     data = encode(every_op_graph())
-    assert FORMAT_VERSION == 4 and parse(data).format_version == 4
+    assert FORMAT_VERSION == 5 and parse(data).format_version == 5
     assert data[-35:-32] == b"\x82\x01\x20" and data[-32:] == hashlib.sha256(data[:-35]).digest()
 
 
@@ -238,6 +239,22 @@ def test_version_3_files_still_load(path):
     graph = load(path)
     assert any(n.attrs.get("fsm") for n in graph.nodes), "the fixtures carry lowered FSMs"
     assert decode(encode(graph)) == graph
+
+
+@pytest.mark.parametrize("path", V4_FILES, ids=lambda p: p.name)
+def test_version_4_files_still_load(path):
+    """A committed version 4 file (written before the ops of version 5) loads, verifies, and re-encodes
+    in the current format to an equal graph."""
+    data = path.read_bytes()
+    assert parse(data).format_version == 4 and len(parse(data).checksum) == 32
+    graph = load(path)
+    assert any(n.attrs.get("fsm") for n in graph.nodes), "the fixtures carry lowered FSMs"
+    assert decode(encode(graph)) == graph
+
+
+def test_the_version_4_fixtures_exist():
+    """tests/data holds the version 4 files the compatibility test reads."""
+    assert len(V4_FILES) >= 2
 
 
 def _with_version(version: int):

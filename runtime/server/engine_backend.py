@@ -40,6 +40,7 @@ from sglc.wire.backend import (
     ModelInfo,
     Prompt,
     ScoreResult,
+    logprob_meta,
 )
 from sglc.wire.prompt import PromptInput
 
@@ -94,17 +95,28 @@ class EngineBackend(Backend):
     def generate(self, prompt: Prompt, params: GenParams) -> GenResult:
         return self._generate(prompt, params, None)
 
-    def generate_stream(self, prompt: Prompt, params: GenParams, on_text: Callable[[str], None]) -> GenResult:
-        """`generate`, each decoded piece handed to `on_text` as the engine produces it."""
+    def generate_stream(self, prompt: Prompt, params: GenParams, on_text: Callable[..., None]) -> GenResult:
+        """`generate`, each decoded piece and its meta (tokens so far, logprobs when asked) handed
+        to `on_text` as the engine produces it."""
         return self._generate(prompt, params, on_text)
 
-    def _generate(self, prompt: Prompt, params: GenParams, on_text: Optional[Callable[[str], None]]) -> GenResult:
+    def _generate(self, prompt: Prompt, params: GenParams, on_text: Optional[Callable[..., None]]) -> GenResult:
         t0 = time.perf_counter()
         sampling = self.service.sampling_params(**self._sampling_fields(params))
         call = self._once_started(self.service.generate(self._prompt_input(prompt), sampling))
-        out = self.service.final_output(
-            call, None if on_text is None else (lambda chunk: on_text(chunk.text) if chunk.text else None),
-            self._deadline())
+        produced = [0]
+        top = params.logprobs.top_logprobs_num if params.logprobs is not None else 0
+
+        def on_chunk(chunk: Any) -> None:
+            produced[0] += len(chunk.token_ids)
+            meta: dict[str, Any] = {"completion_tokens": produced[0]}
+            if params.logprobs is not None:
+                lp = logprob_meta(chunk.token_ids, chunk.logprobs, chunk.top_logprobs, top_logprobs_num=top)
+                meta.update({k: v for k, v in lp.items() if not k.startswith("input_")},
+                            output_token_logprobs_length=produced[0])
+            on_text(chunk.text, meta)
+
+        out = self.service.final_output(call, None if on_text is None else on_chunk, self._deadline())
         if out is None:
             raise BackendError(f"the embedded runtime gave no answer within {self.timeout:g} s")
         reason = out.finish_reason or {}
@@ -112,6 +124,9 @@ class EngineBackend(Backend):
             raise BackendError(f"the runtime aborted the request: {reason.get('message') or 'no reason given'}")
         meta = CallMeta(out.prompt_tokens, out.cached_tokens, out.completion_tokens, out.finish_reason,
                         time.perf_counter() - t0)
+        if params.logprobs is not None:
+            meta.logprobs = logprob_meta(out.token_ids, out.output_logprobs, out.output_top_logprobs, out.input_logprobs,
+                                         out.input_token_ids, top)
         return GenResult(out.text, meta)
 
     def score(self, prompt: Prompt, choices: list[str], unconditional: bool = False) -> ScoreResult:
@@ -160,6 +175,10 @@ class EngineBackend(Backend):
         """SGLang's `Runtime.endpoint` (the backend to call); the embedded runtime is its own."""
         return self
 
+    def get_model_name(self) -> str:
+        """The model's path (SGLang's ``RuntimeEndpoint.get_model_name()``: what its tokenizer loads from)."""
+        return self.service.model_info().model_path or self.model_info().model
+
     def get_tokenizer(self) -> Any:
         """The model's tokenizer (`encode`, `decode`, `apply_chat_template`), as SGLang's Runtime gives."""
         return self.engine.tokenizer
@@ -198,4 +217,7 @@ class EngineBackend(Backend):
         a constraint once: its GrammarCache)."""
         fields = sampling_table.set_fields(params)
         fields.update({k: getattr(params, k) for k in ("regex", "json_schema", "fsm") if getattr(params, k) is not None})
+        if params.logprobs is not None:  # NOTE: the SamplingParams fields of a gen's logprob request
+            fields.update(return_logprob=True, top_logprobs_num=params.logprobs.top_logprobs_num,
+                          logprob_start_len=params.logprobs.logprob_start_len)
         return fields

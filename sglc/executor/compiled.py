@@ -15,7 +15,7 @@ from sglc.executor.batch import run_graph_batch
 from sglc.executor.graph_executor import DEFAULT_MAX_PARALLEL, GraphExecutor
 from sglc.executor.live_text import LiveText
 from sglc.executor.pool import DaemonPool
-from sglc.executor.program import ExecutedState, ProgramError, bind_call, resolve_backend
+from sglc.executor.program import ExecutedState, ProgramError, batch_arguments, bind_call, resolve_backend
 from sglc.executor.results import ProgramResult
 from sglc.executor.results_in_order import results_in_order
 from sglc.executor.semantics import RUN_SAMPLING_KEYS, sampling_defaults
@@ -88,13 +88,13 @@ class CompiledProgram:
         if stream:
             def start(live: LiveText, on_root: Any) -> tuple[ProgramResult, Any, Optional[BaseException]]:
                 result = execute(live, on_root)
-                return result, None, None if result.error is None else ProgramError(result)
+                return result, result.ret_value, None if result.error is None else ProgramError(result)
 
             return StreamingState(start, self.name)
         result = execute()
         if result.error is not None:
             raise ProgramError(result)
-        return ExecutedState(result)
+        return ExecutedState(result, result.ret_value)
 
     def run_batch(self, batch_kwargs: Sequence[dict[str, Any]], *, backend: Optional[Backend] = None,
                   num_threads: Union[int, str] = "auto", progress_bar: bool = False,
@@ -107,7 +107,10 @@ class CompiledProgram:
         extra, sampling = split_run_kwargs(dict(sampling_kwargs))
         if extra:
             raise TypeError(f"{self.name}.run_batch() got unknown keyword(s) {', '.join(sorted(extra))}")
-        inputs = [dict(kw) for kw in batch_kwargs]
+        names = self.arg_names
+        with_default = {n.attrs["name"] for n in self.graph.arguments() if "default" in n.attrs}
+        inputs = batch_arguments(f"{self.name}.run_batch()", names, len([n for n in names if n not in with_default]),
+                                 batch_kwargs)
 
         def start(on_result: Any = None) -> list[ProgramResult]:
             return run_graph_batch(self.graph, chosen, inputs, concurrency=concurrency_of(num_threads),
@@ -115,8 +118,8 @@ class CompiledProgram:
                                    progress=progress_bar, on_result=on_result)
 
         if generator_style:
-            return (ExecutedState(r) for r in results_in_order(start, len(inputs)))
-        return [ExecutedState(r) for r in start()]
+            return (ExecutedState(r, r.ret_value) for r in results_in_order(start, len(inputs)))
+        return [ExecutedState(r, r.ret_value) for r in start()]
 
     def save(self, path: Union[str, os.PathLike]) -> None:
         """Write graph.pb (the format `sglc run` and `sgl.load` read)."""

@@ -213,10 +213,7 @@ class EagerSink(StreamSink):
         return [dict(m) for m in self._read().messages]
 
     def get_meta_info(self, name: str) -> Any:
-        st = self._read()
-        if name not in st.meta_info:
-            raise KeyError(f'{user_source()}: no call produced variable "{name}"')
-        return st.meta_info[name]
+        return self._read().meta_info.get(name)  # NOTE: None when no call produced it (SGLang)
 
     def sync(self) -> None:
         self.queue.sync()
@@ -283,7 +280,7 @@ def run_program(func: Callable[..., Any], args: tuple, kwargs: dict[str, Any], b
         _CURRENT_RUN.reset(token)
         run.close()
         if live is not None:
-            live.finish()
+            live.finish(failed=failure is not None)
     st = root.state or StreamState()
     result = ProgramResult(
         index=index, arguments=dict(arguments if arguments is not None else kwargs),

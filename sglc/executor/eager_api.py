@@ -7,7 +7,7 @@ from sglc.executor.batch import run_batch
 from sglc.executor.compiled import concurrency_of, split_run_kwargs
 from sglc.executor.eager import current_run, run_program
 from sglc.executor.graph_executor import DEFAULT_MAX_PARALLEL
-from sglc.executor.program import ExecutedState, bind_call, resolve_backend
+from sglc.executor.program import ExecutedState, batch_arguments, bind_call, resolve_backend
 from sglc.executor.results import ProgramResult
 from sglc.executor.results_in_order import results_in_order
 from sglc.executor.streaming_state import StreamingState
@@ -65,7 +65,8 @@ def run_function_batch(fn: Any, batch_kwargs: Sequence[dict[str, Any]], *, backe
     extra, sampling = split_run_kwargs(dict(sampling_kwargs))
     if extra:
         raise TypeError(f"{fn.name}.run_batch() got unknown keyword(s) {', '.join(sorted(extra))}")
-    inputs = [dict(kw) for kw in batch_kwargs]
+    num_required = len(fn.arg_names) - len(fn.arg_defaults)
+    inputs = batch_arguments(f"{fn.name}.run_batch()", fn.arg_names, num_required, batch_kwargs)
     returns: dict[int, Any] = {}
 
     def run_one(index: int, arguments: dict[str, Any]) -> ProgramResult:

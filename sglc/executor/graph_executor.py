@@ -25,9 +25,10 @@ from typing import Any, Callable, ContextManager, Iterator, Optional
 from sglc.executor.errors import ExecutionError, wrap
 from sglc.executor.live_text import LiveText
 from sglc.executor.pool import DaemonPool
-from sglc.executor.results import CallRecord, ProgramResult
+from sglc.executor.results import RETURNS_STATE, CallRecord, ProgramResult
 from sglc.executor.semantics import Semantics
 from sglc.executor.stream_state import StreamState
+from sglc.ir import output_value
 from sglc.ir.graph import Graph
 from sglc.ir.node import Node
 from sglc.ir.ops import Op
@@ -61,6 +62,13 @@ class ExecutionPlan:
             for j in sorted(d):
                 self.dependents[j].append(i)
         self.arg_names: list[str] = [n.attrs["name"] for n in self.nodes if n.op is Op.ARGUMENT]  # type: ignore[misc]
+        #: Stream 0 and the one-way streams prefix hoisting made of it: the program's own
+        #: streams, whose gens `text_iter(var)` streams (live_text.py).
+        root = {0}
+        for node in self.nodes:
+            if node.op is Op.GET_FORK_ITEM and node.inputs[0].attrs.get("hoisted") and node.inputs[0].stream in root:
+                root.add(node.stream)
+        self.root_streams = frozenset(root)
 
     def batch_hints(self) -> list[Node]:
         return [n for n in self.nodes if n.op is Op.CACHE_PREFIX and n.attrs.get("scope") == "batch"]
@@ -97,13 +105,17 @@ class GraphExecutor:
         batch.py); a single run has nothing to share it with.
         """
         run = _Run(self, dict(arguments), index, live)
+        if live is not None:
+            live.root_streams = self.plan.root_streams
         if on_root is not None:
             on_root(lambda: run.streams[0])
+        result: Optional[ProgramResult] = None
         try:
-            return run.execute()
+            result = run.execute()
+            return result
         finally:
             if live is not None:
-                live.finish()
+                live.finish(failed=result is None or result.error is not None)
 
     def constant_prefix(self) -> Optional[StreamState]:
         """Stream 0's text before its batch hint (identical for every input), or None."""
@@ -152,12 +164,18 @@ class _Run:
         self.ready_calls: list[int] = []
         self.in_flight: set[int] = set()
         self.error: Optional[str] = None
+        self.ret_value: Any = None
         self.lock = threading.Lock()
         self.finished = threading.Event()
 
     # ----- driving -----
     def execute(self) -> ProgramResult:
         unknown = [k for k in self.arguments if k not in self.plan.arg_names]
+        fixed = [k for k in unknown if k in (self.plan.graph.meta.get("fixed_args") or [])]
+        if fixed:
+            return self._result(f"argument(s) {', '.join(sorted(fixed))} of {self.plan.graph.name} were fixed at compile "
+                                "time (bound when it was traced: compile(...=...) or sglc compile --bind); their values "
+                                "are part of the graph and cannot be passed at run time (compile again to change them)")
         if unknown:
             takes = ", ".join(self.plan.arg_names) or "no arguments"
             return self._result(f"unknown argument(s) {', '.join(sorted(unknown))}; the program takes {takes}")
@@ -193,6 +211,7 @@ class _Run:
             calls=[record for _, record in sorted(self.calls, key=lambda c: c[0])],
             error=error,
             meta_info=dict(main.meta_info),
+            ret_value=self.ret_value,
         )
 
     def _advance(self, ready: list[int]) -> None:
@@ -366,6 +385,10 @@ class _Run:
 
     def _op_cache_prefix(self, node: Node) -> None:
         return None  # a batch hint already sent by the batch (see _is_noop_hint)
+
+    def _op_output(self, node: Node) -> None:
+        inputs = [self._input(node, k) for k in range(len(node.inputs))]
+        self.ret_value = output_value.build(node.attrs["value"], inputs, lambda: RETURNS_STATE)
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from sglc.errors import SglcError
-from sglc.executor.results import ProgramResult
+from sglc.executor.results import RETURNS_STATE, ProgramResult
 from sglc.frontend.errors import NotExecutableError, user_source
 from sglc.frontend.primitives import Gen, Select
 from sglc.frontend.sink import StreamSink
@@ -124,9 +124,7 @@ class FinishedSink(StreamSink):
         return [dict(m) for m in self.result.messages]
 
     def get_meta_info(self, name: str) -> Any:
-        if name not in self.result.meta_info:
-            raise KeyError(f'no call produced variable "{name}"')
-        return self.result.meta_info[name]
+        return self.result.meta_info.get(name)  # NOTE: None when no call produced it (SGLang)
 
     def fork(self, n: int) -> list[StreamSink]:
         raise self._finished("fork")
@@ -145,7 +143,7 @@ class ExecutedState(ProgramState):
     def __init__(self, result: ProgramResult, ret_value: Any = None) -> None:
         super().__init__(FinishedSink(result))
         self.result = result
-        self.ret_value = ret_value
+        self.ret_value = self if ret_value is RETURNS_STATE else ret_value
 
     def error(self) -> Optional[str]:
         """The one-line failure of this run, or None."""
@@ -156,6 +154,27 @@ class ExecutedState(ProgramState):
 
     def __repr__(self) -> str:
         return f"ExecutedState({self.sink.describe()})"
+
+
+def batch_arguments(what: str, arg_names: Sequence[str], num_required: int, batch: Any) -> list[dict[str, Any]]:
+    """SGLang's run_batch inputs as argument dicts: each is a dict of arguments, or a list/tuple of
+    positional values (``run_batch([("Hi",), ("Yo",)])``) with at least the required ones."""
+    if isinstance(batch, (str, bytes, dict)) or not isinstance(batch, (list, tuple)):
+        raise TypeError(f"{what} takes a list of inputs (dicts of arguments or tuples of positional values), "
+                        f"got {type(batch).__name__}")
+    inputs: list[dict[str, Any]] = []
+    for i, item in enumerate(batch):
+        if isinstance(item, dict):
+            inputs.append(dict(item))
+        elif isinstance(item, (list, tuple)) and num_required <= len(item) <= len(arg_names):
+            inputs.append(dict(zip(arg_names, item)))
+        else:
+            shown = repr(item) if len(repr(item)) <= 60 else repr(item)[:57] + "..."
+            raise TypeError(f"{what}: input {i} ({shown}) does not match the program's parameters "
+                            f"({', '.join(arg_names) or 'none'}): give a dict of arguments or a tuple of "
+                            f"{num_required if num_required == len(arg_names) else f'{num_required} to {len(arg_names)}'} "
+                            "positional values")
+    return inputs
 
 
 def bind_call(arg_names: Sequence[str], args: tuple, kwargs: dict[str, Any], what: str) -> dict[str, Any]:

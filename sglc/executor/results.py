@@ -32,20 +32,25 @@ class CallRecord:
     completion_tokens: int = 0
     finish_reason: Optional[dict] = None
     latency_s: float = 0.0
+    #: SGLang's logprob keys when the gen asked for logprobs (``output_token_logprobs``, ...).
+    logprobs: Optional[dict] = None
 
     @classmethod
     def of(cls, node: str, stream: int, op: str, meta: CallMeta, latency_s: float) -> "CallRecord":
         return cls(node, op, stream, meta.prompt_tokens, meta.cached_tokens, meta.completion_tokens,
-                   meta.finish_reason, round(latency_s, 6))
+                   meta.finish_reason, round(latency_s, 6), getattr(meta, "logprobs", None))
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if out["logprobs"] is None:  # NOTE: only gens that asked for logprobs carry them
+            del out["logprobs"]
+        return out
 
     def meta_info(self) -> dict[str, Any]:
-        """SGLang-style meta info for `s.get_meta_info(name)`."""
+        """SGLang-style meta info for `s.get_meta_info(name)` (with the logprob keys when asked)."""
         return {"prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
                 "completion_tokens": self.completion_tokens, "finish_reason": self.finish_reason,
-                "latency_s": self.latency_s}
+                "latency_s": self.latency_s, **(self.logprobs or {})}
 
 
 @dataclasses.dataclass
@@ -61,6 +66,9 @@ class ProgramResult:
     error: Optional[str] = None
     #: Per-variable call meta info of stream 0 (not serialized; for get_meta_info()).
     meta_info: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict, repr=False)
+    #: What the program's function returned (`state.ret_value`; not serialized). RETURNS_STATE:
+    #: the function returned its own state.
+    ret_value: Any = dataclasses.field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -79,6 +87,16 @@ class ProgramResult:
 
     def to_line(self) -> str:
         return json.dumps(self.to_json(), ensure_ascii=False, default=_fallback)
+
+
+class _ReturnsState:
+    """The marker of a program that returned its own state (`return s`)."""
+
+    def __repr__(self) -> str:
+        return "RETURNS_STATE"
+
+
+RETURNS_STATE = _ReturnsState()
 
 
 def _fallback(value: Any) -> Any:

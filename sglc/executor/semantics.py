@@ -24,7 +24,7 @@ from sglc.executor import select_methods
 from sglc.executor.results import CallRecord
 from sglc.executor.stream_state import StreamState
 from sglc.wire import sampling_table
-from sglc.wire.backend import Backend, ChatTemplate, GenParams, ModelInfo
+from sglc.wire.backend import Backend, ChatTemplate, GenParams, LogprobRequest, ModelInfo
 from sglc.wire.json_schema_text import schema_text
 
 log = logging.getLogger("sglc.executor")
@@ -132,6 +132,9 @@ class Semantics:
             from sglc import fsm as fsm_lib
 
             params.regex = fsm_lib.regex_for_dtype(attrs["dtype"])
+        if attrs.get("return_logprob") or (attrs.get("top_logprobs_num") or 0) > 0:
+            start = attrs.get("logprob_start_len")
+            params.logprobs = LogprobRequest(int(attrs.get("top_logprobs_num") or 0), -1 if start is None else int(start))
         return params
 
     def gen(self, st: StreamState, attrs: dict[str, Any], node: str,
@@ -157,10 +160,11 @@ class Semantics:
         else:
             result = self.backend.generate(st.prompt(), params)
         latency = time.perf_counter() - t0
-        value = result.text
+        self.backend.add_token_usage(result.meta)
+        value = trim_at_first_stop(result.text, params)
         record = CallRecord.of(node, st.stream_id, "gen", result.meta, latency)
         with guard:
-            st.append(result.text)
+            st.append(value)
             st.define(name, value, record.meta_info())
         return value, record
 
@@ -178,6 +182,7 @@ class Semantics:
         t0 = time.perf_counter()
         scored = self.backend.score(st.prompt(), choices, unconditional=unconditional)
         latency = time.perf_counter() - t0
+        self.backend.add_token_usage(scored.meta)
         if len(scored.choices) != len(choices):
             raise ValueError(f"the backend scored {len(scored.choices)} of {len(choices)} choices")
         logprobs = [c.token_logprobs for c in scored.choices]
@@ -237,6 +242,19 @@ class Semantics:
         for name, values in gathered.items():
             parent.define(name, values)
         return gathered
+
+
+def trim_at_first_stop(text: str, params: GenParams) -> str:
+    """SGLang's text of a gen with both ``min_new_tokens`` and ``stop``: cut before the first
+    match of a stop string (SGLang's scheduler lets a stop string end the gen before min_tokens
+    and its detokenizer trims at the first match). Our runtime holds stops back until
+    min_new_tokens tokens exist, so its text can hold an earlier match: cut there. A no-op
+    without min_new_tokens (a runtime stop already ends the text at its first match)."""
+    if not params.min_new_tokens or not params.stop:
+        return text
+    stops = [params.stop] if isinstance(params.stop, str) else params.stop
+    hits = [i for i in (text.find(s) for s in stops if s) if i != -1]
+    return text[:min(hits)] if hits else text
 
 
 def gather_names(parent: StreamState, children: Sequence[StreamState]) -> list[str]:

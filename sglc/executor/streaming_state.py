@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from sglc.executor.live_text import LiveText
 from sglc.executor.program import ExecutedState, FinishedSink
-from sglc.executor.results import ProgramResult
+from sglc.executor.results import RETURNS_STATE, ProgramResult
 from sglc.executor.stream_state import StreamState
 
 #: How to read the root stream's state (None until it exists).
@@ -36,7 +36,7 @@ class StreamingState(ExecutedState):
                 self._outcome = start(self._live, self._set_root)
             except BaseException as err:  # NOTE: a failure before the program ran (bad arguments)
                 self._outcome = (ProgramResult(index=0, error=f"{type(err).__name__}: {err}"), None, err)
-                self._live.finish()
+                self._live.finish(failed=True)
             finally:
                 self._done.set()
 
@@ -64,7 +64,8 @@ class StreamingState(ExecutedState):
 
     @property
     def ret_value(self) -> Any:  # type: ignore[override]
-        return self._finished()[1]
+        value = self._finished()[1]
+        return self if value is RETURNS_STATE else value
 
     def sync(self) -> None:
         """Wait for the program to finish (SGLang's state.sync())."""
@@ -77,8 +78,12 @@ class StreamingState(ExecutedState):
     # ----- streaming -----
     def text_iter(self, var_name: Optional[str] = None) -> Iterator[str]:
         """The text as it is produced: the whole prompt state's (None) or variable `var_name`'s,
-        until that variable is set or the program ends."""
-        return self._live.iter_text(lambda: self._root() if self._root is not None else None, var_name)
+        until that variable is set or the program ends (a variable the program's own stream does
+        not generate, such as a list gathered from forks, yields one "" at the end, as in SGLang)."""
+        return self._pieces(var_name, False)
+
+    def _pieces(self, var_name: Optional[str], with_meta: bool) -> Iterator[Any]:
+        return self._live.iter_text(lambda: self._root() if self._root is not None else None, var_name, with_meta)
 
     def __repr__(self) -> str:
         return "StreamingState(finished)" if self._done.is_set() else "StreamingState(running)"

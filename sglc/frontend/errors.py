@@ -31,6 +31,10 @@ class NotExecutableError(SglcError):
     """A frontend call needs an executor or backend that this build does not provide yet."""
 
 
+class NotSupportedError(SglcError):
+    """An SGLang feature sglc does not support yet (the message names it and what to use instead)."""
+
+
 def user_frame_location(depth_limit: int = 200) -> tuple[str, int]:
     """(path, line) of the innermost calling frame outside sglc and contextlib, or ("?", 0)."""
     frame = sys._getframe(1)
@@ -53,6 +57,11 @@ def user_source() -> str:
 def trace_error(message: str, argument: Optional[str] = None) -> TraceError:
     """A TraceError whose one-line message is prefixed with the user's file:line."""
     return TraceError(f"{user_source()}: {message}", argument)
+
+
+def not_supported(what: str, instead: str = "") -> NotSupportedError:
+    """The error for an SGLang feature sglc does not have yet, at the user's line."""
+    return NotSupportedError(f"{user_source()}: {what} is not supported yet" + (f"; {instead}" if instead else ""))
 
 
 def not_executable(what: str) -> NotExecutableError:

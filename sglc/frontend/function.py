@@ -65,6 +65,8 @@ class SglFunction:
         meta: dict[str, Any] = {}
         if self.num_api_spec_tokens is not None:
             meta["num_api_spec_tokens"] = self.num_api_spec_tokens
+        if bindings:  # NOTE: so a run that passes one of them is told it was fixed, not that it is unknown
+            meta["fixed_args"] = [name for name in self.arg_names if name in bindings]
         traces = explore(lambda prefix: run_trace(self.func, self.name, bindings, prefix, meta), max_traces)
         return merge(traces)
 

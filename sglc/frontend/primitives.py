@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Optional, Union
 
 from sglc.frontend.choices import ChoicesSamplingMethod, choices_method_name, token_length_normalized
-from sglc.frontend.errors import trace_error, user_source
+from sglc.frontend.errors import not_supported, trace_error, user_source
 from sglc.frontend.expr import Concat, Expr
 from sglc.frontend.params import (
     SAMPLING_CHECKS,
@@ -281,6 +281,11 @@ def _reject_symbolic(primitive: str, key: str, value: Any) -> None:
 
 
 def _check_typed_kwargs(primitive: str, sampling: dict[str, Any]) -> None:
+    # NOTE: SGLang's gen(n=...): one sample is all a gen makes here (n=None or 1 is that)
+    n = sampling.pop("n", None)
+    if n is not None and n != 1:
+        raise not_supported(f"{primitive}(n={n!r}) (several samples of one gen)",
+                            f"fork the state (forks = s.fork({n!r})) and gen in each child")
     bad = sorted(set(sampling) - set(SAMPLING_CHECKS))
     if bad:
         raise TypeError(f"{user_source()}: {primitive} got unexpected parameter(s) {', '.join(bad)}")

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 from typing import Any, AsyncIterator, Iterator, Optional
 
-from sglc.frontend.errors import not_executable, trace_error, user_source
+from sglc.frontend.errors import trace_error, user_source
 from sglc.frontend.expr import Concat, check_appendable
 from sglc.frontend.primitives import Gen, Image, RoleBegin, RoleEnd, Select, Video, assistant, system, user
 from sglc.frontend.sink import StreamSink
@@ -133,18 +133,23 @@ class ProgramState:
     def text_iter(self, var_name: Optional[str] = None) -> Iterator[str]:
         """The text (or variable `var_name`) in pieces as it is produced. A state from
         `run(stream=True)` streams; any other state yields its current value once (SGLang)."""
+        return self._pieces(var_name, False)
+
+    def _pieces(self, var_name: Optional[str], with_meta: bool) -> Iterator[Any]:
+        """What text_iter / text_async_iter yield: here the value once (SGLang's non-streaming
+        path, which yields no meta even when asked); a streaming state overrides it."""
         value = self.text() if var_name is None else self.get_var(var_name)
         if isinstance(value, SymbolicValue):
             raise trace_error("s.text_iter() reads a running program's text; it cannot be used while tracing")
         yield value if isinstance(value, str) else str(value)
 
     async def text_async_iter(self, var_name: Optional[str] = None, return_meta_data: bool = False
-                              ) -> AsyncIterator[str]:
-        """`text_iter` for asyncio: each piece is awaited without blocking the event loop."""
-        if return_meta_data:
-            raise ValueError(f"{user_source()}: text_async_iter(return_meta_data=True) is not supported; "
-                             "read s.get_meta_info(var) once the variable is set")
-        pieces = self.text_iter(var_name)
+                              ) -> AsyncIterator[Any]:
+        """`text_iter` for asyncio: each piece is awaited without blocking the event loop.
+        `return_meta_data=True` (with a variable, on a streaming state): (piece, meta) pairs, the
+        meta holding the piece's tokens (``completion_tokens`` so far and, for a gen that asked
+        for logprobs, the piece's ``output_token_logprobs``), as SGLang yields them."""
+        pieces = self._pieces(var_name, return_meta_data and var_name is not None)
         loop = asyncio.get_running_loop()
         while True:
             piece = await loop.run_in_executor(None, next, pieces, _END)
@@ -163,8 +168,7 @@ class ProgramState:
             )
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"{user_source()}: s.fork(size) needs an int >= 1, got {size!r}")
-        if position_ids_offset is not None:
-            raise not_executable("s.fork(position_ids_offset=...)")
+        # NOTE: SGLang's fork takes position_ids_offset and does nothing with it; so do we.
         children = self._sink.fork(size)
         return ProgramStateGroup([ProgramState(c) for c in children], self)
 

@@ -55,15 +55,12 @@ class TraceSink(StreamSink):
         if value.context is not self.ctx:
             raise trace_error(f"{value.describe()} belongs to another trace; values cannot cross traces")
         producer = value.producer
-        if producer.op is Op.ARGUMENT:
+        # NOTE: s.text() is the text at the point it was called: a value any stream may read
+        # (a called program given the caller's text, `other(context=s.text())`), not a variable.
+        if producer.op in (Op.ARGUMENT, Op.STREAM_TEXT):
             return producer
         if producer.op is not Op.JOIN and producer.stream == self.stream:
             return producer
-        if producer.op is Op.STREAM_TEXT:
-            raise trace_error(
-                f"cannot read {value.describe()} of stream {producer.stream} in stream {self.stream}: "
-                "capture the text with s.var_scope(name) and read that variable instead"
-            )
         return self._create(Op.VARIABLE, [producer], {"name": value.var}, type=value.type)
 
     def _text_input(self, value: SymbolicValue, what: str) -> Node:

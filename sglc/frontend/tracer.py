@@ -63,10 +63,41 @@ def run_trace(func: Callable[..., Any], graph_name: str, bindings: dict[str, Any
     graph.meta.update(meta)
     graph.meta["arg_names"] = arg_names
     graph.meta["source_file"] = os.path.basename(code.co_filename)
-    state = ProgramState(TraceSink(ctx, 0))
+    sink = TraceSink(ctx, 0)
+    state = ProgramState(sink)
     with active_trace(ctx):
         state.ret_value = func(state, *args, **kwargs)
+        if state.ret_value is not None:
+            _record_return(sink, state, state.ret_value, f"{def_source}: {graph_name} returns")
     return Trace(graph, ctx.points, ctx.taken)
+
+
+def _record_return(sink: TraceSink, state: ProgramState, value: Any, where: str) -> None:
+    """An OUTPUT node at the end of stream 0: what the function returned (`ret_value` of a run)."""
+    inputs: list[Any] = []
+
+    def template(v: Any, depth: int) -> Any:
+        if depth > 32:
+            raise TraceError(f"{where} a value nested deeper than 32 levels, which a graph cannot store")
+        if v is state:
+            return {"state": True}
+        if isinstance(v, SymbolicValue):
+            inputs.append(sink.input_of(v))
+            return {"input": len(inputs) - 1}
+        if isinstance(v, (list, tuple)):
+            return {"list" if isinstance(v, list) else "tuple": [template(x, depth + 1) for x in v]}
+        if isinstance(v, dict):
+            if not all(k is None or isinstance(k, (str, int, bool)) for k in v):
+                raise TraceError(f"{where} a dict whose keys are not all str/int/bool/None, which a graph cannot store")
+            return {"dict": [[k, template(x, depth + 1)] for k, x in v.items()]}
+        if v is None or isinstance(v, (bool, int, float, str, bytes)):
+            return {"const": v}
+        raise TraceError(f"{where} a {type(v).__name__}, which a compiled graph cannot store; return text read "
+                         "from the state (s[\"x\"]), plain values, or lists/tuples/dicts of them, or run it eagerly "
+                         "(prog.run)")
+
+    value_template = template(value, 0)
+    sink.ctx.create(Op.OUTPUT, 0, inputs, {"value": value_template}, source=where.split(": ")[0])
 
 
 def _error_at(source: str, message: str) -> TraceError:

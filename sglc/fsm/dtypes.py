@@ -1,7 +1,9 @@
-"""``gen(dtype=...)`` and ``select(choices)`` as regexes, lowered like any other pattern.
+r"""``gen(dtype=...)`` and ``select(choices)`` as regexes, lowered like any other pattern.
 
-- ``int``: ``-?(?:0|[1-9][0-9]*)`` (a canonical decimal integer; ``int()`` parses it)
-- ``float``: a JSON number (``float()`` parses it)
+- ``int``: SGLang's ``REGEX_INT``, ``[-+]?[0-9]+[ \n]*`` (``int()`` parses it: a sign, digits,
+  trailing spaces or newlines)
+- ``float``: SGLang's ``REGEX_FLOAT``, ``[-+]?[0-9]*\.?[0-9]+[ \n]*`` (``float()`` parses it; no
+  exponent, so never ``inf``)
 - ``bool``: ``True|False`` (Python spelling, as SGLang's ``dtype=bool``)
 - ``str``: a double-quoted JSON string (``json.loads`` parses it)
 - choices: the alternation of the escaped choices (exactly one of them, nothing else)
@@ -12,12 +14,17 @@ from typing import Any, Sequence
 
 from .budget import CompileMeter
 from .compressed import FSM, compile_regex, compile_regex_metered
-from .json_schema import INTEGER, NUMBER, STRING
+from .json_schema import STRING
 from .regex_ast import escape
 
+#: SGLang's ``sglang.lang.ir`` patterns for a typed gen (character for character; its
+#: RuntimeEndpoint constrains ``dtype=int`` / ``float`` gens with them).
+REGEX_INT = r"[-+]?[0-9]+[ \n]*"
+REGEX_FLOAT = r"[-+]?[0-9]*\.?[0-9]+[ \n]*"
+
 DTYPE_REGEX: dict[str, str] = {
-    "int": INTEGER,
-    "float": NUMBER,
+    "int": REGEX_INT,
+    "float": REGEX_FLOAT,
     "bool": "True|False",
     "str": STRING,
 }

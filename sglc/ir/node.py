@@ -48,6 +48,10 @@ class Node:
       under case i carry ``guard = Guard(branch, i)``.
     - ``cache_prefix``: no inputs. A hint: the runtime should prefill and keep the stream's text
       so far (inserted before forks and batches).
+    - ``output``: in stream 0, last on its path; attrs ``value``: what the program's function
+      returned (``state.ret_value``), as a template (sglc.ir.output_value): ``{"const": v}``,
+      ``{"input": i}`` (the value of input i), ``{"list"|"tuple": [templates]}``,
+      ``{"dict": [[key, template], ...]}`` or ``{"state": True}`` (the program's own state).
 
     Every node belongs to one stream (``stream``, 0 is the program's own). Nodes of one stream run
     in graph order; ``meta["source"]`` is the user's ``file:line`` that created the node.

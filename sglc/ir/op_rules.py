@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from sglc.ir import output_value
 from sglc.ir.gen_constraint import constraint_attrs, constraint_pattern, lowered_pattern
 from sglc.ir.node import Node
 from sglc.ir.ops import ROLES, VARIABLE_PRODUCING_OPS, Op
@@ -160,6 +161,7 @@ ATTR_RULES: dict[Op, dict[str, tuple[bool, Check]]] = {
     },
     Op.BRANCH: {"cases": (True, _list_of(_STRS, "str", nonempty=True, unique=True))},
     Op.CACHE_PREFIX: {},
+    Op.OUTPUT: {"value": (True, _any)},  # NOTE: the template is checked against the inputs (NODE_RULES)
 }
 
 # ----- rules over several attributes of one node -----
@@ -194,9 +196,19 @@ def _program_fork(node: Node) -> None:
         raise RuleError(f"starts called program {node.attrs['program']!r}, so n must be 1, got {node.attrs['n']}")
 
 
+def _output(node: Node) -> None:
+    """The return value's template refers only to the node's inputs; it lives in stream 0."""
+    if node.stream != 0:
+        raise RuleError(f"must be in stream 0 (the program's own), not stream {node.stream}")
+    problem = output_value.check(node.attrs["value"], len(node.inputs))
+    if problem:
+        raise RuleError(f"attribute value {problem}")
+
+
 NODE_RULES: dict[Op, Callable[[Node], None]] = {
     Op.GEN: _gen_constraint,
     Op.FORK: _program_fork,
+    Op.OUTPUT: _output,
 }
 
 # ----- graph meta (entries the compiler writes; other keys are allowed in the attribute domain) -----
@@ -205,6 +217,8 @@ GRAPH_META_RULES: dict[str, Check] = {
     "arg_names": _list_of(_STRS, "str", unique=True),
     "source_file": _type(str),
     "prompt_rewrites": _list_of(_STRS, "str"),
+    # NOTE: parameters bound at compile time (trace(x=...), --bind): no longer arguments of the graph
+    "fixed_args": _list_of(_STRS, "str", unique=True),
 }
 
 # ----- output types -----
@@ -314,7 +328,15 @@ def _select(node: Node) -> None:
         raise RuleError(f"choices input %{inp.name} ({inp.op.value}) has type {inp.type.value}, not a list")
 
 
+def _values(node: Node) -> None:
+    """Any number of inputs, each a value (not a fork or stream handle, not a text op)."""
+    for inp in node.inputs:
+        if inp.type in (ValueType.NONE, ValueType.FORK, ValueType.STREAM):
+            raise RuleError(f"input %{inp.name} ({inp.op.value}) has type {inp.type.value}, not a value")
+
+
 INPUT_RULES: dict[Op, Callable[[Node], None]] = {
+    Op.OUTPUT: _values,
     Op.SELECT: _select,
     Op.APPEND: _text_input,
     Op.IMAGE: _media,

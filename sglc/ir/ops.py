@@ -38,6 +38,9 @@ class Op(enum.Enum):
     BRANCH = "branch"  # switch on a select result; nodes of each case carry a guard
     CACHE_PREFIX = "cache_prefix"  # hint: prefill and keep this stream's text so far
 
+    # --- the program's result ---
+    OUTPUT = "output"  # what the function returns (state.ret_value), built from its inputs
+
 
 #: Ops that append text to their stream (and so must run in stream order).
 TEXT_OPS = frozenset({Op.CONSTANT_TEXT, Op.APPEND, Op.ROLE_BEGIN, Op.ROLE_END, Op.IMAGE, Op.VIDEO})

@@ -12,7 +12,9 @@ Format versions: 1 has no checksum (still read); 2 ends with ``checksum``, the S
 byte before it (proto/graph.proto), so a flipped bit anywhere is caught before decoding; 3 stores
 a lowered FSM as a typed message; 4 spells a gen's sampling attributes by their one inside name
 (``max_new_tokens``, ``min_new_tokens``), where 1-3 used the DSL's (``max_tokens``, ``min_tokens``):
-older files are renamed as they are read.
+older files are renamed as they are read; 5 adds ops (``output``, and the formatted-text and loop
+ops of docs/ir.md) that a version 4 reader would refuse one by one as unknown, so such a reader is
+told to upgrade instead. Every version 4 file is a valid version 5 file.
 """
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ from sglc.wire.proto import graph_pb2 as pb
 #: The format version this sglc writes; it reads this and every older version. Version 3 writes a
 #: lowered FSM as a typed sglc.fsm.FSM (AttrValue.fsm_value); versions 1 and 2 held it as a map,
 #: which still decodes to the same dict. Version 4 renamed two gen attributes (_RENAMED_IN_4).
-FORMAT_VERSION = 4
+#: Version 5 added ops (output, format, get_item, length, loop_begin/loop_index/loop_end).
+FORMAT_VERSION = 5
 #: The first version whose files end with a checksum.
 CHECKSUM_SINCE = 2
 #: Gen attributes versions 1-3 spelled as the DSL does -> their name since version 4.

@@ -42,6 +42,7 @@ DEFAULT_TYPE = {
     Op.JOIN: ValueType.NONE,
     Op.BRANCH: ValueType.NONE,
     Op.CACHE_PREFIX: ValueType.NONE,
+    Op.OUTPUT: ValueType.NONE,
 }
 assert set(DEFAULT_TYPE) == set(Op), "every op needs a default output type"
 

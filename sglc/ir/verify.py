@@ -53,6 +53,7 @@ class _Verifier:
             self.check_op_rules(node)
         self.check_arg_names()
         self.check_streams()
+        self.check_outputs()
         self.check_guard_visibility()
         self.check_balance()
 
@@ -160,6 +161,14 @@ class _Verifier:
             raise _fail(node, str(err)) from None
 
     # ----- streams, forks and joins -----
+    def check_outputs(self) -> None:
+        """An OUTPUT is the last node of stream 0 on every path it runs on."""
+        outputs = [n for n in self.graph.nodes if n.op is Op.OUTPUT]
+        for out in outputs:
+            for later in self.graph.nodes[self.position[out] + 1:]:
+                if later.stream == 0 and _compatible(out, later):
+                    raise _fail(later, f"runs after %{out.name} (output), which ends the program")
+
     def check_streams(self) -> None:
         g = self.graph
         first: dict[int, Node] = {}

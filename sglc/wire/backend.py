@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Callable, Optional
+import threading
+from typing import Any, Callable, Optional, Sequence
 
 from sglc.wire import sampling_table
 from sglc.wire.chat_template import ChatTemplate
@@ -42,10 +43,49 @@ GenParams = dataclasses.make_dataclass(
     [*((p.name, _FIELD_TYPES[p.kind], dataclasses.field(default=None)) for p in sampling_table.GEN_FIELDS.values()),
      ("regex", Optional[str], dataclasses.field(default=None)),
      ("json_schema", Optional[str], dataclasses.field(default=None)),
-     ("fsm", Optional[dict], dataclasses.field(default=None))],
-    namespace={"__module__": __name__, "__doc__": "Sampling parameters of one gen (None = the backend's default) "
-                                                   "and its constraint; fields from sglc.wire.sampling_table."},
+     ("fsm", Optional[dict], dataclasses.field(default=None)),
+     # NOTE: what a gen asks back besides its text (gen(return_logprob=True, top_logprobs_num=k,
+     # logprob_start_len=n)): a LogprobRequest, or None for no logprobs.
+     ("logprobs", Optional["LogprobRequest"], dataclasses.field(default=None))],
+    namespace={"__module__": __name__, "__doc__": "Sampling parameters of one gen (None = the backend's default), "
+                                                   "its constraint and its logprob request; fields from "
+                                                   "sglc.wire.sampling_table."},
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class LogprobRequest:
+    """The logprobs a gen asks for (SGLang's gen(return_logprob=True, top_logprobs_num=k,
+    logprob_start_len=n)): the output tokens' logprobs, the k most likely alternatives at each
+    output position, and the prompt tokens' logprobs from position n (-1: none)."""
+
+    top_logprobs_num: int = 0
+    logprob_start_len: int = -1
+
+
+def logprob_meta(output_ids: Sequence[int], output_logprobs: Optional[Sequence[Optional[float]]],
+                 output_top: Optional[Sequence[Any]] = None, input_logprobs: Optional[Sequence[Optional[float]]] = None,
+                 input_ids: Optional[Sequence[int]] = None, top_logprobs_num: int = 0) -> dict[str, Any]:
+    """SGLang's logprob keys of a gen's meta_info, from what a backend got back.
+
+    ``output_token_logprobs``: ``[logprob, token_id, None]`` per output token (SGLang's triples;
+    the text is None, as without return_text_in_logprobs); ``output_top_logprobs`` (when
+    ``top_logprobs_num`` > 0): per output position a list of such triples, or None where the token
+    was forced by a constraint; ``input_token_logprobs``: the prompt's, from logprob_start_len
+    (a token id None where the backend did not say). ``output_top`` rows are (token_id, logprob) pairs.
+    """
+    def triple(value: Optional[float], token: Optional[int]) -> list:
+        return [None if value is None or value != value else float(value), None if token is None else int(token), None]
+
+    meta: dict[str, Any] = {
+        "output_token_logprobs": [triple(v, t) for v, t in zip(output_logprobs or [], output_ids)],
+        "input_token_logprobs": [triple(v, input_ids[i] if input_ids is not None and i < len(input_ids) else None)
+                                 for i, v in enumerate(input_logprobs or [])],
+    }
+    if top_logprobs_num > 0:
+        meta["output_top_logprobs"] = [None if row is None else [triple(v, t) for t, v in row] for row in output_top or []]
+        meta["input_top_logprobs"] = []
+    return meta
 
 
 @dataclasses.dataclass
@@ -57,6 +97,20 @@ class CallMeta:
     completion_tokens: int = 0
     finish_reason: Optional[dict] = None
     latency_s: float = 0.0
+    #: SGLang's logprob keys (:func:`logprob_meta`) when the gen asked for logprobs, else None.
+    logprobs: Optional[dict[str, Any]] = None
+
+
+@dataclasses.dataclass
+class TokenUsage:
+    """Tokens a backend has used (SGLang's ``backend.token_usage``): prompt and completion tokens
+    of every gen and select since the last ``reset()``."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def reset(self) -> None:
+        self.prompt_tokens = self.completion_tokens = 0
 
 
 @dataclasses.dataclass
@@ -80,6 +134,9 @@ class ScoreResult:
     meta: CallMeta
 
 
+_USAGE_LOCK = threading.Lock()
+
+
 class Backend(abc.ABC):
     """A model endpoint as the executor sees it."""
 
@@ -97,15 +154,41 @@ class Backend(abc.ABC):
     def cache_prefix(self, prompt: Prompt) -> CallMeta:
         """Hint: prefill `prompt` now and keep it cached (forks and batches share it)."""
 
-    def generate_stream(self, prompt: Prompt, params: GenParams, on_text: Callable[[str], None]) -> GenResult:
+    def generate_stream(self, prompt: Prompt, params: GenParams, on_text: Callable[..., None]) -> GenResult:
         """`generate`, handing the text to `on_text` piece by piece as it is produced (the
-        streaming of `run(stream=True)`). This default hands over the whole text at the end."""
+        streaming of `run(stream=True)`). This default hands over the whole text at the end.
+
+        A backend that knows each piece's tokens calls ``on_text(piece, meta)`` with SGLang's
+        per-chunk meta (``completion_tokens`` so far and, when asked, the piece's
+        ``output_token_logprobs``); ``on_text(piece)`` otherwise."""
         result = self.generate(prompt, params)
         on_text(result.text)
         return result
 
     def metrics(self) -> dict[str, Any]:
         return {}
+
+    # ----- SGLang's backend attributes -----
+    @property
+    def token_usage(self) -> TokenUsage:
+        """Prompt and completion tokens of the calls made through this backend (SGLang's
+        ``backend.token_usage``; ``.reset()`` zeroes it). The executor adds each call's counts."""
+        with _USAGE_LOCK:
+            usage = self.__dict__.get("_token_usage")
+            if usage is None:
+                usage = self.__dict__["_token_usage"] = TokenUsage()
+            return usage
+
+    def add_token_usage(self, meta: CallMeta) -> None:
+        """Count one call's tokens in :attr:`token_usage` (thread-safe)."""
+        usage = self.token_usage
+        with _USAGE_LOCK:
+            usage.prompt_tokens += meta.prompt_tokens
+            usage.completion_tokens += meta.completion_tokens
+
+    def get_model_name(self) -> str:
+        """The model this backend runs (SGLang's ``backend.get_model_name()``)."""
+        return self.model_info().model
 
     def flush_cache(self) -> bool:
         """Empty the prefix cache; False when this backend cannot (or not now: requests in flight)."""

@@ -49,8 +49,32 @@ def gen_params_to_pb(params: bk.GenParams) -> pb.SamplingParams:
 
 def generate_request(prompt: bk.Prompt | str, params: bk.GenParams, *, rid: str = "", stream: bool = False,
                      image_mode: str = "reject") -> pb.GenerateRequest:
-    return pb.GenerateRequest(rid=rid, prompt=prompt_to_pb(prompt, image_mode),
-                              sampling=gen_params_to_pb(params), stream=stream)
+    request = pb.GenerateRequest(rid=rid, prompt=prompt_to_pb(prompt, image_mode),
+                                 sampling=gen_params_to_pb(params), stream=stream)
+    asked = params.logprobs
+    if asked is not None:
+        request.logprobs.return_logprob = True
+        request.logprobs.top_logprobs_num = asked.top_logprobs_num
+        if asked.logprob_start_len >= 0:
+            request.logprobs.logprob_start_len = asked.logprob_start_len
+    return request
+
+
+def _top_rows(rows: Sequence[pb.TopLogprobs]) -> list:
+    return [list(zip(row.token_ids, row.logprobs)) for row in rows]
+
+
+def chunk_meta(chunk: pb.GenerateChunk, completion_tokens: int, params: bk.GenParams) -> dict[str, Any]:
+    """SGLang's meta of one streamed chunk: ``completion_tokens`` so far and, when the gen asked
+    for logprobs, the chunk's own ``output_token_logprobs`` (``output_token_logprobs_length``: so far)."""
+    meta: dict[str, Any] = {"completion_tokens": completion_tokens}
+    if params.logprobs is not None:
+        meta.update(bk.logprob_meta(list(chunk.token_ids), list(chunk.logprobs), _top_rows(chunk.top_logprobs),
+                                    top_logprobs_num=params.logprobs.top_logprobs_num))
+        meta.pop("input_token_logprobs", None)
+        meta.pop("input_top_logprobs", None)
+        meta["output_token_logprobs_length"] = completion_tokens
+    return meta
 
 
 def finish_reason_from_pb(msg: pb.FinishReason) -> dict | None:
@@ -77,10 +101,14 @@ def call_meta(prompt_tokens: int, cached_tokens: int, completion_tokens: int = 0
     return meta
 
 
-def gen_result_from_pb(msg: pb.GenerateComplete, latency_s: float) -> bk.GenResult:
-    return bk.GenResult(text=msg.text, meta=call_meta(
-        msg.prompt_tokens, msg.cached_tokens, msg.completion_tokens, finish_reason_from_pb(msg.finish_reason),
-        latency_s, msg.warnings))
+def gen_result_from_pb(msg: pb.GenerateComplete, latency_s: float, params: bk.GenParams | None = None) -> bk.GenResult:
+    meta = call_meta(msg.prompt_tokens, msg.cached_tokens, msg.completion_tokens,
+                     finish_reason_from_pb(msg.finish_reason), latency_s, msg.warnings)
+    if params is not None and params.logprobs is not None:
+        meta.logprobs = bk.logprob_meta(list(msg.output_ids), list(msg.output_logprobs),
+                                        _top_rows(msg.output_top_logprobs), list(msg.input_logprobs), None,
+                                        params.logprobs.top_logprobs_num)
+    return bk.GenResult(text=msg.text, meta=meta)
 
 
 def score_result_from_pb(msg: pb.ScoreResponse, latency_s: float, unconditional: bool) -> bk.ScoreResult:

@@ -157,13 +157,20 @@ class SrtBackend(Backend):
         t0 = time.perf_counter()
         request = self._request(prompt, params, stream=False)
         complete = self._stream(request)
-        return client_convert.gen_result_from_pb(complete, time.perf_counter() - t0)
+        return client_convert.gen_result_from_pb(complete, time.perf_counter() - t0, params)
 
-    def generate_stream(self, prompt: Prompt, params: GenParams, on_text: Callable[[str], None]) -> GenResult:
-        """`generate` over a streaming Generate call: each chunk's text goes to `on_text` on arrival."""
+    def generate_stream(self, prompt: Prompt, params: GenParams, on_text: Callable[..., None]) -> GenResult:
+        """`generate` over a streaming Generate call: each chunk's text and its meta (tokens so
+        far, logprobs when asked) go to `on_text` on arrival."""
         t0 = time.perf_counter()
-        complete = self._stream(self._request(prompt, params, stream=True), lambda c: c.text and on_text(c.text))
-        return client_convert.gen_result_from_pb(complete, time.perf_counter() - t0)
+        produced = [0]
+
+        def on_chunk(chunk: pb.GenerateChunk) -> None:
+            produced[0] += len(chunk.token_ids)
+            on_text(chunk.text, client_convert.chunk_meta(chunk, produced[0], params))
+
+        complete = self._stream(self._request(prompt, params, stream=True), on_chunk)
+        return client_convert.gen_result_from_pb(complete, time.perf_counter() - t0, params)
 
     def stream(self, prompt: Prompt, params: GenParams) -> Iterator[str]:
         """The generated text piece by piece (as the server decodes it)."""
