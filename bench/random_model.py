@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import save_file
 
 from sglc_runtime.model.model_config import ModelConfig
-from sglc_runtime.model.weights import expected_shapes
+from sglc_runtime.model.models import expected_shapes
 
 _COPIED = ("config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json")
 

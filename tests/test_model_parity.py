@@ -308,10 +308,10 @@ def test_rope_rotation_matches_transformers(rope, dtype):
 
 def test_unsupported_rope_scaling_is_rejected():
     """A rope type we do not implement fails at config time, naming it."""
-    with pytest.raises(ValueError, match="yarn"):
+    with pytest.raises(ValueError, match="proportional"):
         ModelConfig.from_dict(dict(
             architectures=["LlamaForCausalLM"], vocab_size=10, hidden_size=8, intermediate_size=8,
-            num_hidden_layers=1, num_attention_heads=2, rope_scaling={"type": "yarn", "factor": 2.0},
+            num_hidden_layers=1, num_attention_heads=2, rope_scaling={"type": "proportional", "factor": 2.0},
         ))
 
 

@@ -168,7 +168,7 @@ def test_float_logits_feed_a_native_head_float32_and_others_their_dtype():
     """The lm_head's logits come out float32 either way; a native head is given the float32 rows
     (it quantizes them itself), so no bf16 round trip of the vocabulary-wide output."""
     from sglc_runtime.model.models.linear import Linear
-    from sglc_runtime.model.models.llama import _float_logits
+    from sglc_runtime.model.models.decoder import _float_logits
 
     w = torch.randn(64, 96) * 0.05
     small = Int8Linear.quantize(w)

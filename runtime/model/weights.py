@@ -1,4 +1,5 @@
-"""Reading Hugging Face safetensors checkpoints and checking them against a ModelConfig."""
+"""Reading Hugging Face safetensors checkpoints and checking them against the names and shapes a
+model family expects (``models/*.checkpoint_shapes``)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +8,6 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from .model_config import ModelConfig
 
 # Keys some checkpoints carry that the runtime recomputes instead of loading.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
@@ -44,39 +44,11 @@ def load_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Hugging Face tensor names and shapes a Llama-family checkpoint must provide."""
-    c = config
-    shapes: dict[str, tuple[int, ...]] = {
-        "model.embed_tokens.weight": (c.vocab_size, c.hidden_size),
-        "model.norm.weight": (c.hidden_size,),
-    }
-    if not c.tie_word_embeddings:
-        shapes["lm_head.weight"] = (c.vocab_size, c.hidden_size)
-    for i in range(c.num_hidden_layers):
-        p = f"model.layers.{i}."
-        shapes[p + "input_layernorm.weight"] = (c.hidden_size,)
-        shapes[p + "post_attention_layernorm.weight"] = (c.hidden_size,)
-        shapes[p + "self_attn.q_proj.weight"] = (c.q_size, c.hidden_size)
-        shapes[p + "self_attn.k_proj.weight"] = (c.kv_size, c.hidden_size)
-        shapes[p + "self_attn.v_proj.weight"] = (c.kv_size, c.hidden_size)
-        shapes[p + "self_attn.o_proj.weight"] = (c.hidden_size, c.q_size)
-        if c.qkv_bias:
-            shapes[p + "self_attn.q_proj.bias"] = (c.q_size,)
-            shapes[p + "self_attn.k_proj.bias"] = (c.kv_size,)
-            shapes[p + "self_attn.v_proj.bias"] = (c.kv_size,)
-        if c.o_bias:
-            shapes[p + "self_attn.o_proj.bias"] = (c.hidden_size,)
-        shapes[p + "mlp.gate_proj.weight"] = (c.intermediate_size, c.hidden_size)
-        shapes[p + "mlp.up_proj.weight"] = (c.intermediate_size, c.hidden_size)
-        shapes[p + "mlp.down_proj.weight"] = (c.hidden_size, c.intermediate_size)
-    return shapes
-
-
-def check_state_dict(tensors: dict[str, torch.Tensor], config: ModelConfig, source: str = "") -> None:
-    """Raise :class:`WeightError` naming every missing, unexpected or misshapen tensor."""
-    expected = expected_shapes(config)
-    allowed_extra = {"lm_head.weight"} if config.tie_word_embeddings else set()
+def check_state_dict(tensors: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]], source: str = "",
+                     allowed_extra: set[str] | frozenset[str] = frozenset()) -> None:
+    """Raise :class:`WeightError` naming every missing, unexpected or misshapen tensor of the
+    ``expected`` names and shapes (a model family's ``checkpoint_shapes``); names in
+    ``allowed_extra`` may be present without being expected (a tied checkpoint's lm_head)."""
     missing = sorted(set(expected) - set(tensors))
     unexpected = sorted(set(tensors) - set(expected) - allowed_extra)
     misshapen = [

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Sequence
 
 import torch
 
@@ -38,6 +39,24 @@ class AttentionBackend(ABC):
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.scale = scale if scale is not None else head_dim**-0.5
+
+    def set_layer_options(self, windows: Sequence[int | None], softcap: float | None = None) -> None:
+        """Per-layer sliding windows (``windows[layer]``: a query at position p sees keys p - window
+        + 1 .. p; None = all of them) and attention-logit soft-capping (scores become ``softcap *
+        tanh(score / softcap)`` before the softmax; Gemma 2). Called once, before the first batch.
+        A backend that cannot run them refuses here, naming what the model asked for; the base
+        class accepts only the plain case."""
+        refused = []
+        windowed = [i for i, w in enumerate(windows) if w is not None]
+        if windowed:
+            sizes = sorted({windows[i] for i in windowed})
+            refused.append(f"sliding-window attention (window {', '.join(map(str, sizes))} on "
+                           f"{len(windowed)} of {len(windows)} layers)")
+        if softcap is not None:
+            refused.append(f"attention logit soft-capping ({softcap})")
+        if refused:
+            raise ValueError(f"attention backend {self.name!r} does not implement "
+                                      f"{' or '.join(refused)}; use attention backend 'torch'")
 
     def describe_decode(self) -> str:
         """Which kernel serves decode steps (the model's log line)."""

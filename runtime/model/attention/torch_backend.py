@@ -16,6 +16,17 @@ where that pays: when the kernel runs its generic per-request loop (see
 :func:`cascade_pays`). Otherwise a :class:`DecodeWorkspace` keeps contiguous K/V copies of the
 running requests from one pure-decode step to the next (through joins, leaves and mixed batches)
 and adds only the new tokens instead of re-gathering whole histories.
+
+Sliding windows and soft-capping (``set_layer_options``; Mistral, Phi-3, Gemma 2/3): a windowed
+layer's decode requests attend their last ``window`` slots only (a second slot matrix, built once
+per forward for each window size the model has; the native kernel is simply given those
+slots), and its extends attend the prefix keys still inside the window of their first new token
+plus the new tokens, under a band mask (the query at position p sees p - window + 1 .. p), built
+once per forward. A shared prefix longer than the window and chunks that cross the window's
+edge are thereby exact. Soft-capping changes the scores before the softmax, which SDPA cannot
+do: extends and eager decode then run the attention as explicit matmuls (transformers' eager
+attention), the native decode kernel caps its scores itself. The decode workspace is not used
+for such models (it carries whole histories).
 """
 from __future__ import annotations
 
@@ -67,6 +78,46 @@ class _Extend:
     mask: torch.Tensor | None  # BoolTensor[1, 1, extend_len, prefix_len + extend_len]; None = causal
 
 
+@dataclass(slots=True)
+class _MaskedExtend:
+    """An extend's keys and mask for a windowed or soft-capped layer: keys are the prefix slots
+    from ``key_start`` on, then the new tokens."""
+
+    key_start: int  # first prefix position a new token of this layer can see
+    mask: torch.Tensor  # BoolTensor[1, 1, extend_len, prefix_len - key_start + extend_len], True = attend
+
+
+def band_mask(prefix_len: int, extend_len: int, key_start: int, window: int | None,
+              device: torch.device | str = "cpu") -> torch.Tensor:
+    """``[1, 1, E, P - key_start + E]``: new token j (position P + j) sees key positions a with
+    a <= P + j and, under a window, a > P + j - window (transformers' sliding-window mask)."""
+    q = torch.arange(prefix_len, prefix_len + extend_len, device=device)[:, None]
+    a = torch.cat([torch.arange(key_start, prefix_len, device=device),
+                   torch.arange(prefix_len, prefix_len + extend_len, device=device)])[None, :]
+    mask = a <= q
+    if window is not None:
+        mask &= a > q - window
+    return mask[None, None]
+
+
+def attend_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float,
+                    softcap: float | None) -> torch.Tensor:
+    """Attention as transformers' eager path computes it: ``q [B, H, Lq, D]`` over ``k, v [B, KV,
+    Lk, D]`` (query head h reads kv head h // (H / KV)), scores scaled, soft-capped, masked (True
+    = attend), softmax in float32."""
+    group = q.shape[1] // k.shape[1]
+    if group > 1:
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+    scores = torch.matmul(q, k.transpose(2, 3)) * scale
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(weights, v)
+
+
 class TorchAttentionBackend(AttentionBackend):
     """Reference paged attention on torch SDPA; fast enough to serve the default model on CPU."""
 
@@ -96,6 +147,22 @@ class TorchAttentionBackend(AttentionBackend):
         self._decode: _DecodeGroup | None = None
         self._extends: list[_Extend] = []
         self._num_tokens = 0
+        self.windows: list[int | None] = []  # per layer (set_layer_options); empty = no windows
+        self.softcap: float | None = None
+        self._softcap_arg: dict[str, float] = {}  # the native kernel's keyword, where capped
+        self._kernel_softcap = False  # the native kernel caps scores (decided with the kernel)
+        self._window_sizes: list[int] = []
+        self._decode_window: dict[int, _DecodeGroup] = {}  # window -> its decode requests' last slots
+        self._masked: dict[tuple[int, int | None], _MaskedExtend | None] = {}  # (extend, window) -> keys/mask
+
+    def set_layer_options(self, windows, softcap: float | None = None) -> None:
+        """Sliding windows per layer and attention soft-capping: both run here (module docstring)."""
+        self.windows = list(windows) if any(w is not None for w in windows) else []
+        self._window_sizes = sorted({w for w in self.windows if w is not None})
+        self.softcap = softcap
+        self._softcap_arg = {} if softcap is None else {"softcap": float(softcap)}
+        if self.windows or softcap is not None:
+            self.workspace = None  # NOTE: it carries whole histories and plain SDPA
 
     # ------------------------------------------------------------------ prepare
     def prepare(self, batch: ForwardBatch) -> None:
@@ -120,7 +187,8 @@ class TorchAttentionBackend(AttentionBackend):
             start += e
         self._decode = None
         self._use_workspace = False
-        self._native_step = bool(decode_reqs) and device.type == "cpu" and self._resolve_native()
+        self._native_step = (bool(decode_reqs) and device.type == "cpu" and self._resolve_native()
+                             and (self.softcap is None or self._kernel_softcap))
         if decode_reqs:
             all_rows = len(decode_reqs) == batch.batch_size
             self._decode = self._build_decode(
@@ -133,8 +201,42 @@ class TorchAttentionBackend(AttentionBackend):
             if all_rows and self.workspace is not None and not self._native_step:
                 self.workspace.stage(self._decode.index, self._decode.lens, self._decode.max_len)
                 self._use_workspace = None
+        self._decode_window = {}
+        if decode_reqs and self._window_sizes:
+            for w in self._window_sizes:
+                self._decode_window[w] = self._windowed_decode(w, [batch.kv_indices[i] for i in decode_reqs])
+        self._masked = {}
+        if self._window_sizes or self.softcap is not None:
+            for n, ext in enumerate(self._extends):
+                for w in (self._window_sizes if self.windows else []) + ([None] if self._has_global() else []):
+                    self._masked[(n, w)] = self._masked_extend(ext, w, device)
         if self._use_workspace is False and self.workspace is not None:
             self.workspace.note_writes(batch.out_cache_loc)
+
+    def _has_global(self) -> bool:
+        """Whether some layer attends without a window."""
+        return not self.windows or any(w is None for w in self.windows)
+
+    def _windowed_decode(self, window: int, kv: list[torch.Tensor]) -> _DecodeGroup:
+        """The decode group of a windowed layer: each request's last ``window`` slots (the full
+        group itself where no request is longer than the window)."""
+        full = self._decode
+        if full.max_len <= window:
+            return full
+        group = self._build_decode([k[-window:] for k in kv], full.rows, full.index.device)
+        if self._native_step and self._cascade:
+            group.shared = shared_prefix_groups(group.index, group.len_list)
+        return group
+
+    def _masked_extend(self, ext: _Extend, window: int | None, device) -> _MaskedExtend | None:
+        """Keys and mask of one extend for a layer with this window (None: global), or None where
+        the plain causal path is exact (no soft-cap and the window never bites)."""
+        p, e = ext.prefix_len, ext.length
+        bites = window is not None and p + e > window
+        if not bites and self.softcap is None:
+            return None
+        start = max(0, p - window + 1) if bites else 0
+        return _MaskedExtend(start, band_mask(p, e, start, window if bites else None, device))
 
     def describe_decode(self) -> str:
         """'native avx2 registers', 'native generic loop (cascade on shared prefixes)' or 'torch SDPA'."""
@@ -158,6 +260,7 @@ class TorchAttentionBackend(AttentionBackend):
                 return False
             self._native_kernel = torch.ops.sglc_cpu.decode_attention_
             self._cascade = cascade_pays(self.head_dim, self.num_heads // self.num_kv_heads)
+            self._kernel_softcap = any(a.name == "softcap" for a in self._native_kernel.default._schema.arguments)
         return True
 
     @staticmethod
@@ -195,11 +298,12 @@ class TorchAttentionBackend(AttentionBackend):
             raise RuntimeError("TorchAttentionBackend.forward called before prepare(batch)")
         k_cache = kv_buffer.k[layer_id]
         v_cache = kv_buffer.v[layer_id]
-        dec = self._decode
+        window = self.windows[layer_id] if self.windows else None
+        dec = self._decode if window is None or self._decode is None else self._decode_window[window]
         native = self._native_step and q.dtype == k.dtype == k_cache.dtype
         if native and dec.rows is None:  # pure decode batch on CPU: one kernel writes and attends
             return self._native_kernel(k_cache, v_cache, self._loc, k, v, q, dec.index, dec.lens, self.scale,
-                                       *(dec.shared or ()))
+                                       *(dec.shared or ()), **self._softcap_arg)
         k_cache.index_copy_(0, self._loc, k.to(k_cache.dtype))
         v_cache.index_copy_(0, self._loc, v.to(v_cache.dtype))
 
@@ -216,14 +320,20 @@ class TorchAttentionBackend(AttentionBackend):
             r = dec.rows
             out.index_copy_(0, r, self._native_kernel(
                 k_cache, v_cache, self._loc.index_select(0, r), k.index_select(0, r), v.index_select(0, r),
-                q.index_select(0, r), dec.index, dec.lens, self.scale, *(dec.shared or ())))
+                q.index_select(0, r), dec.index, dec.lens, self.scale, *(dec.shared or ()),
+                **self._softcap_arg))
         elif dec is not None:
             out.index_copy_(0, dec.rows, self._decode_attend(dec, q.index_select(0, dec.rows), k_cache, v_cache))
-        for ext in self._extends:
+        for n, ext in enumerate(self._extends):
             s, e = ext.start, ext.start + ext.length
             dtype = self._extend_dtype(q)
             # NOTE: 4-D inputs ([1, heads, len, D]); 3-D ones miss the fused CPU flash kernel.
             qq = q[s:e].transpose(0, 1)[None].to(dtype)  # [1, H, E, D]
+            masked = self._masked.get((n, window)) if self._masked else None
+            if masked is not None:
+                o = self._attend_masked(qq, ext, masked, k[s:e], v[s:e], k_cache, v_cache, dtype)
+                out[s:e] = o[0].transpose(0, 1).reshape(ext.length, -1)
+                continue
             if ext.prefix_len > 0 and q.device.type == "cpu":
                 o = self._attend_prefix_then_new(qq, ext, k[s:e], v[s:e], k_cache, v_cache, dtype)
                 out[s:e] = o[0].transpose(0, 1).reshape(ext.length, -1)
@@ -266,6 +376,20 @@ class TorchAttentionBackend(AttentionBackend):
         lse = torch.logaddexp(lse1, lse2)
         return o1 * (lse1 - lse).exp()[..., None] + o2 * (lse2 - lse).exp()[..., None]
 
+    def _attend_masked(self, qq: torch.Tensor, ext: _Extend, masked: _MaskedExtend, k_new: torch.Tensor,
+                       v_new: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                       dtype: torch.dtype) -> torch.Tensor:
+        """An extend of a windowed or soft-capped layer: the prefix keys from ``key_start`` (those
+        still inside the first new token's window) and the new tokens, under the band mask; SDPA
+        with the mask, or the explicit attention where scores are soft-capped. [1, H, E, D]."""
+        prefix = ext.kv_index[masked.key_start: ext.prefix_len]
+        kk = torch.cat([k_cache.index_select(0, prefix), k_new.to(k_cache.dtype)]).transpose(0, 1)[None].to(dtype)
+        vv = torch.cat([v_cache.index_select(0, prefix), v_new.to(v_cache.dtype)]).transpose(0, 1)[None].to(dtype)
+        if self.softcap is not None:
+            return attend_explicit(qq, kk, vv, masked.mask, self.scale, self.softcap)
+        return F.scaled_dot_product_attention(qq, kk, vv, attn_mask=masked.mask, scale=self.scale,
+                                              enable_gqa=self.num_heads != self.num_kv_heads)
+
     def _extend_dtype(self, q: torch.Tensor) -> torch.dtype:
         """The dtype prefill attention runs in: bf16 activations go through SDPA in float32 on a CPU
         without native bf16 (torch's flash kernel converts element by element there: 512 / 1024
@@ -293,7 +417,10 @@ class TorchAttentionBackend(AttentionBackend):
         bsz, kvh, d = dec.batch_size, self.num_kv_heads, self.head_dim
         # [B, H, D] -> [B, KV, G, D]: head h = kv * G + g, the layout of HF's repeat_kv.
         qq = q.reshape(bsz, kvh, self.num_heads // kvh, d)
-        o = F.scaled_dot_product_attention(
-            qq, kk.to(q.dtype), vv.to(q.dtype), attn_mask=dec.mask, scale=self.scale
-        )
+        if self.softcap is not None:  # NOTE: [B, KV, G, D] over [B, KV, L, D]: the G rows share the keys
+            o = attend_explicit(qq, kk.to(q.dtype), vv.to(q.dtype), dec.mask, self.scale, self.softcap)
+        else:
+            o = F.scaled_dot_product_attention(
+                qq, kk.to(q.dtype), vv.to(q.dtype), attn_mask=dec.mask, scale=self.scale
+            )
         return o.reshape(bsz, self.num_heads * d)

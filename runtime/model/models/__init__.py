@@ -1,4 +1,10 @@
-"""Model implementations, picked by the Hugging Face architecture name in config.json."""
+"""Model implementations, picked by the Hugging Face architecture name in config.json.
+
+One module per family over the shared decoder (``decoder.py``): ``llama.py`` (Llama, Mistral,
+Qwen2, Qwen3), ``gemma.py`` (Gemma 2 and 3), ``phi3.py``, ``mixture.py`` (OLMoE, Qwen3-MoE,
+Mixtral, with the expert block of ``moe.py``). What differs within a family is set by
+``ModelConfig.from_dict`` from the architecture name; see docs/models.md.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,18 +13,27 @@ import torch
 
 from ..attention import AttentionBackend
 from ..model_config import ModelConfig
+from .decoder import DecoderForCausalLM
+from .gemma import GemmaForCausalLM
 from .llama import LlamaForCausalLM
+from .mixture import MoeForCausalLM
+from .phi3 import Phi3ForCausalLM
 
-# NOTE: Mistral (without sliding window) and Qwen2 (q/k/v bias) are Llama with config flags;
-# ModelConfig.from_dict sets those flags from the architecture name.
-MODEL_REGISTRY: dict[str, type[LlamaForCausalLM]] = {
+MODEL_REGISTRY: dict[str, type[DecoderForCausalLM]] = {
     "LlamaForCausalLM": LlamaForCausalLM,
     "MistralForCausalLM": LlamaForCausalLM,
     "Qwen2ForCausalLM": LlamaForCausalLM,
+    "Qwen3ForCausalLM": LlamaForCausalLM,
+    "Gemma2ForCausalLM": GemmaForCausalLM,
+    "Gemma3ForCausalLM": GemmaForCausalLM,
+    "Phi3ForCausalLM": Phi3ForCausalLM,
+    "OlmoeForCausalLM": MoeForCausalLM,
+    "Qwen3MoeForCausalLM": MoeForCausalLM,
+    "MixtralForCausalLM": MoeForCausalLM,
 }
 
 
-def get_model_class(architecture: str) -> type[LlamaForCausalLM]:
+def get_model_class(architecture: str) -> type[DecoderForCausalLM]:
     """The class implementing ``architecture``; ValueError naming the supported ones otherwise."""
     try:
         return MODEL_REGISTRY[architecture]
@@ -26,6 +41,11 @@ def get_model_class(architecture: str) -> type[LlamaForCausalLM]:
         raise ValueError(
             f"unsupported model architecture {architecture!r}; supported: {sorted(MODEL_REGISTRY)}"
         ) from None
+
+
+def expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Hugging Face tensor names and shapes a checkpoint of ``config`` must provide."""
+    return get_model_class(config.architecture).checkpoint_shapes(config)
 
 
 def load_model(
@@ -36,7 +56,7 @@ def load_model(
     pack_weights: bool | None = None,
     quantization: str = "none",
     native_ops: bool | None = None,
-) -> LlamaForCausalLM:
+) -> DecoderForCausalLM:
     """Load a model folder (config.json + safetensors) with the class its architecture names.
 
     ``pack_weights`` (None = auto: on for CPU): pre-pack linear weights for oneDNN (see .linear).
@@ -50,4 +70,5 @@ def load_model(
     )
 
 
-__all__ = ["MODEL_REGISTRY", "LlamaForCausalLM", "get_model_class", "load_model"]
+__all__ = ["MODEL_REGISTRY", "DecoderForCausalLM", "LlamaForCausalLM", "expected_shapes", "get_model_class",
+           "load_model"]

@@ -6,8 +6,8 @@ fused CPU kernels of ``native/`` (at the CPU's instruction-set level): one call 
 two agree to about one bf16 ulp; in float32 to float rounding). Measured on SmolLM2-135M int4,
 one decode stream, 2 cores: see docs/benchmarks.md.
 
-Both expose the same four operations; the model calls them through whichever
-:func:`layer_ops_for` picked, once, at construction.
+Both expose the same operations; the model calls them through whichever :func:`layer_ops_for`
+picked, once, at construction.
 """
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ class EagerLayerOps:
     def rope(x: torch.Tensor, inputs: tuple[torch.Tensor, torch.Tensor], num_heads: int,
              head_dim: int) -> torch.Tensor:
         """The first ``num_heads`` heads of ``x [T, >= num_heads * head_dim]`` rotated, as
-        ``[T, num_heads, head_dim]`` (a new tensor)."""
+        ``[T, num_heads, head_dim]`` (a new tensor); with partial rotary (tables narrower than
+        ``head_dim``) only each head's leading features rotate."""
         cos, sin = inputs
         return apply_rope(x[:, : num_heads * head_dim].view(x.shape[0], num_heads, head_dim), cos, sin)
 
@@ -58,6 +59,13 @@ class EagerLayerOps:
         """``silu(gate) * up`` of ``[T, 2 * I]`` (gate first)."""
         inter = gate_up.shape[1] // 2
         return F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
+
+    @staticmethod
+    def gelu_tanh_mul(gate_up: torch.Tensor) -> torch.Tensor:
+        """``gelu_tanh(gate) * up`` of ``[T, 2 * I]`` (gate first): GeGLU with the tanh
+        approximation of GELU (transformers' ``gelu_pytorch_tanh``)."""
+        inter = gate_up.shape[1] // 2
+        return F.gelu(gate_up[:, :inter], approximate="tanh") * gate_up[:, inter:]
 
 
 class NativeLayerOps:
@@ -69,6 +77,7 @@ class NativeLayerOps:
         ops = torch.ops.sglc_cpu
         self.rms_norm = ops.rms_norm
         self.silu_mul = ops.silu_mul
+        self.gelu_tanh_mul = EagerLayerOps.gelu_tanh_mul  # NOTE: eager until the native op lands
         self._add_rms_norm = ops.add_rms_norm_
         self._rope = ops.rope_
 
@@ -86,8 +95,15 @@ class NativeLayerOps:
 
     def rope(self, x: torch.Tensor, inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
              num_heads: int, head_dim: int) -> torch.Tensor:
-        """Rotates IN PLACE and returns the ``[T, num_heads, head_dim]`` view of ``x``."""
+        """Rotates IN PLACE and returns the ``[T, num_heads, head_dim]`` view of ``x``. Partial
+        rotary (tables narrower than ``head_dim``: Phi-4-mini) runs the eager rotation instead
+        (a new tensor)."""
         positions, cos, sin = inputs
+        if cos.shape[1] != head_dim:
+            rows = cos.index_select(0, positions).to(x.dtype), sin.index_select(0, positions).to(x.dtype)
+            half = cos.shape[1] // 2
+            signed = torch.cat((-rows[1][:, :half], rows[1][:, half:]), dim=-1)
+            return EagerLayerOps.rope(x, (rows[0].unsqueeze(1), signed.unsqueeze(1)), num_heads, head_dim)
         self._rope(x, positions, cos, sin, num_heads)
         return x[:, : num_heads * head_dim].view(x.shape[0], num_heads, head_dim)
 

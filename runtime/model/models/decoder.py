@@ -1,0 +1,393 @@
+"""The shared decoder every model family is built from, over a paged KV buffer.
+
+One decoder layer is: RMSNorm -> attention (fused q/k/v projection, optional q/k RMSNorm, RoPE
+from the layer's table, the attention backend with the layer's sliding window and soft-cap, the
+output projection, optional post-norm) -> residual add fused with the next RMSNorm -> MLP (gated
+dense or a sparse mixture of experts, SiLU or GeGLU, optional post-norm) -> residual add. What a
+family changes is the :class:`ModelConfig` (norm offsets, activations, soft-caps, windows, rope
+per layer type, experts) and, in its own module, the checkpoint's tensor names
+(:meth:`DecoderForCausalLM.checkpoint_shapes`, :meth:`DecoderForCausalLM.load_layer`), as
+vLLM's and SGLang's model folders do.
+
+Weights are fused at load time (q/k/v into one matrix, gate/up into one) so that a layer is a
+handful of large ops and little Python. Gemma's ``(1 + w)`` RMSNorm is folded into the weight at
+load: exact in float32 (where transformers also adds in float32), one rounding of ``1 + w`` in
+bf16/fp16 (relative error <= 2^-9 in bf16, the size of the activation's own rounding).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ...cache.kv_buffer import KVBuffer
+from ..attention import AttentionBackend, TorchAttentionBackend, create_backend
+from ..forward_batch import ForwardBatch
+from ..model_config import ModelConfig, parse_dtype
+from ..native import bf16_is_native, kernel_info, load_cpu_ops
+from ..native.capabilities import ENV as CPU_LEVEL_ENV
+from ..native.capabilities import supported_levels
+from ..weights import check_state_dict, load_state_dict
+from .layer_ops import LayerOps, layer_ops_for
+from .linear import Linear, can_pack_weights
+from .moe import SparseMoE
+from .quantized_linear import (QUANTIZATIONS, CastLinear, QuantizationError, QuantizedLinear, RowDispatchLinear,
+                               describe_linear, large_batch_dtype, quantized_linear)
+from .rope import RotaryEmbedding
+
+log = logging.getLogger(__name__)
+
+AnyLinear = Linear | RowDispatchLinear | QuantizedLinear
+
+
+@dataclass(slots=True)
+class Attention:
+    """One layer's attention weights."""
+
+    qkv: AnyLinear  # [q_size + 2 * kv_size, hidden]
+    o: AnyLinear  # [hidden, q_size]
+    q_norm: torch.Tensor | None = None  # [head_dim] ("head") or [q_size] ("full")
+    k_norm: torch.Tensor | None = None
+    post_norm: torch.Tensor | None = None  # sandwich norms: RMSNorm of the attention output
+
+
+@dataclass(slots=True)
+class DenseMLP:
+    """A gated MLP: ``down(act(gate) * up)`` with gate and up fused."""
+
+    gate_up: AnyLinear  # [2 * intermediate, hidden], gate first
+    down: AnyLinear  # [hidden, intermediate]
+
+    def __call__(self, x: torch.Tensor, act) -> torch.Tensor:
+        return self.down(act(self.gate_up(x)))
+
+
+@dataclass(slots=True)
+class DecoderLayer:
+    """One decoder layer: its norms, attention, MLP and which RoPE table it uses."""
+
+    input_norm: torch.Tensor
+    attn: Attention
+    mlp_norm: torch.Tensor  # before the MLP: Llama's post_attention_layernorm, Gemma's pre_feedforward
+    mlp: DenseMLP | SparseMoE
+    post_mlp_norm: torch.Tensor | None = None  # sandwich norms: RMSNorm of the MLP output
+    rope: int = 0  # index into the model's rope tables (Gemma 3: 0 global, 1 local)
+
+
+class WeightLoader:
+    """Reads a checkpoint's tensors (Hugging Face names) into the model's layers: plain tensors in
+    the model's dtype and device, norms with the config's weight offset folded in, and linears
+    (several tensors concatenated, pre-packed or quantized as the model is configured)."""
+
+    def __init__(self, model: "DecoderForCausalLM", tensors: dict[str, torch.Tensor]) -> None:
+        self.model = model
+        self.tensors = tensors
+        self.quantized = model.quantization != "none"
+        self._bf16_native = bf16_is_native()
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """``name`` in the model's dtype and device."""
+        m = self.model
+        return self.tensors[name].to(device=m.device, dtype=m.dtype).contiguous()
+
+    def norm(self, name: str) -> torch.Tensor:
+        """An RMSNorm weight; Gemma's ``1 + w`` added in float32, then cast once."""
+        offset = self.model.config.norm_weight_offset
+        if not offset:
+            return self.tensor(name)
+        w = self.tensors[name].float() + offset
+        return w.to(device=self.model.device, dtype=self.model.dtype).contiguous()
+
+    def weight(self, name: str) -> torch.Tensor:
+        """A linear weight: kept in its checkpoint precision until quantized, else the model's dtype."""
+        if self.quantized:
+            return self.tensors[name].to(device=self.model.device).contiguous()
+        return self.tensor(name)
+
+    def linear(self, names: str | Sequence[str], biases: str | Sequence[str] | None = None,
+               kind: str | None = None) -> AnyLinear:
+        """The linear of the weights ``names`` stacked along their output rows (q/k/v, gate/up)."""
+        names = [names] if isinstance(names, str) else list(names)
+        w = self.weight(names[0]) if len(names) == 1 else torch.cat([self.weight(n) for n in names]).contiguous()
+        b = None
+        if biases is not None:
+            biases = [biases] if isinstance(biases, str) else list(biases)
+            b = torch.cat([self.tensor(n) for n in biases]).contiguous()
+        return self.build_linear(w, b, kind)
+
+    def build_linear(self, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                     kind: str | None = None) -> AnyLinear:
+        """``weight`` as the model's kind of linear (quantized, packed or plain)."""
+        m = self.model
+        if self.quantized:  # NOTE: integer kernels for small batches, a float copy for big ones where it pays
+            small = quantized_linear(kind or m.quantization, weight, bias,
+                                     native=False if m.native_ops is False else None)
+            large_dtype = large_batch_dtype(small, self._bf16_native)
+            if large_dtype is None:
+                return small
+            large = Linear.build(weight.to(large_dtype).contiguous(),
+                                 None if bias is None else bias.to(large_dtype),
+                                 pack=m.pack_weights and can_pack_weights(large_dtype, m.device))
+            return RowDispatchLinear(small, large if large_dtype == m.dtype else CastLinear(large))
+        return Linear.build(weight, bias, pack=m.pack_weights)
+
+    def float_linear(self, name: str) -> Linear:
+        """A small linear kept in the compute dtype even when the model is quantized (MoE routers)."""
+        return Linear.build(self.tensor(name), None, pack=self.model.pack_weights)
+
+
+class DecoderForCausalLM:
+    """Causal LM whose ``forward(batch, kv_buffer)`` returns float32 logits.
+
+    Construct with :meth:`from_pretrained` (a safetensors folder) or with a config and then
+    :meth:`load_state_dict`. Inference only; ``forward`` runs under ``torch.inference_mode``.
+    A family subclasses it with its checkpoint names (:meth:`checkpoint_shapes`,
+    :meth:`load_layer`); everything else is shared.
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        dtype: torch.dtype | str | None = None,
+        device: torch.device | str = "cpu",
+        attention: AttentionBackend | str = "torch",
+        pack_weights: bool | None = None,
+        quantization: str = "none",
+        native_ops: bool | None = None,
+    ) -> None:
+        """``quantization``: 'int4' or 'int8' runs the decoder layers' linears on packed integers
+        below the row count where their kernel stops paying (``large_batch_rows``; the lm_head in
+        int8 in both, as GGUF's Q4 files keep the tied embedding at Q8_0) and on a bf16 copy from
+        there on (prefill, big decode batches; see :mod:`.quantized_linear`); it computes in
+        bfloat16 (the default dtype then; another one is an error). ``pack_weights``: pre-pack
+        linear weights for oneDNN; None = when :func:`can_pack_weights`. bf16/fp16: ~1.5x faster
+        matmuls than ``F.linear``. fp32: keeps the plain weights too and uses the packed ones from
+        4 rows on (batched decode, prefill), ~2x faster there, at twice the weight memory (see
+        :mod:`.linear`). ``native_ops``: the small per-layer ops (norms, RoPE, residual adds,
+        SiLU / GeGLU) on fused CPU kernels; None = when they build, True = required, False =
+        eager torch ops (see :mod:`.layer_ops`)."""
+        self.config = config
+        if quantization not in QUANTIZATIONS:
+            raise QuantizationError(f"unknown weight quantization {quantization!r}; expected one of {QUANTIZATIONS}")
+        self.quantization = quantization
+        if quantization != "none":
+            if dtype is not None and parse_dtype(dtype) != torch.bfloat16:
+                raise QuantizationError(f"quantization {quantization!r} computes in bfloat16; dtype "
+                                        f"{parse_dtype(dtype)} cannot be combined with it")
+            dtype = torch.bfloat16
+            if torch.device(device).type != "cpu":
+                raise QuantizationError(f"quantization {quantization!r} runs on CPU only (device {device})")
+        self.dtype = parse_dtype(dtype) if dtype is not None else config.torch_dtype
+        self.device = torch.device(device)
+        if pack_weights is None:
+            pack_weights = can_pack_weights(self.dtype, self.device)
+        elif pack_weights and not can_pack_weights(self.dtype, self.device):
+            raise ValueError(f"pack_weights=True needs CPU oneDNN support for {self.dtype} ({self.device})")
+        self.pack_weights = pack_weights
+        self.ops: LayerOps = layer_ops_for(self.device, self.dtype, native_ops)
+        self.native_ops = native_ops
+        c = config
+        self.attn = (
+            attention
+            if isinstance(attention, AttentionBackend)
+            else create_backend(attention, c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.attn_scale)
+        )
+        if native_ops is False and isinstance(self.attn, TorchAttentionBackend):
+            self.attn.native = False  # NOTE: eager means eager everywhere (A/B runs, debugging)
+        # NOTE: a backend that cannot run sliding windows or soft-capping refuses them here, by name
+        self.attn.set_layer_options([c.layer_window(i) for i in range(c.num_hidden_layers)], c.attn_logit_softcap)
+        self.rope = RotaryEmbedding(c.head_dim, c.rope_theta, c.rope_scaling, c.max_position_embeddings,
+                                    self.device, c.rotary_dim)
+        #: RoPE tables by index (DecoderLayer.rope): the global one, then the local one if it differs
+        self.ropes = [self.rope]
+        if c.local_rope_theta is not None:
+            self.ropes.append(RotaryEmbedding(c.head_dim, c.local_rope_theta, c.local_rope_scaling,
+                                              c.max_position_embeddings, self.device, c.rotary_dim))
+        self.act = self.ops.gelu_tanh_mul if c.hidden_act == "gelu_tanh" else self.ops.silu_mul
+        self.embed_scale = (None if c.embed_scale is None
+                            else torch.tensor(c.embed_scale).to(device=self.device, dtype=self.dtype))
+        self.embed: torch.Tensor | None = None
+        self.lm_head: AnyLinear | None = None
+        self.final_norm: torch.Tensor | None = None
+        self.layers: list[DecoderLayer] = []
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        dtype: torch.dtype | str | None = None,
+        device: torch.device | str = "cpu",
+        attention: AttentionBackend | str = "torch",
+        pack_weights: bool | None = None,
+        quantization: str = "none",
+        native_ops: bool | None = None,
+    ) -> "DecoderForCausalLM":
+        """Load config.json and the safetensors weights of a Hugging Face model folder."""
+        config = ModelConfig.from_pretrained(path)
+        model = cls(config, dtype=dtype, device=device, attention=attention, pack_weights=pack_weights,
+                    quantization=quantization, native_ops=native_ops)
+        model.load_state_dict(load_state_dict(path), source=str(path))
+        return model
+
+    @classmethod
+    def checkpoint_shapes(cls, config: ModelConfig) -> dict[str, tuple[int, ...]]:
+        """Hugging Face tensor names and shapes a checkpoint of this family must provide."""
+        c = config
+        shapes: dict[str, tuple[int, ...]] = {
+            "model.embed_tokens.weight": (c.vocab_size, c.hidden_size),
+            "model.norm.weight": (c.hidden_size,),
+        }
+        if not c.tie_word_embeddings:
+            shapes["lm_head.weight"] = (c.vocab_size, c.hidden_size)
+        for i in range(c.num_hidden_layers):
+            shapes.update(cls.layer_shapes(c, i, f"model.layers.{i}."))
+        return shapes
+
+    @classmethod
+    def layer_shapes(cls, config: ModelConfig, layer: int, prefix: str) -> dict[str, tuple[int, ...]]:
+        """The tensors of one layer (names after ``prefix``); a family's module defines them."""
+        raise NotImplementedError
+
+    def load_layer(self, layer: int, prefix: str, w: WeightLoader) -> DecoderLayer:
+        """One layer from the checkpoint (names after ``prefix``); a family's module defines it."""
+        raise NotImplementedError
+
+    def load_state_dict(self, tensors: dict[str, torch.Tensor], source: str = "") -> None:
+        """Take Hugging Face-named tensors; checks names and shapes first (:class:`WeightError`)."""
+        c = self.config
+        check_state_dict(tensors, self.checkpoint_shapes(c), source,
+                         allowed_extra={"lm_head.weight"} if c.tie_word_embeddings else set())
+        w = WeightLoader(self, tensors)
+        self.embed = w.tensor("model.embed_tokens.weight")
+        tied = c.tie_word_embeddings and not w.quantized  # NOTE: reuse the embedding; a quantized head needs its source
+        head_name = "model.embed_tokens.weight" if c.tie_word_embeddings else "lm_head.weight"
+        head = self.embed if tied else w.weight(head_name)
+        self.lm_head = w.build_linear(head, kind="int8")
+        self.final_norm = w.norm("model.norm.weight")
+        self.layers = [self.load_layer(i, f"model.layers.{i}.", w) for i in range(c.num_hidden_layers)]
+        log.info("model kernels: %s", self.describe_kernels())
+
+    def describe_kernels(self) -> str:
+        """One line naming the kernel each op runs (logged at load): the native level, the
+        linears, the decode attention, the small ops."""
+        parts = []
+        if self.device.type == "cpu":
+            why = load_cpu_ops()
+            if why is None:
+                info = kernel_info()
+                forced = f" forced by {CPU_LEVEL_ENV}" if os.environ.get(CPU_LEVEL_ENV) else ""
+                parts.append(f"cpu level {info.level}{forced} (this cpu runs {', '.join(supported_levels())}; "
+                             f"native bf16: {'yes' if bf16_is_native() else 'no'})")
+            else:
+                parts.append(f"no native kernels ({why})")
+        layer = self.layers[0] if self.layers else None
+        if layer is not None:
+            parts.append(f"layer linears: {describe_linear(layer.attn.qkv)}")
+        if self.lm_head is not None:
+            parts.append(f"lm_head: {describe_linear(self.lm_head)}")
+        parts.append(f"decode attention: {self.attn.describe_decode()}")
+        parts.append(f"norms/rope/{self.config.hidden_act}: {self.ops.name}")
+        return "; ".join(parts)
+
+    # ------------------------------------------------------------------ forward
+    def new_kv_buffer(self, num_slots: int) -> KVBuffer:
+        """A KV buffer shaped for this model, in the model's dtype and device."""
+        return KVBuffer.for_model(self.config, num_slots, self.dtype, self.device)
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch, kv_buffer: KVBuffer) -> torch.Tensor:
+        """Run the new tokens of ``batch``; write their K/V into ``kv_buffer``.
+
+        Returns float32 logits ``[batch.num_logits, vocab]``: for each request (in order) the
+        rows of its new tokens from ``logits_start`` to the end.
+        """
+        if self.embed is None:
+            raise RuntimeError("model weights are not loaded (call load_state_dict)")
+        c, ops = self.config, self.ops
+        eps = c.rms_norm_eps
+
+        self.attn.prepare(batch)
+        # NOTE: the largest position from the host-side lengths: no device sync on a GPU.
+        max_pos = max(p + e for p, e in zip(batch.prefix_lens, batch.extend_lens)) - 1
+        ropes = [ops.rope_inputs(r, batch.positions, self.dtype, max_pos) for r in self.ropes]
+        h = F.embedding(batch.input_ids, self.embed)  # NOTE: a fresh tensor: native ops add into it
+        if self.embed_scale is not None:
+            h.mul_(self.embed_scale)
+        layers = self.layers
+        x = ops.rms_norm(h, layers[0].input_norm, eps)
+        for i, layer in enumerate(layers):
+            a = self._attention(i, layer, x, ropes[layer.rope], kv_buffer)
+            if layer.attn.post_norm is not None:
+                a = ops.rms_norm(a, layer.attn.post_norm, eps)
+            h, x = ops.add_rms_norm(h, a, layer.mlp_norm, eps)
+            y = layer.mlp(x, self.act)
+            if layer.post_mlp_norm is not None:
+                y = ops.rms_norm(y, layer.post_mlp_norm, eps)
+            if i + 1 < len(layers):  # NOTE: the residual add fused with the next layer's norm
+                h, x = ops.add_rms_norm(h, y, layers[i + 1].input_norm, eps)
+            else:
+                h = h + y
+
+        rows = _logit_rows(batch)
+        if rows is not None:
+            h = h.index_select(0, rows.to(h.device))
+        h = ops.rms_norm(h, self.final_norm, eps)
+        logits = _float_logits(self.lm_head, h)
+        if c.final_logit_softcap is not None:
+            cap = c.final_logit_softcap
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    __call__ = forward
+
+    def _attention(self, i: int, layer: DecoderLayer, x: torch.Tensor, rope, kv_buffer: KVBuffer) -> torch.Tensor:
+        """The attention block of layer ``i`` (before any post-norm): projections, q/k norms,
+        RoPE, the backend."""
+        c, ops, attn = self.config, self.ops, layer.attn
+        t = x.shape[0]
+        nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        q_size, kv_size = c.q_size, c.kv_size
+        qkv = attn.qkv(x)
+        if attn.q_norm is not None:
+            q, k = qkv[:, :q_size], qkv[:, q_size:q_size + kv_size]
+            if c.qk_norm == "head":  # NOTE: over each head's features (Qwen3, Gemma 3)
+                q.copy_(ops.rms_norm(q.reshape(t * nh, hd), attn.q_norm, c.rms_norm_eps).view(t, q_size))
+                k.copy_(ops.rms_norm(k.reshape(t * nkv, hd), attn.k_norm, c.rms_norm_eps).view(t, kv_size))
+            else:  # NOTE: over all heads at once (OLMoE)
+                q.copy_(ops.rms_norm(q, attn.q_norm, c.rms_norm_eps))
+                k.copy_(ops.rms_norm(k, attn.k_norm, c.rms_norm_eps))
+        if c.clip_qkv is not None:
+            qkv.clamp_(-c.clip_qkv, c.clip_qkv)
+        qk = ops.rope(qkv, rope, nh + nkv, hd)
+        v = qkv[:, q_size + kv_size:].view(t, nkv, hd)
+        o = self.attn.forward(i, qk[:, :nh], qk[:, nh:], v, kv_buffer)
+        return attn.o(o)
+
+
+def _float_logits(head: AnyLinear, h: torch.Tensor) -> torch.Tensor:
+    """float32 logits of ``h``. A native head quantizes its input anyway, so it is given float32 and
+    writes float32: the logits (and the logprobs reported from them) are not rounded to bf16 on
+    the way, and no vocabulary-wide conversion runs per step (a one-stream A/B measured no
+    speed difference beyond noise)."""
+    small = head.small if isinstance(head, RowDispatchLinear) and h.shape[0] < head.min_rows else head
+    if getattr(small, "kernel", None) == "native":
+        return small(h.float())
+    return head(h).float()
+
+
+def _logit_rows(batch: ForwardBatch) -> torch.Tensor | None:
+    """Token rows whose logits are returned, or None when that is every row."""
+    if all(s == 0 for s in batch.logits_start):  # e.g. every decode batch
+        return None
+    rows: list[int] = []
+    start = 0
+    for e, s in zip(batch.extend_lens, batch.logits_start):
+        rows.extend(range(start + s, start + e))
+        start += e
+    return torch.tensor(rows, dtype=torch.long)

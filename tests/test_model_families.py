@@ -1,0 +1,280 @@
+"""Every architecture family against transformers' own classes, on tiny random-weight models.
+
+Each case builds a model from transformers' config class (3 layers, hidden 64, vocabulary 97),
+with its norm weights randomised (transformers initialises them to constants, which would hide
+a wrong norm), saves it with ``save_pretrained`` (one case sharded, with an index json) and
+loads the folder. The oracle is transformers' float32 forward on the same weights:
+
+* ``test_logits_match_transformers``: our logits of one prefill, of a prefix then the rest at
+  scattered slots (a cached prefix longer than the sliding window, a chunk across its edge) and
+  of token-by-token decoding all equal transformers' (1e-4);
+* ``test_engine_greedy_matches_transformers``: through the Engine (prefill chunks of 8 tokens,
+  two prompts sharing a 20-token prefix, the second served from the radix cache), 64 greedy
+  tokens of each are transformers' argmax at every step.
+
+RoPE types whose frequencies depend on the sequence length ("dynamic", "longrope") are compared
+with transformers decoding token by token (its generate loop), which is what a KV cache of
+rotated keys reproduces (see ``models/rope.py``); within the original window one prefill is
+exact as well.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+import transformers
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.models.llama import modeling_llama as hf_llama
+
+from sglc_runtime.engine import Engine
+from sglc_runtime.model.model_config import ModelConfig
+from sglc_runtime.model.models import get_model_class, load_model
+from sglc_runtime.model.models.moe import SparseMoE
+from sglc_runtime.model.models.rope import RotaryEmbedding, rope_inv_freq
+from sglc_runtime.sampling.sampling_params import SamplingParams
+from test_model_parity import _three_ways
+from toy_tokenizer import train_toy_tokenizer
+
+VOCAB = 97
+_BASE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=128)
+_GEMMA = dict(_BASE, head_dim=16, query_pre_attn_scalar=24)
+
+
+@dataclass
+class Case:
+    config: Callable[[], transformers.PretrainedConfig]
+    cls: type
+    incremental: bool = False  # frequencies depend on the length: compare with token-by-token decoding
+    engine: bool = True
+    shard: bool = False
+    window: int | None = None
+
+
+CASES: dict[str, Case] = {
+    "llama3_rope_untied": Case(lambda: transformers.LlamaConfig(**_BASE, tie_word_embeddings=False, rope_parameters={
+        "rope_type": "llama3", "rope_theta": 10000.0, "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16}), transformers.LlamaForCausalLM),
+    "llama_yarn_tied": Case(lambda: transformers.LlamaConfig(**_BASE, tie_word_embeddings=True, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32}),
+        transformers.LlamaForCausalLM),
+    "llama_dynamic": Case(lambda: transformers.LlamaConfig(**dict(_BASE, max_position_embeddings=24), rope_parameters={
+        "rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}), transformers.LlamaForCausalLM,
+        incremental=True, engine=False),
+    "qwen2_window": Case(lambda: transformers.Qwen2Config(**_BASE, use_sliding_window=True, sliding_window=6,
+                                                          max_window_layers=1),
+                         transformers.Qwen2ForCausalLM, window=6),
+    "qwen3_sharded": Case(lambda: transformers.Qwen3Config(**_BASE, head_dim=16), transformers.Qwen3ForCausalLM,
+                          shard=True),
+    "mistral_window": Case(lambda: transformers.MistralConfig(**_BASE, sliding_window=7),
+                           transformers.MistralForCausalLM, window=7),
+    "gemma2": Case(lambda: transformers.Gemma2Config(**_GEMMA, sliding_window=7, attn_logit_softcapping=8.0,
+                                                     final_logit_softcapping=2.0), transformers.Gemma2ForCausalLM,
+                   window=7),
+    "gemma3": Case(lambda: transformers.Gemma3TextConfig(
+        **_GEMMA, sliding_window=7, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
+        transformers.Gemma3ForCausalLM, window=7),
+    "phi3_longrope_partial_window": Case(lambda: transformers.Phi3Config(
+        **_BASE, pad_token_id=0, sliding_window=11, original_max_position_embeddings=16, rope_parameters={
+            "rope_type": "longrope", "rope_theta": 1e4, "partial_rotary_factor": 0.5,
+            "short_factor": [1.0 + 0.05 * i for i in range(4)], "long_factor": [1.5 + 0.2 * i for i in range(4)]}),
+        transformers.Phi3ForCausalLM, incremental=True, window=11),
+    "olmoe": Case(lambda: transformers.OlmoeConfig(**dict(_BASE, num_key_value_heads=4), num_experts=6,
+                                                   num_experts_per_tok=2, clip_qkv=3.0), transformers.OlmoeForCausalLM),
+    "qwen3_moe": Case(lambda: transformers.Qwen3MoeConfig(**_BASE, num_experts=6, num_experts_per_tok=2,
+                                                          moe_intermediate_size=32, norm_topk_prob=True,
+                                                          mlp_only_layers=[1]), transformers.Qwen3MoeForCausalLM),
+    "mixtral_window": Case(lambda: transformers.MixtralConfig(**_BASE, num_local_experts=4, num_experts_per_tok=2,
+                                                              sliding_window=9), transformers.MixtralForCausalLM,
+                           window=9),
+}
+
+
+@dataclass
+class Built:
+    path: str
+    hf: torch.nn.Module
+    case: Case
+    ours: object = field(default=None)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Callable[[str], Built]:
+    """Saves each case's model once (with a toy tokenizer for the Engine) and loads ours."""
+    cache: dict[str, Built] = {}
+    tokenizer = train_toy_tokenizer()
+
+    def get(name: str) -> Built:
+        if name not in cache:
+            case = CASES[name]
+            path = tmp_path_factory.mktemp(name)
+            torch.manual_seed(0)
+            hf = case.cls(case.config()).eval()
+            with torch.no_grad():
+                for n, p in hf.named_parameters():
+                    if "norm" in n:  # NOTE: transformers initialises them to constants
+                        p.add_(torch.randn_like(p) * 0.2)
+            hf.save_pretrained(path, **({"max_shard_size": "60KB"} if case.shard else {}))
+            tokenizer.save(str(path / "tokenizer.json"))
+            cache[name] = Built(str(path), hf, case, load_model(path, dtype="float32"))
+        return cache[name]
+
+    return get
+
+
+def _hf_logits(b: Built, ids: list[int], prefill: int) -> torch.Tensor:
+    """transformers' float32 logits of every position of ``ids``: one forward, or (incremental
+    cases) a prefill of the first ``prefill`` tokens and then one token at a time with its cache."""
+    with torch.no_grad():
+        if not b.case.incremental:
+            return b.hf(torch.tensor([ids])).logits[0]
+        out = b.hf(torch.tensor([ids[:prefill]]), use_cache=True)
+        rows, cache = [out.logits[0]], out.past_key_values
+        for t in ids[prefill:]:
+            out = b.hf(torch.tensor([[t]]), past_key_values=cache, use_cache=True)
+            rows.append(out.logits[0])
+            cache = out.past_key_values
+        return torch.cat(rows)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_logits_match_transformers(built, name):
+    """One prefill, a prefix then the rest at scattered slots, and token by token all give
+    transformers' float32 logits (past the sliding window, across its edge)."""
+    b = built(name)
+    if b.case.shard:
+        index = json.loads((Path(b.path) / "model.safetensors.index.json").read_text())
+        assert len(set(index["weight_map"].values())) > 1, "the sharded case must span several files"
+    ids = torch.randint(0, VOCAB, (40,), generator=torch.Generator().manual_seed(4)).tolist()
+    one_go, chunked, stepwise = _three_ways(b.ours, [ids])
+    want = _hf_logits(b, ids, prefill=16)
+    if b.case.incremental:  # NOTE: within the original window one prefill is exact too
+        torch.testing.assert_close(one_go[0][:16], want[:16], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(stepwise[0], want, atol=1e-4, rtol=1e-4)
+        return
+    for got in (one_go[0], chunked[0], stepwise[0]):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, c in CASES.items() if c.engine))
+def test_engine_greedy_matches_transformers(built, name):
+    """64 greedy tokens per prompt through the Engine (chunked prefill across the window's edge,
+    a shared prefix longer than the window served from the radix cache) are transformers'
+    argmax at every step."""
+    b = built(name)
+    engine = Engine(model=b.path, dtype="float32", num_kv_slots=512, chunked_prefill_size=8,
+                    max_running_requests=4, threads=None)
+    gen = torch.Generator().manual_seed(1)
+    prefix = torch.randint(0, VOCAB, (20,), generator=gen).tolist()
+    prompts = [prefix + torch.randint(0, VOCAB, (n,), generator=gen).tolist() for n in (3, 5)]
+    greedy = SamplingParams(temperature=0, max_new_tokens=64, ignore_eos=True)
+    outs = [engine.generate([p], greedy)[0].token_ids for p in prompts]  # NOTE: one after the other
+    assert engine.stats().cached_tokens >= len(prefix) - 1 > (b.case.window or 0)
+    for prompt, out in zip(prompts, outs):
+        assert len(out) == 64
+        logits = _hf_logits(b, prompt + out, prefill=len(prompt))[len(prompt) - 1:-1]
+        picks = logits.argmax(-1).tolist()
+        for i, (ours, want) in enumerate(zip(out, picks)):
+            if ours != want:  # NOTE: only a tie within float32 noise may differ
+                gap = (logits[i, want] - logits[i, ours]).item()
+                assert gap < 1e-5, f"step {i}: we chose {ours}, transformers {want} (gap {gap:.2e})"
+
+
+# ---------------------------------------------------------------- RoPE scaling types
+
+_ROPES = [
+    {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 3.0},
+    {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16},
+    {"rope_type": "yarn", "rope_theta": 500000.0, "factor": 8.0, "original_max_position_embeddings": 16,
+     "beta_fast": 16, "beta_slow": 2, "mscale": 0.7, "mscale_all_dim": 1.0},
+    {"rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": 16,
+     "short_factor": [1.0 + 0.1 * i for i in range(32)], "long_factor": [2.0 + 0.3 * i for i in range(32)]},
+]
+
+
+@pytest.mark.parametrize("rope", _ROPES, ids=lambda r: r["rope_type"])
+def test_rope_scaling_matches_transformers_at_every_position(rope):
+    """inv_freq and attention scaling equal ROPE_INIT_FUNCTIONS exactly, and cos/sin at each
+    position equal transformers' rotary embedding as its decode loop computes them (growing
+    past the original window)."""
+    cfg = transformers.LlamaConfig(hidden_size=256, num_attention_heads=4, max_position_embeddings=64,
+                                   rope_parameters=rope)
+    want, want_scale = ROPE_INIT_FUNCTIONS[rope["rope_type"]](cfg, torch.device("cpu"))
+    ours_cfg = ModelConfig.from_dict(cfg.to_dict() | {"architectures": ["LlamaForCausalLM"]})
+    got, scale = rope_inv_freq(64, ours_cfg.rope_theta, ours_cfg.rope_scaling, ours_cfg.max_position_embeddings)
+    assert torch.equal(got, want.float()) and scale == want_scale
+    hf = hf_llama.LlamaRotaryEmbedding(cfg)
+    ours = RotaryEmbedding(64, ours_cfg.rope_theta, ours_cfg.rope_scaling, ours_cfg.max_position_embeddings)
+    x = torch.zeros(1, 1, 64)
+    for p in (0, 5, 15, 16, 17, 40, 63, 64, 65, 100, 130):  # NOTE: increasing, as a decode loop goes
+        cos, sin = hf(x, torch.tensor([[p]]))
+        c, s = ours.cos_sin(torch.tensor([p]), torch.float32)
+        assert torch.equal(cos[0], c[:, 0]), f"cos at position {p}"
+        half = 32
+        assert torch.equal(sin[0, :, half:], s[:, 0, half:]), f"sin at position {p}"
+
+
+def test_unknown_rope_type_and_refused_architectures_are_named():
+    """A rope type nobody implements, and the architectures we refuse, fail at config time by name."""
+    base = dict(vocab_size=10, hidden_size=8, intermediate_size=8, num_hidden_layers=1, num_attention_heads=2)
+    with pytest.raises(ValueError, match="mrope"):
+        ModelConfig.from_dict(dict(base, architectures=["LlamaForCausalLM"], rope_scaling={"type": "mrope"}))
+    with pytest.raises(ValueError, match="Gemma3ForConditionalGeneration.*multimodal"):
+        ModelConfig.from_dict(dict(base, architectures=["Gemma3ForConditionalGeneration"]))
+    with pytest.raises(ValueError, match="bidirectional"):
+        ModelConfig.from_dict(dict(base, architectures=["Gemma3ForCausalLM"], use_bidirectional_attention=True))
+
+
+def test_triton_backend_refuses_windows_and_softcap_by_name(built):
+    """The Triton backend does not run sliding windows or soft-capping: loading such a model on it
+    is an error that names both features (it runs on CPU only in the interpreter)."""
+    pytest.importorskip("triton")
+    b = built("gemma2")
+    with pytest.raises(ValueError, match=r"sliding-window attention \(window 7 on 2 of 3 layers\).*soft-capping"):
+        load_model(b.path, dtype="float32", attention="triton")
+
+
+def test_experts_run_grouped_by_expert(built):
+    """A prefill calls each expert that got tokens once (with all its tokens), never per token,
+    and the output equals a per-token reference."""
+    b = built("qwen3_moe")
+    moe = next(layer.mlp for layer in b.ours.layers if isinstance(layer.mlp, SparseMoE))
+    calls: list[int] = []
+    originals = list(moe.gate_up)
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __call__(self, x):
+            calls.append(x.shape[0])
+            return self.inner(x)
+
+    x = torch.randn(33, 64, generator=torch.Generator().manual_seed(3))
+    moe.gate_up = [Counting(g) for g in originals]
+    try:
+        got = moe(x, b.ours.act)
+    finally:
+        moe.gate_up = originals
+    weights, experts = moe.route(x)
+    assert len(calls) == len(set(experts.reshape(-1).tolist())) and sum(calls) == 33 * moe.top_k
+    want = torch.zeros_like(x)
+    for t in range(33):
+        for j in range(moe.top_k):
+            e = int(experts[t, j])
+            want[t] += weights[t, j] * moe.down[e](b.ours.act(moe.gate_up[e](x[t:t + 1])))[0]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_every_family_names_its_checkpoint_tensors():
+    """Each registered architecture's class lists the tensors its checkpoints hold."""
+    for name, case in CASES.items():
+        cfg = ModelConfig.from_dict(case.config().to_dict() | {"architectures": [case.cls.__name__]})
+        shapes = get_model_class(cfg.architecture).checkpoint_shapes(cfg)
+        assert "model.embed_tokens.weight" in shapes and "model.layers.2.input_layernorm.weight" in shapes, name
