@@ -97,8 +97,10 @@ def every_op_graph() -> Graph:
     g.create_node(Op.STREAM_TEXT, guard=yes, meta=src(29))
     g.create_node(Op.CONSTANT_TEXT, attrs={"text": "The essay is unrelated."}, guard=no, meta=src(17))
     g.create_node(Op.CONSTANT_TEXT, attrs={"text": "Bye."}, guard=no, meta=src(17))
-    g.create_node(Op.OUTPUT, [essay, related], guard=no, meta=src(17), attrs={"value": {"dict": [
-        ["essay", {"input": 0}], ["related", {"input": 1}], ["pair", {"tuple": [{"const": 1}, {"list": []}]}]]}})
+    label = g.create_node(Op.FORMAT, [essay, related], guard=no, meta=src(17), attrs={"pieces": [
+        "Essay ", {"input": 0, "conversion": "r", "spec": ">12"}, " is ", {"input": 1, "printf": "%-4s"}, "."]})
+    g.create_node(Op.OUTPUT, [label, related], guard=no, meta=src(17), attrs={"value": {"dict": [
+        ["label", {"input": 0}], ["related", {"input": 1}], ["pair", {"tuple": [{"const": 1}, {"list": []}]}]]}})
     return g
 
 

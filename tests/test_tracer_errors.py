@@ -245,16 +245,23 @@ def test_symbolic_fork_size_is_an_error():
         prog.trace()
 
 
+def _debug_repr(value):
+    return repr(value)
+
+
 def test_unhashable_and_unprintable_values_still_have_a_repr():
-    """repr() of a symbolic value works (debuggers and pytest rely on it)."""
+    """repr() of a symbolic value works outside the program's code (debuggers and pytest rely on it);
+    inside it, repr(q) is the run-time repr (formatted text), as eager execution appends."""
     seen = {}
 
     @sgl.function
     def prog(s, q):
-        seen["repr"] = repr(q)
+        seen["repr"] = _debug_repr(q)
+        seen["inside"] = repr(q)
 
     prog.trace()
     assert seen["repr"] == '<symbolic argument "q">'
+    assert seen["inside"].parts[0].conversion == "r"
 
 
 def test_adding_a_non_string_to_a_symbolic_value_is_a_type_error():

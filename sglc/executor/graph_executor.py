@@ -28,7 +28,7 @@ from sglc.executor.pool import DaemonPool
 from sglc.executor.results import RETURNS_STATE, CallRecord, ProgramResult
 from sglc.executor.semantics import Semantics
 from sglc.executor.stream_state import StreamState
-from sglc.ir import output_value
+from sglc.ir import format_pieces, output_value
 from sglc.ir.graph import Graph
 from sglc.ir.node import Node
 from sglc.ir.ops import Op
@@ -350,6 +350,9 @@ class _Run:
                 raise KeyError(f"%{producer.name} gathered no variable {name!r}")
             return value[name]
         return value
+
+    def _op_format(self, node: Node) -> str:
+        return format_pieces.render(node.attrs["pieces"], [self._input(node, k) for k in range(len(node.inputs))])
 
     def _op_stream_text(self, node: Node) -> str:
         return self._st(node).text

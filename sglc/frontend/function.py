@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional, Union, overload
 from sglc.frontend.branching import MAX_TRACES, explore, merge
 from sglc.frontend.errors import TraceError
 from sglc.frontend.program_call import trace_call
+from sglc.frontend.rewrite import traceable
 from sglc.frontend.state import ProgramState
 from sglc.frontend.trace_context import current_trace
 from sglc.frontend.tracer import run_trace
@@ -92,11 +93,13 @@ class SglFunction:
         """With a state first (`other(s, x=...)`): inline the program into that state.
         Otherwise run it as a separate program (SGLang's form): eagerly, on the calling program's
         backend; while tracing, as its own stream of the caller's graph (program_call.py)."""
-        if args and isinstance(args[0], ProgramState):
-            return self.func(*args, **kwargs)
-        if not args and isinstance(kwargs.get("s"), ProgramState):
-            return self.func(**kwargs)
         ctx = current_trace()
+        # NOTE: inlined into a state being traced: its formatting must trace too (rewrite.py)
+        func = traceable(self.func) if ctx is not None else self.func
+        if args and isinstance(args[0], ProgramState):
+            return func(*args, **kwargs)
+        if not args and isinstance(kwargs.get("s"), ProgramState):
+            return func(**kwargs)
         if ctx is not None:  # NOTE: the callee becomes its own stream of the caller's graph
             return trace_call(ctx, self.name, self.func, self.bind_arguments, args, kwargs)
         return self.run(*args, **kwargs)

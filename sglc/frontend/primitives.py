@@ -11,6 +11,7 @@ from typing import Any, Optional, Union
 from sglc.frontend.choices import ChoicesSamplingMethod, choices_method_name, token_length_normalized
 from sglc.frontend.errors import not_supported, trace_error, user_source
 from sglc.frontend.expr import Concat, Expr
+from sglc.frontend.formatted import FormattedText
 from sglc.frontend.params import (
     SAMPLING_CHECKS,
     canonical_json_schema,
@@ -204,14 +205,14 @@ def select(
 
 def image(expr: Any) -> Image:
     """An image (file path or URL) appended to the prompt."""
-    if not isinstance(expr, (str, SymbolicValue)):
+    if not isinstance(expr, (str, SymbolicValue, FormattedText)):
         raise TypeError(f"{user_source()}: image() takes a path or URL string, got {type(expr).__name__}")
     return Image(expr)
 
 
 def video(path: Any, num_frames: int) -> Video:
     """A video (file path or URL) appended to the prompt as `num_frames` frames."""
-    if not isinstance(path, (str, SymbolicValue)):
+    if not isinstance(path, (str, SymbolicValue, FormattedText)):
         raise TypeError(f"{user_source()}: video() takes a path or URL string, got {type(path).__name__}")
     _reject_symbolic("video", "num_frames", num_frames)
     if isinstance(num_frames, bool) or not isinstance(num_frames, int) or num_frames < 1:

@@ -14,6 +14,7 @@ import inspect
 from typing import Any, Callable
 
 from sglc.frontend.errors import trace_error
+from sglc.frontend.rewrite import traceable
 from sglc.frontend.state import ProgramState
 from sglc.frontend.trace_context import TraceContext
 from sglc.frontend.trace_sink import TraceSink
@@ -33,7 +34,7 @@ def trace_call(ctx: TraceContext, name: str, func: Callable[..., Any], bound: di
     ctx.create(Op.GET_FORK_ITEM, stream, [fork], {"index": 0})
     sink = TraceSink(ctx, stream, fork=fork)
     state = ProgramState(sink)
-    state.ret_value = func(state, *call.args[1:], **call.kwargs)
+    state.ret_value = traceable(func)(state, *call.args[1:], **call.kwargs)
     if sink.role is not None:
         raise trace_error(f"program {name} ended inside an open {sink.role} role")
     sink.finished_as = name  # NOTE: its stream is complete; only its variables can be read now

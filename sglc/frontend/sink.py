@@ -29,6 +29,10 @@ class StreamSink(abc.ABC):
     def append_value(self, value: Any) -> None:
         """Append the string form of a run-time value (a symbolic value when tracing)."""
 
+    def append_formatted(self, text: Any) -> None:
+        """Append formatted text over run-time values (a FormattedText: only tracing makes them)."""
+        raise TypeError(f"{type(self).__name__} cannot append formatted text made while tracing")
+
     @abc.abstractmethod
     def gen(self, expr: Gen) -> None:
         """Generate after the current text, append the result, define variable `expr.name`."""

@@ -11,6 +11,7 @@ from typing import Any, AsyncIterator, Iterator, Optional
 
 from sglc.frontend.errors import trace_error, user_source
 from sglc.frontend.expr import Concat, check_appendable
+from sglc.frontend.formatted import FormattedText
 from sglc.frontend.primitives import Gen, Image, RoleBegin, RoleEnd, Select, Video, assistant, system, user
 from sglc.frontend.sink import StreamSink
 from sglc.frontend.symbolic import SymbolicValue
@@ -46,6 +47,8 @@ class ProgramState:
                 self._append(part)
         elif isinstance(item, SymbolicValue):
             sink.append_value(item)
+        elif isinstance(item, FormattedText):
+            sink.append_formatted(item)
         elif isinstance(item, Gen):
             sink.gen(item)
         elif isinstance(item, Select):

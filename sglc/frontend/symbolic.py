@@ -143,10 +143,18 @@ class SymbolicValue(Expr):
         raise self._fail("as an integer index (__index__)")
 
     def __str__(self) -> str:
-        raise self._fail("in str()")
+        raise self._fail_outside("str() or % formatting")
 
     def __format__(self, spec: str) -> str:
-        raise self._fail("in an f-string or format()")
+        raise self._fail_outside("an f-string or format()")
+
+    def _fail_outside(self, construct: str) -> "Exception":
+        # NOTE: the program's own code is rewritten so that these trace (rewrite.py); reaching
+        # the dunder means code the tracer did not rewrite: a helper function, or no source
+        return trace_error(
+            f"cannot use {self._desc} in {construct} here while tracing: formatting it works in the "
+            "@sgl.function's own code (and functions defined inside it), not in functions it calls (build "
+            f"the text there or join it with +); {self._hint()}", self.argument_name)
 
     def __hash__(self) -> int:
         raise self._fail("as a dict key or set member (hash())")

@@ -51,11 +51,15 @@ class TraceContext:
         self._decided: dict[Node, int] = {}
         self._anonymous = 0
         self.last_in_stream: dict[int, Node] = {}
+        #: The source line nodes get instead of the current user line (set while the tracer
+        #: records something the user's code did earlier, such as its return value).
+        self.source_override: Optional[str] = None
 
     def create(self, op: Op, stream: int, inputs: Sequence[Node] = (), attrs: Optional[dict[str, Any]] = None,
                type: Optional[ValueType] = None, source: Optional[str] = None) -> Node:
         """Append a node to the trace, stamped with the user's file:line."""
-        node = self.graph.create_node(op, inputs, attrs, type, stream, meta={"source": source or user_source()})
+        node = self.graph.create_node(op, inputs, attrs, type, stream,
+                                      meta={"source": source or self.source_override or user_source()})
         self.last_in_stream[stream] = node
         return node
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from sglc.frontend.errors import trace_error
+from sglc.frontend.formatted import FormattedText, Piece
 from sglc.frontend.primitives import Gen, Select
 from sglc.frontend.sink import StreamSink
 from sglc.frontend.symbolic import SymbolicValue
@@ -16,6 +17,14 @@ from sglc.frontend.trace_context import TraceContext
 from sglc.ir.node import Node
 from sglc.ir.ops import Op
 from sglc.ir.types import TEXT_LIKE, ValueType
+
+
+def _always_str(producer: Node) -> bool:
+    """Whether the node's value is a str at every run (so appending it is formatting it): generated
+    text, a chosen choice, captured text, formatted text; not an argument (any JSON value)."""
+    while producer.op is Op.VARIABLE and producer.inputs and producer.inputs[0].op is not Op.JOIN:
+        producer = producer.inputs[0]
+    return producer.op in (Op.GEN, Op.SELECT, Op.VAR_SCOPE_END, Op.STREAM_TEXT, Op.FORMAT)
 
 
 class TraceSink(StreamSink):
@@ -77,6 +86,35 @@ class TraceSink(StreamSink):
     def append_value(self, value: Any) -> None:
         self._create(Op.APPEND, [self._text_input(value, "as prompt text")])
 
+    def append_formatted(self, text: FormattedText) -> None:
+        """Constant parts as CONSTANT_TEXT; a piece that is a run-time string as it is (APPEND);
+        any other piece (an argument, a conversion, a spec) through a FORMAT node, whose text is
+        Python's formatting of the value."""
+        for part in text.parts:
+            if isinstance(part, str):
+                self.append_text(part)
+            elif part.plain and isinstance(part.value, SymbolicValue) and _always_str(part.value.producer):
+                self.append_value(part.value)
+            else:
+                self._create(Op.APPEND, [self.format_node(FormattedText((part,)))])
+
+    def format_node(self, text: FormattedText) -> Node:
+        """One FORMAT node whose output is `text` at run time (its references become inputs)."""
+        inputs: list[Node] = []
+        pieces: list[Any] = []
+        for part in text.parts:
+            if isinstance(part, str):
+                pieces.append(part)
+                continue
+            value = part.value
+            node = self.format_node(value) if isinstance(value, FormattedText) else self.input_of(value)
+            if node in inputs:
+                pieces.append(part.attrs(inputs.index(node)))
+            else:
+                inputs.append(node)
+                pieces.append(part.attrs(len(inputs) - 1))
+        return self._create(Op.FORMAT, inputs, {"pieces": pieces})
+
     def gen(self, expr: Gen) -> None:
         name = expr.name or self.ctx.anonymous_name("gen")
         node = self._create(Op.GEN, attrs={"name": name, **expr.attrs}, type=expr.type)
@@ -111,13 +149,17 @@ class TraceSink(StreamSink):
         self.role = None
 
     def image(self, path: Any) -> None:
-        if isinstance(path, SymbolicValue):
+        if isinstance(path, FormattedText):
+            self._create(Op.IMAGE, [self.format_node(path)])
+        elif isinstance(path, SymbolicValue):
             self._create(Op.IMAGE, [self._text_input(path, "as an image path")])
         else:
             self._create(Op.IMAGE, attrs={"path": path})
 
     def video(self, path: Any, num_frames: int) -> None:
-        if isinstance(path, SymbolicValue):
+        if isinstance(path, FormattedText):
+            self._create(Op.VIDEO, [self.format_node(path)], {"num_frames": num_frames})
+        elif isinstance(path, SymbolicValue):
             self._create(Op.VIDEO, [self._text_input(path, "as a video path")], {"num_frames": num_frames})
         else:
             self._create(Op.VIDEO, attrs={"path": path, "num_frames": num_frames})

@@ -12,6 +12,8 @@ import os
 from typing import Any, Callable, Sequence
 
 from sglc.frontend.errors import TraceError
+from sglc.frontend.formatted import FormattedText
+from sglc.frontend.rewrite import traceable
 from sglc.frontend.state import ProgramState
 from sglc.frontend.symbolic import SymbolicValue
 from sglc.frontend.trace_context import Trace, TraceContext, active_trace
@@ -66,7 +68,7 @@ def run_trace(func: Callable[..., Any], graph_name: str, bindings: dict[str, Any
     sink = TraceSink(ctx, 0)
     state = ProgramState(sink)
     with active_trace(ctx):
-        state.ret_value = func(state, *args, **kwargs)
+        state.ret_value = traceable(func)(state, *args, **kwargs)
         if state.ret_value is not None:
             _record_return(sink, state, state.ret_value, f"{def_source}: {graph_name} returns")
     return Trace(graph, ctx.points, ctx.taken)
@@ -81,8 +83,8 @@ def _record_return(sink: TraceSink, state: ProgramState, value: Any, where: str)
             raise TraceError(f"{where} a value nested deeper than 32 levels, which a graph cannot store")
         if v is state:
             return {"state": True}
-        if isinstance(v, SymbolicValue):
-            inputs.append(sink.input_of(v))
+        if isinstance(v, (SymbolicValue, FormattedText)):
+            inputs.append(sink.format_node(v) if isinstance(v, FormattedText) else sink.input_of(v))
             return {"input": len(inputs) - 1}
         if isinstance(v, (list, tuple)):
             return {"list" if isinstance(v, list) else "tuple": [template(x, depth + 1) for x in v]}
@@ -96,8 +98,12 @@ def _record_return(sink: TraceSink, state: ProgramState, value: Any, where: str)
                          "from the state (s[\"x\"]), plain values, or lists/tuples/dicts of them, or run it eagerly "
                          "(prog.run)")
 
-    value_template = template(value, 0)
-    sink.ctx.create(Op.OUTPUT, 0, inputs, {"value": value_template}, source=where.split(": ")[0])
+    sink.ctx.source_override = where.split(": ")[0]
+    try:
+        value_template = template(value, 0)
+        sink.ctx.create(Op.OUTPUT, 0, inputs, {"value": value_template})
+    finally:
+        sink.ctx.source_override = None
 
 
 def _error_at(source: str, message: str) -> TraceError:

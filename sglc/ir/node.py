@@ -32,6 +32,12 @@ class Node:
     - ``select``: attrs ``name``, ``choices`` (list of str), ``temperature``, ``choices_method``;
       or, without ``choices``, one input holding them at run time (a LIST/ANY argument).
       Scores each choice after the stream's text, appends the chosen one, outputs it.
+    - ``format``: inputs: values; attrs ``pieces``: a list of constant strings and references
+      ``{"input": i}`` with optional ``conversion`` (``s``/``r``/``a``), ``spec`` (a format spec),
+      ``printf`` (a ``%``-spec such as ``%5.2f``) or ``join`` (a separator: input i is a list). Outputs
+      the concatenation (STR): each reference is Python's ``format(convert(v), spec)``,
+      ``printf % (convert(v),)`` or ``join.join(v)``, so an f-string, ``str.format`` or ``%`` over
+      run-time values gives the text eager Python gives.
     - ``variable``: one input (the producer: a gen/select/var_scope_end, or a join for gathered
       lists), attrs ``name``. Outputs the producer's value; waits for it (cross-stream edge).
     - ``stream_text``: no inputs. Outputs the stream's text at this point.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from sglc.ir import output_value
+from sglc.ir import format_pieces, output_value
 from sglc.ir.gen_constraint import constraint_attrs, constraint_pattern, lowered_pattern
 from sglc.ir.node import Node
 from sglc.ir.ops import ROLES, VARIABLE_PRODUCING_OPS, Op
@@ -162,6 +162,7 @@ ATTR_RULES: dict[Op, dict[str, tuple[bool, Check]]] = {
     Op.BRANCH: {"cases": (True, _list_of(_STRS, "str", nonempty=True, unique=True))},
     Op.CACHE_PREFIX: {},
     Op.OUTPUT: {"value": (True, _any)},  # NOTE: the template is checked against the inputs (NODE_RULES)
+    Op.FORMAT: {"pieces": (True, _any)},  # NOTE: checked against the inputs (NODE_RULES)
 }
 
 # ----- rules over several attributes of one node -----
@@ -205,7 +206,14 @@ def _output(node: Node) -> None:
         raise RuleError(f"attribute value {problem}")
 
 
+def _format(node: Node) -> None:
+    problem = format_pieces.check(node.attrs["pieces"], len(node.inputs))
+    if problem:
+        raise RuleError(f"attribute pieces {problem}")
+
+
 NODE_RULES: dict[Op, Callable[[Node], None]] = {
+    Op.FORMAT: _format,
     Op.GEN: _gen_constraint,
     Op.FORK: _program_fork,
     Op.OUTPUT: _output,
@@ -230,6 +238,7 @@ OUTPUT_TYPES: dict[Op, frozenset[ValueType]] = {
     Op.SELECT: frozenset({_T.STR}),
     Op.VARIABLE: _TEXT_OUT | {_T.LIST},  # further: the producer's type (checked below)
     Op.STREAM_TEXT: frozenset({_T.STR}),
+    Op.FORMAT: frozenset({_T.STR}),
     Op.VAR_SCOPE_END: frozenset({_T.STR}),
     Op.FORK: frozenset({_T.FORK}),
     Op.GET_FORK_ITEM: frozenset({_T.STREAM}),
@@ -337,6 +346,7 @@ def _values(node: Node) -> None:
 
 INPUT_RULES: dict[Op, Callable[[Node], None]] = {
     Op.OUTPUT: _values,
+    Op.FORMAT: _values,
     Op.SELECT: _select,
     Op.APPEND: _text_input,
     Op.IMAGE: _media,

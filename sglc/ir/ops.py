@@ -23,6 +23,9 @@ class Op(enum.Enum):
     GEN = "gen"  # generate text into a named variable
     SELECT = "select"  # choose one of fixed choices by likelihood, into a named variable
 
+    # --- values computed from other values (pure) ---
+    FORMAT = "format"  # text made of constant pieces and input values (f-strings, str.format, %)
+
     # --- reading results ---
     VARIABLE = "variable"  # read a named result produced by another node (often another stream)
     STREAM_TEXT = "stream_text"  # the text of this stream so far (s.text())

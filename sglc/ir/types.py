@@ -43,6 +43,7 @@ DEFAULT_TYPE = {
     Op.BRANCH: ValueType.NONE,
     Op.CACHE_PREFIX: ValueType.NONE,
     Op.OUTPUT: ValueType.NONE,
+    Op.FORMAT: ValueType.STR,
 }
 assert set(DEFAULT_TYPE) == set(Op), "every op needs a default output type"
 
