@@ -22,6 +22,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from sglc_runtime.model.attention.torch_backend import attend_explicit
 from sglc_runtime.model.models.layer_ops import EagerLayerOps
 from sglc_runtime.model.models.quantized_linear import Int8Linear, int4_levels, pack_q4_tiles, pack_q8_tiles
 from sglc_runtime.model.models.rope import RotaryEmbedding
@@ -154,8 +155,10 @@ def test_arm_gguf_linears_equal_the_reference_bit_for_bit(arm_drivers, tmp_path,
 @needs_arm_tools
 @pytest.mark.parametrize("level", ARM_LEVELS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("heads, kv_heads, head_dim", [(9, 3, 64), (8, 2, 64), (4, 4, 64), (6, 3, 32)])
-def test_arm_attention_matches_sdpa(arm_drivers, tmp_path, level, dtype, heads, kv_heads, head_dim):
+@pytest.mark.parametrize("heads, kv_heads, head_dim, softcap",
+                         [(9, 3, 64, 0.0), (8, 2, 64, 0.0), (4, 4, 64, 0.0), (6, 3, 32, 0.0), (8, 2, 64, 1.5),
+                          (6, 3, 32, 1.5)])
+def test_arm_attention_matches_sdpa(arm_drivers, tmp_path, level, dtype, heads, kv_heads, head_dim, softcap):
     g = torch.Generator().manual_seed(heads)
     num_slots, length = 400, 150
     q = torch.randn(heads, head_dim, generator=g).to(dtype)
@@ -164,12 +167,17 @@ def test_arm_attention_matches_sdpa(arm_drivers, tmp_path, level, dtype, heads, 
     slots = torch.randperm(num_slots, generator=g)[:length]
     header = np.array([heads, kv_heads, head_dim, length, num_slots, SLOT[dtype]], np.int64)
     out = Outputs(run_driver(arm_drivers[level], "attention",
-                             [header, raw(q), raw(k), raw(v), slots.numpy(), np.array([0.125], np.float32)], tmp_path))
+                             [header, raw(q), raw(k), raw(v), slots.numpy(), np.array([0.125, softcap], np.float32)],
+                             tmp_path))
     out.take(torch.float32, heads)
     out.take(torch.float32, heads)
     o = out.take(dtype, heads, head_dim)
     kk, vv = k[slots].float().transpose(0, 1), v[slots].float().transpose(0, 1)
-    ref = F.scaled_dot_product_attention(q.float().view(kv_heads, heads // kv_heads, head_dim), kk, vv, scale=0.125)
+    qq = q.float().view(kv_heads, heads // kv_heads, head_dim)
+    if softcap:  # NOTE: scores capped at 1.5: the cap visibly changes the softmax
+        ref = attend_explicit(qq[None], kk[None], vv[None], None, 0.125, softcap)[0]
+    else:
+        ref = F.scaled_dot_product_attention(qq, kk, vv, scale=0.125)
     tol = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 1.6e-2}
     torch.testing.assert_close(o.float(), ref.reshape(heads, head_dim), **tol)
 
@@ -192,7 +200,7 @@ def test_arm_small_ops_match_eager(arm_drivers, tmp_path, level, dtype):
                              [header, raw(x), raw(delta), raw(w), raw(gate_up), positions.numpy(),
                               cos[:max_pos].contiguous().numpy(), sin[:max_pos].contiguous().numpy()], tmp_path))
     norm, h_sum, h_norm = out.take(dtype, rows, d), out.take(dtype, rows, d), out.take(dtype, rows, d)
-    roped, silu = out.take(dtype, rows, d), out.take(dtype, rows, d)
+    roped, silu, gelu = out.take(dtype, rows, d), out.take(dtype, rows, d), out.take(dtype, rows, d)
     tol = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 1.6e-2}
     torch.testing.assert_close(norm, EagerLayerOps.rms_norm(x, w, 1e-5), **tol)
     h_eager, x_eager = EagerLayerOps.add_rms_norm(x, delta, w, 1e-5)
@@ -201,6 +209,7 @@ def test_arm_small_ops_match_eager(arm_drivers, tmp_path, level, dtype):
     eager_rope = EagerLayerOps.rope(x, EagerLayerOps.rope_inputs(rope, positions, dtype, max_pos - 1), d // 64, 64)
     torch.testing.assert_close(roped, eager_rope.reshape(rows, d), **tol)
     torch.testing.assert_close(silu, EagerLayerOps.silu_mul(gate_up), **tol)
+    torch.testing.assert_close(gelu, EagerLayerOps.gelu_tanh_mul(gate_up.float()).to(dtype), **tol)
 
 
 @pytest.mark.parametrize("level", ["avx512", "avx2", "generic"])

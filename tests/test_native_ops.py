@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from sglc_runtime.model.attention.shared_prefix import shared_prefix_groups
+from sglc_runtime.model.attention.torch_backend import attend_explicit
 from sglc_runtime.model.models.layer_ops import EagerLayerOps, NativeLayerOps, layer_ops_for
 from sglc_runtime.model.models.rope import RotaryEmbedding
 from sglc_runtime.model.native import active_level, load_cpu_ops, running_level
@@ -93,6 +94,17 @@ def test_norms_and_silu_match_eager(at_level, dtype, rows):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 7, 100])
+def test_gelu_tanh_mul_matches_eager(at_level, dtype, rows):
+    """GeGLU (Gemma's MLP) equals F.gelu(approximate="tanh") * up, far into both tails."""
+    g = torch.Generator().manual_seed(rows)
+    gu = (torch.randn(rows, 2 * 1000, generator=g) * 4).to(dtype)
+    gu[0, :6] = torch.tensor([-200.0, -12.0, -0.0, 1e-6, 12.0, 200.0]).to(dtype)
+    torch.testing.assert_close(at_level.gelu_tanh_mul(gu), EagerLayerOps.gelu_tanh_mul(gu.float()).to(dtype),
+                               **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_rope_rotates_in_place_like_eager(at_level, dtype):
     rope = RotaryEmbedding(64, 10000.0, None, 2048)
     qkv = torch.randn(5, (9 + 3 + 3) * 64).to(dtype)
@@ -107,15 +119,20 @@ def test_rope_rotates_in_place_like_eager(at_level, dtype):
         at_level.rope(qkv, (torch.tensor([0, 1, 2, 3, 5000]), *rope.tables(2047)), 12, 64)
 
 
-def reference_decode(k_cache, v_cache, q, index, lens, scale):
-    """Per request: SDPA over its slots, the query heads grouped as Hugging Face's repeat_kv."""
+def reference_decode(k_cache, v_cache, q, index, lens, scale, softcap=None):
+    """Per request: SDPA over its slots, the query heads grouped as Hugging Face's repeat_kv
+    (with a soft-cap: transformers' eager attention)."""
     h, kvh, d = q.shape[1], k_cache.shape[1], q.shape[2]
     out = []
     for r in range(q.shape[0]):
         slots = index[r, : int(lens[r])]
         kk = k_cache[slots].float().transpose(0, 1)
         vv = v_cache[slots].float().transpose(0, 1)
-        o = F.scaled_dot_product_attention(q[r].float().view(kvh, h // kvh, d), kk, vv, scale=scale)
+        qq = q[r].float().view(kvh, h // kvh, d)
+        if softcap:
+            o = attend_explicit(qq[None], kk[None], vv[None], None, scale, softcap)[0]
+        else:
+            o = F.scaled_dot_product_attention(qq, kk, vv, scale=scale)
         out.append(o.reshape(-1))
     return torch.stack(out)
 
@@ -135,7 +152,32 @@ def test_decode_attention_matches_sdpa_for_each_head_layout(at_level, dtype, hea
     check_decode_attention(dtype, [3, 260, 41], heads=heads, kv_heads=kv_heads, head_dim=head_dim)
 
 
-def check_decode_attention(dtype, lens, heads, kv_heads, head_dim):
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("heads, kv_heads, head_dim, lens", [
+    (8, 2, 64, [3, 260, 41]),  # the register kernel
+    (6, 3, 32, [3, 260, 41]),  # the generic loop
+    (8, 2, 64, [2000]),  # one long request: split-K pieces, merged
+])
+def test_decode_attention_soft_caps_scores(at_level, two_threads, dtype, heads, kv_heads, head_dim, lens):
+    """softcap > 0 caps every score to softcap * tanh(score / softcap) before the softmax, as
+    transformers' eager attention does (Gemma 2), on every path of the kernel."""
+    check_decode_attention(dtype, lens, heads=heads, kv_heads=kv_heads, head_dim=head_dim, softcap=0.7)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_shared_prefix_cascade_soft_caps_scores(at_level, dtype):
+    """The cascade over a shared prefix caps its scores as the per-request keys are capped."""
+    k_cache, v_cache, loc, k_new, v_new, q, index, lens, group_of, prefix_lens = shared_prefix_batch(
+        [(300, [1, 5, 9]), (64, [2, 2])], [50], dtype, seed=11)
+    k_expected, v_expected = k_cache.clone(), v_cache.clone()
+    k_expected[loc], v_expected[loc] = k_new, v_new
+    out = torch.ops.sglc_cpu.decode_attention_(k_cache, v_cache, loc, k_new, v_new, q, index, lens, 0.125,
+                                               group_of, prefix_lens, softcap=0.7)
+    torch.testing.assert_close(out.float(), reference_decode(k_expected, v_expected, q, index, lens, 0.125, 0.7),
+                               **tol(dtype))
+
+
+def check_decode_attention(dtype, lens, heads, kv_heads, head_dim, softcap=None):
     """decode_attention_ over scattered slots: writes the new K/V, and attends as SDPA does."""
     g = torch.Generator().manual_seed(sum(lens) + heads * 100 + head_dim)
     slots, kvh, h, d = 4096, kv_heads, heads, head_dim
@@ -157,9 +199,10 @@ def check_decode_attention(dtype, lens, heads, kv_heads, head_dim):
     k_expected[loc], v_expected[loc] = k_new, v_new
 
     scale = d ** -0.5
-    out = torch.ops.sglc_cpu.decode_attention_(k_cache, v_cache, loc, k_new, v_new, q, index, lens_t, scale)
+    capped = {"softcap": softcap} if softcap else {}
+    out = torch.ops.sglc_cpu.decode_attention_(k_cache, v_cache, loc, k_new, v_new, q, index, lens_t, scale, **capped)
     assert torch.equal(k_cache, k_expected) and torch.equal(v_cache, v_expected)
-    expected = reference_decode(k_expected, v_expected, q, index, lens_t, scale)
+    expected = reference_decode(k_expected, v_expected, q, index, lens_t, scale, softcap)
     assert out.dtype == dtype and out.shape == (len(lens), h * d)
     torch.testing.assert_close(out.float(), expected, **tol(dtype))
 

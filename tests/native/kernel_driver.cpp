@@ -119,8 +119,8 @@ void gguf_linear(const sglc_kernel_table& t, Reader& in, Writer& out) {
 }
 
 // attention: header [heads, kv_heads, d, len, num_slots, slot]; q [heads, d], k and v
-// [num_slots, kv_heads, d] (slot), slots i64 [len], scale f32 [1]. Writes m, l f32 [heads] and
-// the normalised output [heads, d] (slot).
+// [num_slots, kv_heads, d] (slot), slots i64 [len], scale and softcap f32 [2]. Writes m, l f32
+// [heads] and the normalised output [heads, d] (slot).
 void attention(const sglc_kernel_table& t, Reader& in, Writer& out) {
   const auto h = in.read<int64_t>(6);
   const int64_t heads = h[0], kvh = h[1], d = h[2], len = h[3], num_slots = h[4];
@@ -130,10 +130,10 @@ void attention(const sglc_kernel_table& t, Reader& in, Writer& out) {
   const auto k = in.bytes(num_slots * kvh * d * es);
   const auto v = in.bytes(num_slots * kvh * d * es);
   const auto slots = in.read<int64_t>(len);
-  const auto scale = in.read<float>(1);
+  const auto scale = in.read<float>(2);
   std::vector<float> m(heads), l(heads), acc(heads * d), scratch(sglc_attend_scratch(heads, kvh, d, len));
   t.attend[slot](q.data(), d, k.data(), v.data(), kvh * d, slots.data(), len, heads, heads / kvh, d, scale[0],
-                 scratch.data(), m.data(), l.data(), acc.data());
+                 scale[1], scratch.data(), m.data(), l.data(), acc.data());
   std::vector<uint8_t> o(heads * d * es);
   for (int64_t hh = 0; hh < heads; ++hh) t.write_normalised[slot](acc.data() + hh * d, l[hh], d, o.data() + hh * d * es);
   out.write(m);
@@ -143,7 +143,8 @@ void attention(const sglc_kernel_table& t, Reader& in, Writer& out) {
 
 // small_ops: header [rows, d, max_pos, slot]; x, delta [rows, d], w [d], gate_up [rows, 2d]
 // (slot), positions i64 [rows], cos and sin f32 [max_pos, 64]. Writes rms_norm(x), then h + delta
-// and its norm, then x with RoPE on its d / 64 heads, then silu(gate) * up (all slot).
+// and its norm, then x with RoPE on its d / 64 heads, then silu(gate) * up, then gelu_tanh(gate) * up
+// (all slot).
 void small_ops(const sglc_kernel_table& t, Reader& in, Writer& out) {
   const auto h = in.read<int64_t>(4);
   const int64_t rows = h[0], d = h[1], max_pos = h[2];
@@ -156,16 +157,18 @@ void small_ops(const sglc_kernel_table& t, Reader& in, Writer& out) {
   const auto positions = in.read<int64_t>(rows);
   const auto cos = in.read<float>(max_pos * 64);
   const auto sin = in.read<float>(max_pos * 64);
-  std::vector<uint8_t> norm(rows * d * es), hsum = x, hnorm(rows * d * es), silu(rows * d * es);
+  std::vector<uint8_t> norm(rows * d * es), hsum = x, hnorm(rows * d * es), silu(rows * d * es), gelu(rows * d * es);
   t.rms_norm[slot](x.data(), d, w.data(), norm.data(), d, rows, d, 1e-5f);
   t.add_rms_norm[slot](hsum.data(), d, delta.data(), d, w.data(), hnorm.data(), d, rows, d, 1e-5f);
   t.rope[slot](x.data(), d, positions.data(), cos.data(), sin.data(), rows, d / 64, 64);
   t.silu_mul[slot](gate_up.data(), 2 * d, silu.data(), d, rows, d);
+  t.gelu_tanh_mul[slot](gate_up.data(), 2 * d, gelu.data(), d, rows, d);
   out.write(norm);
   out.write(hsum);
   out.write(hnorm);
   out.write(x);
   out.write(silu);
+  out.write(gelu);
 }
 
 }  // namespace

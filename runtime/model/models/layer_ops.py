@@ -77,7 +77,7 @@ class NativeLayerOps:
         ops = torch.ops.sglc_cpu
         self.rms_norm = ops.rms_norm
         self.silu_mul = ops.silu_mul
-        self.gelu_tanh_mul = EagerLayerOps.gelu_tanh_mul  # NOTE: eager until the native op lands
+        self.gelu_tanh_mul = ops.gelu_tanh_mul
         self._add_rms_norm = ops.add_rms_norm_
         self._rope = ops.rope_
 

@@ -8,8 +8,9 @@
 // is compiled for the baseline of the architecture, so it loads on any CPU.
 //
 // Ops: rms_norm, add_rms_norm_ (the residual add fused with the next norm), rope_, silu_mul,
-// decode_attention_ (one decode step of attention read in place from the paged KV buffer, with
-// split-K for few long requests and a cascade over shared prefixes), q8_linear / q4_linear
+// gelu_tanh_mul, decode_attention_ (one decode step of attention read in place from the paged KV
+// buffer, with split-K for few long requests, a cascade over shared prefixes and optional score
+// soft-capping), q8_linear / q4_linear
 // (weight-only integer linears on 16-channel tiles). Work is spread over the pool only when
 // there is enough of it to pay for waking the pool (a one-stream decode step runs inline).
 
@@ -190,21 +191,29 @@ void rope_(at::Tensor& x, const at::Tensor& positions, const at::Tensor& cos, co
   });
 }
 
-// gate_up [T, 2 * I] (gate first) -> silu(gate) * up [T, I].
-at::Tensor silu_mul(const at::Tensor& gate_up) {
-  check_rows(gate_up, "silu_mul");
-  TORCH_CHECK(gate_up.size(1) % 2 == 0, "silu_mul: expected an even width [T, 2 * I], got ", gate_up.sizes());
-  const int slot = dtype_slot(gate_up.scalar_type(), "silu_mul");
+// gate_up [T, 2 * I] (gate first) -> act(gate) * up [T, I], act the kernel table's `fns`.
+at::Tensor gated_act(const at::Tensor& gate_up, sglc_silu_mul_fn const (&fns)[SGLC_NUM_DTYPES], const char* what) {
+  check_rows(gate_up, what);
+  TORCH_CHECK(gate_up.size(1) % 2 == 0, what, ": expected an even width [T, 2 * I], got ", gate_up.sizes());
+  const int slot = dtype_slot(gate_up.scalar_type(), what);
   const int64_t rows = gate_up.size(0), inter = gate_up.size(1) / 2, gs = gate_up.stride(0);
   const int64_t es = gate_up.element_size();
   auto out = at::empty({rows, inter}, gate_up.options());
-  const auto fn = kernels().silu_mul[slot];
+  const auto fn = fns[slot];
   const void* gp = gate_up.const_data_ptr();
   void* op = out.data_ptr();
   at::parallel_for(0, rows, kRowGrain, [&](int64_t begin, int64_t end) {
     fn(at_elem(gp, begin * gs, es), gs, at_elem(op, begin * inter, es), inter, end - begin, inter);
   });
   return out;
+}
+
+// silu(gate) * up (SwiGLU).
+at::Tensor silu_mul(const at::Tensor& gate_up) { return gated_act(gate_up, kernels().silu_mul, "silu_mul"); }
+
+// gelu_tanh(gate) * up (GeGLU, GELU's tanh approximation: Gemma).
+at::Tensor gelu_tanh_mul(const at::Tensor& gate_up) {
+  return gated_act(gate_up, kernels().gelu_tanh_mul, "gelu_tanh_mul");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -242,12 +251,14 @@ void check_heads(const at::Tensor& t, int64_t rows, int64_t heads, int64_t d, co
 // kv head h / (H / KV) (Hugging Face's repeat_kv layout). Returns [B, H * D] in q's dtype.
 // Shared prefixes (optional): prefix_group [B] names each request's group (-1: none) and
 // prefix_lens [G] how many leading slots of its index row every member of group g has in common
-// (checked); those keys are attended once for the whole group (cascade).
+// (checked); those keys are attended once for the whole group (cascade). softcap > 0: scores
+// become softcap * tanh(score / softcap) before the softmax (Gemma 2); 0: plain. A sliding
+// window is the caller's: it passes each request only the slots inside the window.
 at::Tensor decode_attention_(at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& loc,
                              const at::Tensor& k_new, const at::Tensor& v_new, const at::Tensor& q,
                              const at::Tensor& index, const at::Tensor& lens, double scale,
                              const std::optional<at::Tensor>& prefix_group,
-                             const std::optional<at::Tensor>& prefix_lens) {
+                             const std::optional<at::Tensor>& prefix_lens, double softcap) {
   check_cache(k_cache, "k_cache");
   check_cache(v_cache, "v_cache");
   TORCH_CHECK(k_cache.sizes() == v_cache.sizes(), "decode_attention_: k_cache ", k_cache.sizes(),
@@ -353,6 +364,8 @@ at::Tensor decode_attention_(at::Tensor& k_cache, at::Tensor& v_cache, const at:
   const void* qp = q.const_data_ptr();
   void* op = out.data_ptr();
   const float fscale = static_cast<float>(scale);
+  TORCH_CHECK(softcap >= 0, "decode_attention_: softcap must be >= 0 (0: none), got ", softcap);
+  const float fcap = static_cast<float>(softcap);
   // NOTE: below ~256 key rows in all (~20 us of work), waking the intra-op pool costs more than
   // it saves.
   const bool pooled = total_keys >= 256;
@@ -382,7 +395,7 @@ at::Tensor decode_attention_(at::Tensor& k_cache, at::Tensor& v_cache, const at:
       }
       const int64_t first = chunk * kChunkKeys, len = std::min(kChunkKeys, blk.prefix - first);
       const int64_t* sl = idx + blk.members[0] * max_len + first;
-      shared_prefix(nc, qt.data(), rows, kc, vc, kvh * d, g * d, sl, len, d, dp, s.data(), kv.data(),
+      shared_prefix(nc, qt.data(), rows, kc, vc, kvh * d, g * d, sl, len, d, dp, fcap, s.data(), kv.data(),
                     task_m.data() + task * state_width, task_l.data() + task * state_width,
                     task_acc.data() + task * state_width * dp);
     }
@@ -436,7 +449,7 @@ at::Tensor decode_attention_(at::Tensor& k_cache, at::Tensor& v_cache, const at:
       for (int64_t r = begin; r < end; ++r) {
         const int64_t start = own_start[r], len = lenp[r] - start;
         attend(q_row(r), q_head_stride, kc, vc, kvh * d, idx + r * max_len + start, len, h, group, d, fscale,
-               scratch.data(), m.data(), l.data(), acc.data());
+               fcap, scratch.data(), m.data(), l.data(), acc.data());
         finish_request(r, m.data(), l.data(), acc.data());
       }
     };
@@ -455,7 +468,8 @@ at::Tensor decode_attention_(at::Tensor& k_cache, at::Tensor& v_cache, const at:
         const int64_t r = piece_req[pc], first = own_start[r] + (pc - piece_first[r]) * piece_keys;
         const int64_t len = std::min(piece_keys, lenp[r] - first);
         attend(q_row(r), q_head_stride, kc, vc, kvh * d, idx + r * max_len + first, len, h, group, d, fscale,
-               scratch.data(), piece_m.data() + pc * h, piece_l.data() + pc * h, piece_acc.data() + pc * h * d);
+               fcap, scratch.data(), piece_m.data() + pc * h, piece_l.data() + pc * h,
+               piece_acc.data() + pc * h * d);
       }
     });
     for (int64_t r = 0; r < b; ++r) {  // NOTE: a few requests' merges: not worth a pool wake-up
@@ -679,9 +693,10 @@ TORCH_LIBRARY(sglc_cpu, m) {
   m.def("add_rms_norm_(Tensor(a!) h, Tensor delta, Tensor weight, float eps) -> Tensor");
   m.def("rope_(Tensor(a!) x, Tensor positions, Tensor cos, Tensor sin, int num_heads) -> ()");
   m.def("silu_mul(Tensor gate_up) -> Tensor");
+  m.def("gelu_tanh_mul(Tensor gate_up) -> Tensor");
   m.def("decode_attention_(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor loc, Tensor k_new, Tensor v_new, "
         "Tensor q, Tensor index, Tensor lens, float scale, Tensor? prefix_group=None, "
-        "Tensor? prefix_lens=None) -> Tensor");
+        "Tensor? prefix_lens=None, float softcap=0.0) -> Tensor");
   m.def("q8_linear(Tensor x, Tensor weight, Tensor scales, Tensor? bias) -> Tensor");
   m.def("q4_linear(Tensor x, Tensor weight, Tensor d, Tensor m, Tensor? bias) -> Tensor");
   m.def("q8b_linear(Tensor x, Tensor weight, Tensor d, Tensor? bias) -> Tensor");
@@ -694,6 +709,7 @@ TORCH_LIBRARY_IMPL(sglc_cpu, CPU, m) {
   m.impl("add_rms_norm_", &add_rms_norm_);
   m.impl("rope_", &rope_);
   m.impl("silu_mul", &silu_mul);
+  m.impl("gelu_tanh_mul", &gelu_tanh_mul);
   m.impl("decode_attention_", &decode_attention_);
   m.impl("q8_linear", &q8_linear);
   m.impl("q4_linear", &q4_linear);

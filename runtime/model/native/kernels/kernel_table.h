@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#define SGLC_KERNEL_ABI 3
+#define SGLC_KERNEL_ABI 4
 
 #ifdef __cplusplus
 extern "C" {
@@ -46,7 +46,8 @@ typedef void (*sglc_add_rms_norm_fn)(void* h, int64_t h_stride, const void* delt
 // rotates the first num_heads heads of each row in place (Hugging Face's rotate_half layout)
 typedef void (*sglc_rope_fn)(void* x, int64_t x_stride, const int64_t* positions, const float* cos,
                              const float* sin, int64_t rows, int64_t num_heads, int64_t head_dim);
-// out[r] = silu(gate[r]) * up[r], gate_up rows = [gate | up]
+// out[r] = silu(gate[r]) * up[r], gate_up rows = [gate | up]; gelu_tanh_mul (GeGLU) has the same
+// signature: out[r] = gelu_tanh(gate[r]) * up[r] (GELU's tanh approximation)
 typedef void (*sglc_silu_mul_fn)(const void* gate_up, int64_t stride, void* out, int64_t out_stride, int64_t rows,
                                  int64_t inter);
 
@@ -54,16 +55,18 @@ typedef void (*sglc_silu_mul_fn)(const void* gate_up, int64_t stride, void* out,
 // The attention state of one request's `heads` query rows (q rows q_stride apart) over the keys
 // slots[0, len): key t of kv head g is k + slots[t] * row_stride + g * d; query head h reads kv
 // head h / group. Writes m, l [heads] (max score, sum of exp) and acc [heads * d] (unnormalised
-// P.V). scratch: at least sglc_attend_scratch(heads, kv_heads, d, len) floats.
+// P.V). scratch: at least sglc_attend_scratch(heads, kv_heads, d, len) floats. softcap > 0: each
+// (scaled) score s becomes softcap * tanh(s / softcap) before the softmax (Gemma 2); 0: none.
 typedef void (*sglc_attend_fn)(const void* q, int64_t q_stride, const void* k, const void* v, int64_t row_stride,
                                const int64_t* slots, int64_t len, int64_t heads, int64_t group, int64_t d,
-                               float scale, float* scratch, float* m, float* l, float* acc);
+                               float scale, float softcap, float* scratch, float* m, float* l, float* acc);
 // The state of `rows` query rows of one kv head over shared-prefix keys (cascade): qt [d][nc * 16]
 // (rows transposed, scaled, padding zero). s: [len * nc * 16], kv: [16 * dp] scratch (dp = d
-// rounded up to 64). Writes m, l [nc * 16] and acc [rows * dp].
+// rounded up to 64). Writes m, l [nc * 16] and acc [rows * dp]. softcap as for sglc_attend_fn.
 typedef void (*sglc_shared_prefix_fn)(int nc, const float* qt, int64_t rows, const void* k, const void* v,
                                       int64_t row_stride, int64_t head_off, const int64_t* slots, int64_t len,
-                                      int64_t d, int64_t dp, float* s, float* kv, float* m, float* l, float* acc);
+                                      int64_t d, int64_t dp, float softcap, float* s, float* kv, float* m, float* l,
+                                      float* acc);
 // (m, l, acc) <- the merge of itself with (m2, l2, acc2): one query row of d values
 typedef void (*sglc_merge_state_fn)(float* m, float* l, float* acc, float m2, float l2, const float* acc2, int64_t d);
 // out[0, d) = acc / l in the slot's dtype
@@ -113,6 +116,7 @@ struct sglc_kernel_table {
   sglc_add_rms_norm_fn add_rms_norm[SGLC_NUM_DTYPES];
   sglc_rope_fn rope[SGLC_NUM_DTYPES];
   sglc_silu_mul_fn silu_mul[SGLC_NUM_DTYPES];
+  sglc_silu_mul_fn gelu_tanh_mul[SGLC_NUM_DTYPES];
 
   sglc_attend_fn attend[SGLC_NUM_DTYPES];
   sglc_shared_prefix_fn shared_prefix[SGLC_NUM_DTYPES];

@@ -46,32 +46,33 @@ using sglc::f16;
 
 template <typename T>
 void attend(const void* q, int64_t q_stride, const void* k, const void* v, int64_t row_stride, const int64_t* slots,
-            int64_t len, int64_t heads, int64_t group, int64_t d, float scale, float* scratch, float* m, float* l,
-            float* acc) {
+            int64_t len, int64_t heads, int64_t group, int64_t d, float scale, float softcap, float* scratch, float* m,
+            float* l, float* acc) {
   const T* qp = static_cast<const T*>(q);
   const T* kp = static_cast<const T*>(k);
   const T* vp = static_cast<const T*>(v);
   if constexpr (!std::is_same_v<T, double>) {  // NOTE: float64 stays on the generic loop
     if (group <= arch::kRegisterMaxGroup &&
-        arch::attend_registers<T>(qp, q_stride, kp, vp, row_stride, slots, len, heads, group, d, scale, scratch, m, l,
-                                  acc)) {
+        arch::attend_registers<T>(qp, q_stride, kp, vp, row_stride, slots, len, heads, group, d, scale, softcap,
+                                  scratch, m, l, acc)) {
       return;
     }
   }
-  sglc::attend_generic<T>(qp, q_stride, kp, vp, row_stride, slots, len, heads, group, d, scale, scratch, m, l, acc);
+  sglc::attend_generic<T>(qp, q_stride, kp, vp, row_stride, slots, len, heads, group, d, scale, softcap, scratch, m,
+                          l, acc);
 }
 
 template <typename T>
 void shared_prefix(int nc, const float* qt, int64_t rows, const void* k, const void* v, int64_t row_stride,
-                   int64_t head_off, const int64_t* slots, int64_t len, int64_t d, int64_t dp, float* s, float* kv,
-                   float* m, float* l, float* acc) {
+                   int64_t head_off, const int64_t* slots, int64_t len, int64_t d, int64_t dp, float softcap, float* s,
+                   float* kv, float* m, float* l, float* acc) {
   const T* kp = static_cast<const T*>(k);
   const T* vp = static_cast<const T*>(v);
   switch (nc) {
-    case 1: return sglc::shared_prefix_state<1, T, arch::add_weighted_rows>(qt, rows, kp, vp, row_stride, head_off, slots, len, d, dp, s, kv, m, l, acc);
-    case 2: return sglc::shared_prefix_state<2, T, arch::add_weighted_rows>(qt, rows, kp, vp, row_stride, head_off, slots, len, d, dp, s, kv, m, l, acc);
-    case 3: return sglc::shared_prefix_state<3, T, arch::add_weighted_rows>(qt, rows, kp, vp, row_stride, head_off, slots, len, d, dp, s, kv, m, l, acc);
-    default: return sglc::shared_prefix_state<4, T, arch::add_weighted_rows>(qt, rows, kp, vp, row_stride, head_off, slots, len, d, dp, s, kv, m, l, acc);
+    case 1: return sglc::shared_prefix_state<1, T, arch::add_weighted_rows>(qt, rows, kp, vp, row_stride, head_off, slots, len, d, dp, softcap, s, kv, m, l, acc);
+    case 2: return sglc::shared_prefix_state<2, T, arch::add_weighted_rows>(qt, rows, kp, vp, row_stride, head_off, slots, len, d, dp, softcap, s, kv, m, l, acc);
+    case 3: return sglc::shared_prefix_state<3, T, arch::add_weighted_rows>(qt, rows, kp, vp, row_stride, head_off, slots, len, d, dp, softcap, s, kv, m, l, acc);
+    default: return sglc::shared_prefix_state<4, T, arch::add_weighted_rows>(qt, rows, kp, vp, row_stride, head_off, slots, len, d, dp, softcap, s, kv, m, l, acc);
   }
 }
 
@@ -120,6 +121,8 @@ const sglc_kernel_table kTable = {
      sglc::add_rms_norm_rows<double>},
     {sglc::rope_rows<float>, sglc::rope_rows<bf16>, sglc::rope_rows<f16>, sglc::rope_rows<double>},
     {sglc::silu_mul_rows<float>, sglc::silu_mul_rows<bf16>, sglc::silu_mul_rows<f16>, sglc::silu_mul_rows<double>},
+    {sglc::gelu_tanh_mul_rows<float>, sglc::gelu_tanh_mul_rows<bf16>, sglc::gelu_tanh_mul_rows<f16>,
+     sglc::gelu_tanh_mul_rows<double>},
     {attend<float>, attend<bf16>, attend<f16>, attend<double>},
     {shared_prefix<float>, shared_prefix<bf16>, shared_prefix<f16>, shared_prefix<double>},
     merge_state,

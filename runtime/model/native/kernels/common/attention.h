@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 
 #include "convert.h"
 
@@ -31,8 +32,18 @@ inline float dot_row(const float* q, const T* k, int64_t d) {
   return acc;
 }
 
-// Scores s[0, len) of one query row -> exp(s - m) in place; m = the largest score, l = their sum.
-inline void exponentiate_scores(float* __restrict__ s, int64_t len, float& m, float& l) {
+// softcap > 0: s <- softcap * tanh(s / softcap) over s[0, n) (Gemma 2's attention soft-cap;
+// scalar tanh, so every level caps alike).
+inline void softcap_scores(float* __restrict__ s, int64_t n, float softcap) {
+  if (softcap > 0.f) {
+    for (int64_t t = 0; t < n; ++t) s[t] = softcap * std::tanh(s[t] / softcap);
+  }
+}
+
+// Scores s[0, len) of one query row -> exp(s - m) in place (soft-capped first where softcap > 0);
+// m = the largest score, l = their sum.
+inline void exponentiate_scores(float* __restrict__ s, int64_t len, float softcap, float& m, float& l) {
+  softcap_scores(s, len, softcap);
   float mh = s[0];
   _Pragma("omp simd reduction(max : mh)")
   for (int64_t t = 1; t < len; ++t) mh = std::max(mh, s[t]);
@@ -71,7 +82,7 @@ void write_normalised(const float* __restrict__ acc, float l, int64_t d, void* o
 template <typename T>
 void attend_generic(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k, const T* __restrict__ v,
                     int64_t row_stride, const int64_t* __restrict__ slots, int64_t len, int64_t heads, int64_t group,
-                    int64_t d, float scale, float* __restrict__ scratch, float* __restrict__ m,
+                    int64_t d, float scale, float softcap, float* __restrict__ scratch, float* __restrict__ m,
                     float* __restrict__ l, float* __restrict__ acc) {
   float* qf = scratch;
   float* scores = qf + heads * d;
@@ -88,7 +99,7 @@ void attend_generic(const T* __restrict__ q, int64_t q_stride, const T* __restri
     for (int64_t i = 0; i < row_stride; ++i) row[i] = to_float(kr[i]);
     for (int64_t h = 0; h < heads; ++h) scores[h * len + t] = dot_row(qf + h * d, row + (h / group) * d, d);
   }
-  for (int64_t h = 0; h < heads; ++h) exponentiate_scores(scores + h * len, len, m[h], l[h]);
+  for (int64_t h = 0; h < heads; ++h) exponentiate_scores(scores + h * len, len, softcap, m[h], l[h]);
   std::fill(acc, acc + heads * d, 0.f);
   for (int64_t t = 0; t < len; ++t) {
     if (t + kPrefetchAhead < len) prefetch_row(v + slots[t + kPrefetchAhead] * row_stride, row_bytes);
@@ -137,8 +148,8 @@ template <int NC, typename T, void (*AddRows)(const float*, int64_t, const float
                                               int64_t)>
 void shared_prefix_state(const float* __restrict__ qt, int64_t rows, const T* __restrict__ k, const T* __restrict__ v,
                          int64_t row_stride, int64_t head_off, const int64_t* __restrict__ slots, int64_t len,
-                         int64_t d, int64_t dp, float* __restrict__ s, float* __restrict__ kv, float* __restrict__ m,
-                         float* __restrict__ l, float* __restrict__ acc) {
+                         int64_t d, int64_t dp, float softcap, float* __restrict__ s, float* __restrict__ kv,
+                         float* __restrict__ m, float* __restrict__ l, float* __restrict__ acc) {
   constexpr int W = NC * kLanes;
   constexpr int64_t kKeys = NC <= 2 ? 16 / NC : 4;  // keys scored together
   const int64_t bytes = d * static_cast<int64_t>(sizeof(T));
@@ -170,6 +181,7 @@ void shared_prefix_state(const float* __restrict__ qt, int64_t rows, const T* __
     }
     for (int64_t i = 0; i < nk; ++i) std::memcpy(s + (t0 + i) * W, a[i], sizeof(a[i]));
   }
+  softcap_scores(s, len * W, softcap);
   float mx[W], sum[W];
   for (int c = 0; c < W; ++c) mx[c] = s[c];
   for (int64_t t = 1; t < len; ++t) {

@@ -1,5 +1,5 @@
 // The small per-layer ops of a decoder layer (two RMSNorms, RoPE on q and k, a residual add,
-// SiLU * up): at one decode stream ~25 tiny ATen ops whose cost is dispatch and dtype round
+// SiLU * up or GeGLU): at one decode stream ~25 tiny ATen ops whose cost is dispatch and dtype round
 // trips, not arithmetic. Each is one loop here that reads its input once, computes in float32
 // and rounds once to the element type. Written to vectorise for whatever the variant is
 // compiled for (`omp simd` reductions, exp_approx).
@@ -75,6 +75,26 @@ void silu_mul_rows(const void* gate_up, int64_t stride, void* out, int64_t out_s
     for (int64_t i = 0; i < inter; ++i) {
       const float gv = to_float(g[i]);
       o[i] = from_float<T>(gv / (1.f + exp_approx(-gv)) * to_float(u[i]));
+    }
+  }
+}
+
+// GeGLU (Gemma): gelu_tanh(gate) * up with GELU's tanh approximation, 0.5 x (1 + tanh(y)) for
+// y = sqrt(2 / pi) (x + 0.044715 x^3), written as x * sigmoid(2y) = x / (1 + exp(-2y)) so it
+// vectorises like silu (exp_approx clamps, so large |y| gives 0 or x exactly).
+template <typename T>
+void gelu_tanh_mul_rows(const void* gate_up, int64_t stride, void* out, int64_t out_stride, int64_t rows,
+                        int64_t inter) {
+  constexpr float kTwoSqrt2OverPi = 1.5957691216057308f;  // 2 * sqrt(2 / pi)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* g = static_cast<const T*>(gate_up) + r * stride;
+    const T* u = g + inter;
+    T* o = static_cast<T*>(out) + r * out_stride;
+    _Pragma("omp simd")
+    for (int64_t i = 0; i < inter; ++i) {
+      const float x = to_float(g[i]);
+      const float y2 = kTwoSqrt2OverPi * (x + 0.044715f * x * x * x);
+      o[i] = from_float<T>(x / (1.f + exp_approx(-y2)) * to_float(u[i]));
     }
   }
 }

@@ -15,7 +15,7 @@ constexpr int kRegisterMaxGroup = 0;
 
 template <typename T>
 bool attend_registers(const T*, int64_t, const T*, const T*, int64_t, const int64_t*, int64_t, int64_t, int64_t, int64_t,
-                      float, float*, float*, float*, float*) {
+                      float, float, float*, float*, float*, float*) {
   return false;
 }
 

@@ -29,7 +29,8 @@ constexpr int kValueChunks = G == 1 ? 16 : (G <= 3 ? 8 : 4);
 template <int G, typename T>
 void attend_d64(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k, const T* __restrict__ v,
                 int64_t row_stride, const int64_t* __restrict__ slots, int64_t len, int64_t kv_heads, float scale,
-                float* __restrict__ scores, float* __restrict__ m, float* __restrict__ l, float* __restrict__ acc) {
+                float softcap, float* __restrict__ scores, float* __restrict__ m, float* __restrict__ l,
+                float* __restrict__ acc) {
   constexpr int64_t d = 64;
   constexpr int64_t seg_bytes = d * static_cast<int64_t>(sizeof(T));
   constexpr int C = kValueChunks<G>;
@@ -51,7 +52,7 @@ void attend_d64(const T* __restrict__ q, int64_t q_stride, const T* __restrict__
       }
       for (int j = 0; j < G; ++j) sg[j * len + t] = vaddvq_f32(s[j]);
     }
-    for (int j = 0; j < G; ++j) exponentiate_scores(sg + j * len, len, m[g * G + j], l[g * G + j]);
+    for (int j = 0; j < G; ++j) exponentiate_scores(sg + j * len, len, softcap, m[g * G + j], l[g * G + j]);
     const T* vg = v + g * d;
     for (int c0 = 0; c0 < 16; c0 += C) {
       float32x4_t a[G][C];
@@ -77,15 +78,15 @@ void attend_d64(const T* __restrict__ q, int64_t q_stride, const T* __restrict__
 
 template <typename T>
 bool attend_registers(const T* q, int64_t q_stride, const T* k, const T* v, int64_t row_stride, const int64_t* slots,
-                      int64_t len, int64_t heads, int64_t group, int64_t d, float scale, float* scores, float* m,
-                      float* l, float* acc) {
+                      int64_t len, int64_t heads, int64_t group, int64_t d, float scale, float softcap,
+                      float* scores, float* m, float* l, float* acc) {
   const int64_t kv_heads = heads / group;
   if (d != kRegisterHeadDim) return false;
   switch (group) {
-    case 1: attend_d64<1>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, scores, m, l, acc); return true;
-    case 2: attend_d64<2>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, scores, m, l, acc); return true;
-    case 3: attend_d64<3>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, scores, m, l, acc); return true;
-    case 4: attend_d64<4>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, scores, m, l, acc); return true;
+    case 1: attend_d64<1>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, softcap, scores, m, l, acc); return true;
+    case 2: attend_d64<2>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, softcap, scores, m, l, acc); return true;
+    case 3: attend_d64<3>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, softcap, scores, m, l, acc); return true;
+    case 4: attend_d64<4>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, softcap, scores, m, l, acc); return true;
     default: return false;
   }
 }

@@ -30,7 +30,8 @@ constexpr int kRegisterMaxGroup = 4;
 template <int G, typename T>
 void attend_d64(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k, const T* __restrict__ v,
                 int64_t row_stride, const int64_t* __restrict__ slots, int64_t len, int64_t kv_heads, float scale,
-                float* __restrict__ scores, float* __restrict__ m, float* __restrict__ l, float* __restrict__ acc) {
+                float softcap, float* __restrict__ scores, float* __restrict__ m, float* __restrict__ l,
+                float* __restrict__ acc) {
   constexpr int64_t d = 64;
   constexpr int64_t seg_bytes = d * static_cast<int64_t>(sizeof(T));
   const __m512 sv = _mm512_set1_ps(scale);
@@ -53,7 +54,7 @@ void attend_d64(const T* __restrict__ q, int64_t q_stride, const T* __restrict__
         sg[j * len + t] = _mm512_reduce_add_ps(sj);
       }
     }
-    for (int j = 0; j < G; ++j) exponentiate_scores(sg + j * len, len, m[g * G + j], l[g * G + j]);
+    for (int j = 0; j < G; ++j) exponentiate_scores(sg + j * len, len, softcap, m[g * G + j], l[g * G + j]);
     __m512 a[G][4];
     for (int j = 0; j < G; ++j) {
       for (int c = 0; c < 4; ++c) a[j][c] = _mm512_setzero_ps();
@@ -74,15 +75,15 @@ void attend_d64(const T* __restrict__ q, int64_t q_stride, const T* __restrict__
 // The register kernel where it applies (returns false otherwise: the caller runs the generic loop).
 template <typename T>
 bool attend_registers(const T* q, int64_t q_stride, const T* k, const T* v, int64_t row_stride, const int64_t* slots,
-                      int64_t len, int64_t heads, int64_t group, int64_t d, float scale, float* scores, float* m,
-                      float* l, float* acc) {
+                      int64_t len, int64_t heads, int64_t group, int64_t d, float scale, float softcap,
+                      float* scores, float* m, float* l, float* acc) {
   const int64_t kv_heads = heads / group;
   if (d != kRegisterHeadDim) return false;
   switch (group) {
-    case 1: attend_d64<1>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, scores, m, l, acc); return true;
-    case 2: attend_d64<2>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, scores, m, l, acc); return true;
-    case 3: attend_d64<3>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, scores, m, l, acc); return true;
-    case 4: attend_d64<4>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, scores, m, l, acc); return true;
+    case 1: attend_d64<1>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, softcap, scores, m, l, acc); return true;
+    case 2: attend_d64<2>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, softcap, scores, m, l, acc); return true;
+    case 3: attend_d64<3>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, softcap, scores, m, l, acc); return true;
+    case 4: attend_d64<4>(q, q_stride, k, v, row_stride, slots, len, kv_heads, scale, softcap, scores, m, l, acc); return true;
     default: return false;
   }
 }
