@@ -97,6 +97,16 @@ def every_op_graph() -> Graph:
     g.create_node(Op.STREAM_TEXT, guard=yes, meta=src(29))
     g.create_node(Op.CONSTANT_TEXT, attrs={"text": "The essay is unrelated."}, guard=no, meta=src(17))
     g.create_node(Op.CONSTANT_TEXT, attrs={"text": "Bye."}, guard=no, meta=src(17))
+    length = g.create_node(Op.LENGTH, [essay], guard=no, meta=src(17))
+    begin = g.create_node(Op.LOOP_BEGIN, [essay], guard=no, meta=src(17), attrs={"empty_error": "no essay"})
+    index = g.create_node(Op.LOOP_INDEX, [begin], attrs={"start": 1}, guard=no, meta=src(17))
+    first = g.create_node(Op.GET_ITEM, [essay], attrs={"key": 0}, guard=no, meta=src(17))
+    same = g.create_node(Op.GET_ITEM, [essay, index], guard=no, meta=src(17))
+    g.create_node(Op.APPEND, [g.create_node(Op.FORMAT, [index, length, begin, first, same], guard=no, meta=src(17),
+                                            attrs={"pieces": [{"input": 0}, "/", {"input": 1}, ": ", {"input": 2},
+                                                              {"input": 3, "join": ""}, {"input": 4}]})],
+                  guard=no, meta=src(17))
+    g.create_node(Op.LOOP_END, [begin], attrs={"variables": []}, guard=no, meta=src(17))
     label = g.create_node(Op.FORMAT, [essay, related], guard=no, meta=src(17), attrs={"pieces": [
         "Essay ", {"input": 0, "conversion": "r", "spec": ">12"}, " is ", {"input": 1, "printf": "%-4s"}, "."]})
     g.create_node(Op.OUTPUT, [label, related], guard=no, meta=src(17), attrs={"value": {"dict": [

@@ -25,7 +25,7 @@ def test_str_of_graph_is_the_listing_with_one_line_per_node():
     assert text == format_graph(g)
     node_lines = [line for line in text.splitlines() if line.lstrip().startswith("%")]
     assert len(node_lines) == len(g.nodes)
-    assert text.splitlines()[0] == "graph essay_judge(%image_path, %essay):  # 66 nodes, 4 streams"
+    assert text.splitlines()[0] == "graph essay_judge(%image_path, %essay):  # 74 nodes, 4 streams"
 
 
 def test_listing_groups_streams_and_cases_by_indentation():

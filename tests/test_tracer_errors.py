@@ -103,7 +103,7 @@ CONSTRUCTS = {
     "less": (use_less, "in a < comparison"),
     "method": (use_method, "with .strip"),
     "subscript": (use_subscript, "with [...] indexing"),
-    "unpack": (use_unpack, "(iter())"),
+    "unpack": (use_unpack, "unpacking"),
     "and": (use_and, "as a condition (bool())"),
 }
 
@@ -153,12 +153,23 @@ def test_gen_result_construct_is_a_one_line_trace_error(construct):
     assert "select" in message  # the hint points to the branching that does work
 
 
-@pytest.mark.parametrize("construct", sorted(CONSTRUCTS))
+#: What compiles on an argument (a list known when the program starts): a for loop over it and
+#: an item of it (tests/test_loops_over_arguments.py).
+ARGUMENT_COMPILES = {"iter", "subscript"}
+
+
+@pytest.mark.parametrize("construct", sorted(set(CONSTRUCTS) - ARGUMENT_COMPILES))
 def test_argument_construct_is_a_one_line_trace_error(construct):
     """Using a symbolic argument in `construct` fails at that line and says how to bind it."""
     message = expect_one_line_error(argument_program(CONSTRUCTS[construct][0]), construct,
                                     'argument "question"')
     assert "fn.trace(question=...)" in message
+
+
+@pytest.mark.parametrize("construct", sorted(ARGUMENT_COMPILES))
+def test_a_for_loop_over_an_argument_and_its_items_compile(construct):
+    """`for x in arg` and `arg[0]` on an argument trace (a loop, an item), where a gen result still fails."""
+    argument_program(CONSTRUCTS[construct][0]).trace()
 
 
 @pytest.mark.parametrize("construct", ["bool", "len", "fstring", "str", "int"])
@@ -174,18 +185,18 @@ def test_trace_error_is_an_sglc_error():
     assert issubclass(TraceError, SglcError)
 
 
-def test_iterating_a_list_argument_says_to_bind_it_or_run_eagerly():
-    """`for ex in examples` over an unbound argument names it, the binding, and the eager path."""
+def test_iterating_a_list_argument_compiles_to_a_loop():
+    """`for ex in examples` over an unbound argument is a loop of the graph (issue #29; it used to
+    be refused): loop_begin at the `for` line, the body, loop_end."""
     @sgl.function
     def prog(s, examples):
         for ex in examples:  # @iter-arg
             s += ex
 
-    with pytest.raises(TraceError) as err:
-        prog.trace()
-    message = str(err.value)
-    assert message.startswith(f"{HERE}:{line_of('iter-arg')}: cannot use argument \"examples\" in a for loop")
-    assert "fn.trace(examples=...)" in message and "eager interpreter" in message
+    graph = prog.trace()
+    begin = next(n for n in graph.nodes if n.op.value == "loop_begin")
+    assert begin.source == f"{HERE}:{line_of('iter-arg')}" and begin.inputs[0].attrs["name"] == "examples"
+    assert [n.op.value for n in graph.nodes][-3:] == ["loop_begin", "append", "loop_end"]
 
 
 def test_binding_the_list_argument_makes_the_loop_trace():

@@ -31,6 +31,7 @@ from sglc.executor.stream_state import StreamState
 from sglc.ir import format_pieces, output_value
 from sglc.ir.graph import Graph
 from sglc.ir.node import Node
+from sglc.ir.verify import loop_regions
 from sglc.ir.ops import Op
 from sglc.wire.backend import Backend
 
@@ -57,6 +58,23 @@ class ExecutionPlan:
                     deps[i].add(last_in_stream[node.stream])
                 last_in_stream[node.stream] = i
         self.num_deps = [len(d) for d in deps]
+        # Loops: each body runs once per item. NOTE: a body's nodes depend only on nodes before
+        # the loop (done before it starts), its loop_begin and each other; the inner deps are what
+        # an iteration waits on again (graph_executor._Run._next_iteration).
+        self.loop_end: dict[int, int] = {}
+        self.loop_of_end: dict[int, int] = {}
+        self.loop_body: dict[int, list[int]] = {}
+        self.inner_deps: dict[tuple[int, int], int] = {}  # (loop_begin, node) -> deps inside that loop
+        self.enclosing: dict[int, tuple[int, ...]] = {}
+        for begin, end, body in loop_regions(graph):
+            b, e = self.index[begin], self.index[end]
+            members = [self.index[n] for n in body]
+            self.loop_end[b], self.loop_of_end[e], self.loop_body[b] = e, b, members
+            inner = set(members) | {b}
+            for j in members + [e]:
+                self.inner_deps[b, j] = len(deps[j] & inner)
+            for j in members:
+                self.enclosing[j] = self.enclosing.get(j, ()) + (b,)
         self.dependents: list[list[int]] = [[] for _ in self.nodes]
         for i, d in enumerate(deps):
             for j in sorted(d):
@@ -165,6 +183,9 @@ class _Run:
         self.in_flight: set[int] = set()
         self.error: Optional[str] = None
         self.ret_value: Any = None
+        self.loop_items: dict[int, list[Any]] = {}  # loop_begin index -> the items it iterates
+        self.loop_pos: dict[int, int] = {}  # loop_begin index -> the current iteration
+        self.empty_loops: set[int] = set()  # loops iterating nothing (their bodies are skipped)
         self.lock = threading.Lock()
         self.finished = threading.Event()
 
@@ -221,6 +242,8 @@ class _Run:
         while heap and self.error is None:
             i = heapq.heappop(heap)
             node = self.plan.nodes[i]
+            if i in self.plan.loop_of_end and i not in self.skipped and self._next_iteration(i, heap):
+                continue  # NOTE: the body runs again; this loop_end waits for its last node once more
             if self._should_skip(i, node):
                 self.skipped.add(i)
             elif node.op in CALL_OPS and not self._is_noop_hint(node):
@@ -237,6 +260,23 @@ class _Run:
         if self.live is not None:
             self.live.touch()  # NOTE: lock order: the run's lock, then the live text's
         self._dispatch()
+
+    def _next_iteration(self, end: int, heap: list[int]) -> bool:
+        """At a loop_end whose body has finished: start the next item's iteration (True), or let
+        the loop end (False). Lock held."""
+        b = self.plan.loop_of_end[end]
+        if b in self.skipped or b in self.empty_loops or self.loop_pos[b] + 1 >= len(self.loop_items[b]):
+            return False
+        body = self.plan.loop_body[b]
+        self.loop_pos[b] += 1
+        for j in body + [end]:
+            self.remaining[j] = self.plan.inner_deps[b, j]
+            self.skipped.discard(j)
+        self.num_done -= len(body) + 1  # NOTE: the body and the loop_begin complete again
+        self.values[b] = self.loop_items[b][self.loop_pos[b]]
+        for j in self._complete(b):
+            heapq.heappush(heap, j)
+        return True
 
     def _complete(self, i: int) -> list[int]:
         self.num_done += 1
@@ -301,6 +341,8 @@ class _Run:
             b = self.plan.index[node.guard.branch]
             if b in self.skipped or self.values.get(b) != node.guard.case:
                 return True
+        if any(b in self.empty_loops or b in self.skipped for b in self.plan.enclosing.get(i, ())):
+            return True
         return node.op is not Op.GET_FORK_ITEM and node.stream not in self.streams
 
     def _is_noop_hint(self, node: Node) -> bool:
@@ -344,6 +386,12 @@ class _Run:
     def _op_variable(self, node: Node) -> Any:
         producer = node.inputs[0]
         value = self._input(node)
+        if producer.op is Op.LOOP_END:
+            name = node.attrs["name"]
+            if name not in value:
+                raise KeyError(f"variable {name!r} was never set: the loop %{producer.inputs[0].name} ran no iteration "
+                               "and nothing set it before")
+            return value[name]
         if producer.op is Op.JOIN:
             name = node.attrs["name"]
             if not isinstance(value, dict) or name not in value:
@@ -353,6 +401,33 @@ class _Run:
 
     def _op_format(self, node: Node) -> str:
         return format_pieces.render(node.attrs["pieces"], [self._input(node, k) for k in range(len(node.inputs))])
+
+    def _op_get_item(self, node: Node) -> Any:
+        key = node.attrs["key"] if "key" in node.attrs else self._input(node, 1)
+        return self._input(node)[key]
+
+    def _op_length(self, node: Node) -> int:
+        return len(self._input(node))
+
+    def _op_loop_begin(self, node: Node) -> Any:
+        i = self.plan.index[node]
+        value = self._input(node)
+        items = list(range(value)) if node.attrs.get("range") else list(value)
+        if not items and node.attrs.get("empty_error"):
+            raise ValueError(node.attrs["empty_error"])
+        self.loop_items[i], self.loop_pos[i] = items, 0
+        if items:
+            self.empty_loops.discard(i)
+            return items[0]
+        self.empty_loops.add(i)
+        return None
+
+    def _op_loop_index(self, node: Node) -> int:
+        return self.loop_pos[self.plan.index[node.inputs[0]]] + int(node.attrs.get("start") or 0)
+
+    def _op_loop_end(self, node: Node) -> dict[str, Any]:
+        st = self._st(node)
+        return {name: st.variables[name] for name in node.attrs.get("variables") or [] if name in st.variables}
 
     def _op_stream_text(self, node: Node) -> str:
         return self._st(node).text

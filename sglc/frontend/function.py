@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Optional, Union, overload
 
+from sglc.frontend import loops
 from sglc.frontend.branching import MAX_TRACES, explore, merge
 from sglc.frontend.errors import TraceError
 from sglc.frontend.program_call import trace_call
@@ -68,7 +69,15 @@ class SglFunction:
             meta["num_api_spec_tokens"] = self.num_api_spec_tokens
         if bindings:  # NOTE: so a run that passes one of them is told it was fixed, not that it is unknown
             meta["fixed_args"] = [name for name in self.arg_names if name in bindings]
-        traces = explore(lambda prefix: run_trace(self.func, self.name, bindings, prefix, meta), max_traces)
+        def run_once(prefix: list[int]) -> Any:
+            first = run_trace(self.func, self.name, bindings, prefix, meta)
+            # NOTE: one traced iteration stands for any number only if the traces with each loop
+            # run twice and zero times agree with it (loops.py)
+            loops.validate(lambda counts, hints: run_trace(self.func, self.name, bindings, prefix, meta, counts,
+                                                           (hints, first.loop_streams)), first)
+            return first
+
+        traces = explore(run_once, max_traces)
         return merge(traces)
 
     def trace_fixing_defaults(self, **bound: Any) -> tuple[Graph, dict[str, Any]]:

@@ -10,7 +10,7 @@ exactly what Python returns for concrete values and a FormattedText over symboli
     f"...{x!r:>10}..."      ->  fstring("...", (x, "r", ">10"), "...")
     a % b                   ->  printf(a, b)
     obj.format(...)         ->  method(obj, "format")(...)     (also format_map, join)
-    str(x), repr(x), ascii(x), format(x, spec)
+    str(x), repr(x), ascii(x), format(x, spec), len(x), enumerate(x), range(x)
                             ->  call(str)(x), ...              (the builtin itself unless tracing needs it)
 
 Functions defined inside the program (nested defs, lambdas) are part of its source and rewritten
@@ -27,12 +27,12 @@ import types
 import weakref
 from typing import Any, Callable
 
-from sglc.frontend import formatted
+from sglc.frontend import formatted, loops
 
 #: Names the rewritten code reaches the helpers by (a closure cell of the new function).
 HELPERS = "__sglc_trace__"
 #: Builtins whose calls go through `call` (it returns the builtin itself unless an argument is symbolic).
-CALLS = frozenset({"str", "repr", "ascii", "format"})
+CALLS = frozenset({"str", "repr", "ascii", "format", "len", "enumerate", "range"})
 #: Methods whose calls go through `method` (only a str's are treated; others are the method itself).
 METHODS = frozenset({"format", "format_map", "join"})
 
@@ -45,7 +45,10 @@ class _Helpers:
     fstring = staticmethod(formatted.fstring)
     printf = staticmethod(formatted.printf)
     method = staticmethod(formatted.method)
-    call = staticmethod(formatted.call)
+
+    @staticmethod
+    def call(fn: Any) -> Any:
+        return loops.call(formatted.call(fn))
 
 
 def traceable(func: Callable[..., Any]) -> Callable[..., Any]:

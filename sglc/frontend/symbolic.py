@@ -22,6 +22,8 @@ from sglc.ir.ops import Op
 from sglc.ir.types import ValueType
 
 _EAGER_HINT = "or run the program with the eager interpreter"
+#: Values a loop may iterate and index: a list known when the program starts (loops.py).
+_LIST_OPS = frozenset({Op.ARGUMENT, Op.GET_ITEM, Op.LOOP_BEGIN})
 
 
 class SymbolicValue(Expr):
@@ -107,6 +109,10 @@ class SymbolicValue(Expr):
     def _fail(self, construct: str) -> "Exception":
         return trace_error(f"cannot use {self._desc} {construct} while tracing: {self._hint()}", self.argument_name)
 
+    def hint(self) -> str:
+        """What to do instead of a construct that needs this value at compile time."""
+        return self._hint()
+
     def _hint(self) -> str:
         op = self._producer.op
         if op is Op.ARGUMENT:
@@ -125,6 +131,9 @@ class SymbolicValue(Expr):
         raise self._fail("in len()")
 
     def __iter__(self) -> Any:
+        driver = self._ctx.loop_driver
+        if driver is not None and self._producer.op in _LIST_OPS:
+            return driver(self)  # NOTE: a `for` over a run-time list compiles to a loop (loops.py)
         raise self._fail("in a for loop or unpacking (iter())")
 
     def __contains__(self, item: object) -> bool:
@@ -160,7 +169,41 @@ class SymbolicValue(Expr):
         raise self._fail("as a dict key or set member (hash())")
 
     def __getitem__(self, key: Any) -> Any:
+        if self._producer.op in _LIST_OPS:
+            if isinstance(key, SymbolicValue) and key._is_index():
+                node = self._ctx.create_value(Op.GET_ITEM, [self._producer, key._producer])
+                return SymbolicValue(self._ctx, node, None, ValueType.ANY, f"{self._desc}[{key.describe()}]")
+            if isinstance(key, (int, str)) and not isinstance(key, bool):
+                node = self._ctx.create_value(Op.GET_ITEM, [self._producer], {"key": key})
+                return SymbolicValue(self._ctx, node, None, ValueType.ANY, f"{self._desc}[{key!r}]")
         raise self._fail("with [...] indexing")
+
+    # ----- a loop index: + and - an int give another index (enumerate(lst, 1), i + 1) -----
+    def __add__(self, other: Any) -> Any:
+        if self._is_index() and isinstance(other, int) and not isinstance(other, bool):
+            return self._offset(other)
+        return super().__add__(other)
+
+    def __radd__(self, other: Any) -> Any:
+        if self._is_index() and isinstance(other, int) and not isinstance(other, bool):
+            return self._offset(other)
+        return super().__radd__(other)
+
+    def __sub__(self, other: Any) -> Any:
+        if self._is_index() and isinstance(other, int) and not isinstance(other, bool):
+            return self._offset(-other)
+        raise self._fail("in - arithmetic")
+
+    def _is_index(self) -> bool:
+        producer = self._producer
+        return producer.op is Op.LOOP_INDEX or (producer.op is Op.LOOP_BEGIN and bool(producer.attrs.get("range")))
+
+    def _offset(self, delta: int) -> "SymbolicValue":
+        producer = self._producer
+        begin = producer.inputs[0] if producer.op is Op.LOOP_INDEX else producer
+        start = int(producer.attrs.get("start") or 0) if producer.op is Op.LOOP_INDEX else 0
+        node = self._ctx.create_value(Op.LOOP_INDEX, [begin], {"start": start + delta} if start + delta else {})
+        return SymbolicValue(self._ctx, node, None, ValueType.INT, f"({self._desc} {'+' if delta >= 0 else '-'} {abs(delta)})")
 
     def __lt__(self, other: Any) -> bool:
         raise self._fail("in a < comparison")

@@ -19,12 +19,17 @@ from sglc.ir.ops import Op
 from sglc.ir.types import TEXT_LIKE, ValueType
 
 
+#: Producers any stream reads directly (no VARIABLE node): arguments and the pure values made of
+#: them, and s.text().
+_DIRECT_OPS = frozenset({Op.ARGUMENT, Op.STREAM_TEXT, Op.GET_ITEM, Op.LENGTH, Op.LOOP_BEGIN, Op.LOOP_INDEX})
+
+
 def _always_str(producer: Node) -> bool:
     """Whether the node's value is a str at every run (so appending it is formatting it): generated
     text, a chosen choice, captured text, formatted text; not an argument (any JSON value)."""
     while producer.op is Op.VARIABLE and producer.inputs and producer.inputs[0].op is not Op.JOIN:
         producer = producer.inputs[0]
-    return producer.op in (Op.GEN, Op.SELECT, Op.VAR_SCOPE_END, Op.STREAM_TEXT, Op.FORMAT)
+    return producer.op in (Op.GEN, Op.SELECT, Op.VAR_SCOPE_END, Op.STREAM_TEXT, Op.FORMAT, Op.LOOP_END)
 
 
 class TraceSink(StreamSink):
@@ -43,6 +48,7 @@ class TraceSink(StreamSink):
         self.joined = False
         #: The program's name once this stream, a called program's (program_call.py), has ended.
         self.finished_as: Optional[str] = None
+        ctx.sinks[stream] = self
 
     # ----- helpers -----
     def _create(self, op: Op, inputs: Sequence[Node] = (), attrs: Optional[dict[str, Any]] = None,
@@ -58,6 +64,24 @@ class TraceSink(StreamSink):
         self.variables[name] = value
         if name not in self.defined:
             self.defined.append(name)
+        for frame in self.ctx.loops:  # NOTE: what a loop_end passes out (loops.py)
+            if name not in frame.defined:
+                frame.defined.append(name)
+
+    def rebind(self, name: str, value: SymbolicValue) -> None:
+        """Variable `name` is now `value` (a loop's loop_end, once the loop that set it ends)."""
+        self.variables[name] = value
+        if name not in self.defined:
+            self.defined.append(name)
+
+    def _name(self, expr: Any, kind: str) -> str:
+        if expr.name:
+            return expr.name
+        if self.ctx.loops:
+            loop = self.ctx.loops[-1]
+            raise trace_error(f"give this {kind} a name: inside the loop over {loop.what} at {loop.source} an unnamed "
+                              f"{kind} would be _{kind}_0, _{kind}_1, ... once per item, which one compiled body cannot name")
+        return self.ctx.anonymous_name(kind)
 
     def input_of(self, value: SymbolicValue) -> Node:
         """The node this stream reads `value` from (a VARIABLE node for another stream's result)."""
@@ -65,9 +89,12 @@ class TraceSink(StreamSink):
             raise trace_error(f"{value.describe()} belongs to another trace; values cannot cross traces")
         producer = value.producer
         # NOTE: s.text() is the text at the point it was called: a value any stream may read
-        # (a called program given the caller's text, `other(context=s.text())`), not a variable.
-        if producer.op in (Op.ARGUMENT, Op.STREAM_TEXT):
+        # (a called program given the caller's text, `other(context=s.text())`), not a variable;
+        # likewise the pure values of arguments (items, lengths, loop indices).
+        if producer.op in _DIRECT_OPS:
             return producer
+        if producer.op is Op.LOOP_END:
+            return self._create(Op.VARIABLE, [producer], {"name": value.var}, type=value.type)
         if producer.op is not Op.JOIN and producer.stream == self.stream:
             return producer
         return self._create(Op.VARIABLE, [producer], {"name": value.var}, type=value.type)
@@ -116,13 +143,13 @@ class TraceSink(StreamSink):
         return self._create(Op.FORMAT, inputs, {"pieces": pieces})
 
     def gen(self, expr: Gen) -> None:
-        name = expr.name or self.ctx.anonymous_name("gen")
+        name = self._name(expr, "gen")
         node = self._create(Op.GEN, attrs={"name": name, **expr.attrs}, type=expr.type)
         label = f'gen("{name}")' if expr.name else "an unnamed gen"
         self._define(name, SymbolicValue(self.ctx, node, name, expr.type, f"the result of {label}"))
 
     def select(self, expr: Select) -> None:
-        name = expr.name or self.ctx.anonymous_name("select")
+        name = self._name(expr, "select")
         attrs = {"name": name, "temperature": expr.temperature, "choices_method": expr.choices_method}
         if isinstance(expr.choices, SymbolicValue):  # choices known only at run time: an input
             choices = expr.choices

@@ -9,8 +9,9 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
+from sglc.frontend import loops
 from sglc.frontend.errors import TraceError
 from sglc.frontend.formatted import FormattedText
 from sglc.frontend.rewrite import traceable
@@ -30,10 +31,18 @@ _ANNOTATION_TYPES = {
 
 
 def run_trace(func: Callable[..., Any], graph_name: str, bindings: dict[str, Any], prescribed: Sequence[int],
-              meta: dict[str, Any]) -> Trace:
-    """Run `func` once on a tracing state; unbound parameters become ARGUMENT nodes."""
+              meta: dict[str, Any], loop_counts: Optional[dict[Any, int]] = None,
+              loop_hints: Optional[tuple[dict[Any, list[str]], dict[Any, int]]] = None) -> Trace:
+    """Run `func` once on a tracing state; unbound parameters become ARGUMENT nodes.
+
+    `loop_counts`: iterations per loop site (default 1; loops.validate traces 0 and 2), with
+    `loop_hints` (the variables and stream of each site, from the one-iteration trace)."""
     graph = Graph(graph_name)
     ctx = TraceContext(graph, prescribed)
+    ctx.loop_driver = loops.iterate
+    ctx.loop_counts = dict(loop_counts or {})
+    if loop_hints is not None:
+        ctx.loop_variables, ctx.loop_streams = loop_hints
     code = func.__code__
     def_source = f"{os.path.basename(code.co_filename)}:{_def_line(func)}"
     args: list[Any] = []
@@ -69,9 +78,13 @@ def run_trace(func: Callable[..., Any], graph_name: str, bindings: dict[str, Any
     state = ProgramState(sink)
     with active_trace(ctx):
         state.ret_value = traceable(func)(state, *args, **kwargs)
+        if ctx.loops:
+            loop = ctx.loops[-1]
+            raise TraceError(f"{loop.source}: {graph_name} returned inside the loop over {loop.what}, which a compiled "
+                             "loop cannot do; return after the loop, or run the program eagerly")
         if state.ret_value is not None:
             _record_return(sink, state, state.ret_value, f"{def_source}: {graph_name} returns")
-    return Trace(graph, ctx.points, ctx.taken)
+    return Trace(graph, ctx.points, ctx.taken, ctx.loop_sites, ctx.loop_streams_seen, ctx.loop_keys)
 
 
 def _record_return(sink: TraceSink, state: ProgramState, value: Any, where: str) -> None:

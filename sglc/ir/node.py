@@ -38,8 +38,21 @@ class Node:
       the concatenation (STR): each reference is Python's ``format(convert(v), spec)``,
       ``printf % (convert(v),)`` or ``join.join(v)``, so an f-string, ``str.format`` or ``%`` over
       run-time values gives the text eager Python gives.
-    - ``variable``: one input (the producer: a gen/select/var_scope_end, or a join for gathered
-      lists), attrs ``name``. Outputs the producer's value; waits for it (cross-stream edge).
+    - ``get_item``: one input and attr ``key`` (an int or str), or two inputs (the value, the key).
+      Outputs ``value[key]`` (an item of a list argument, a field of a dict item).
+    - ``length``: one input. Outputs ``len(value)`` (INT).
+    - ``loop_begin``: one input (the list; with attr ``range`` True, an int n: iterate ``range(n)``);
+      optional attr ``empty_error`` (the program fails for an empty list: the message). The nodes
+      of its stream after it, up to its ``loop_end``, are the body: they run once per item, in
+      order. Outputs the current item (ANY).
+    - ``loop_index``: one input (its loop_begin), attr ``start`` (int, optional). Outputs the
+      current iteration's index + start (enumerate's counter).
+    - ``loop_end``: one input (its loop_begin), attr ``variables``: names the body defines. Ends
+      the body; outputs those variables' values when the loop ends (the last iteration's, or
+      their values before the loop when it ran zero times), read with VARIABLE nodes.
+    - ``variable``: one input (the producer: a gen/select/var_scope_end, a join for gathered
+      lists, or a loop_end for a variable its body set), attrs ``name``. Outputs the producer's
+      value; waits for it (cross-stream edge).
     - ``stream_text``: no inputs. Outputs the stream's text at this point.
     - ``var_scope_begin`` / ``var_scope_end``: attrs ``name``. Text appended between them is
       captured; ``var_scope_end`` outputs it as the variable ``name``.

@@ -163,6 +163,12 @@ ATTR_RULES: dict[Op, dict[str, tuple[bool, Check]]] = {
     Op.CACHE_PREFIX: {},
     Op.OUTPUT: {"value": (True, _any)},  # NOTE: the template is checked against the inputs (NODE_RULES)
     Op.FORMAT: {"pieces": (True, _any)},  # NOTE: checked against the inputs (NODE_RULES)
+    Op.GET_ITEM: {"key": (False, lambda v: None if isinstance(v, (int, str)) and not isinstance(v, bool)
+                          else "must be an int or a str")},
+    Op.LENGTH: {},
+    Op.LOOP_BEGIN: {"range": (False, _type(bool)), "empty_error": (False, _type(str))},
+    Op.LOOP_INDEX: {"start": (False, _int_in(-(2**31), 2**31))},
+    Op.LOOP_END: {"variables": (False, _list_of(_STRS, "str", unique=True))},
 }
 
 # ----- rules over several attributes of one node -----
@@ -239,6 +245,10 @@ OUTPUT_TYPES: dict[Op, frozenset[ValueType]] = {
     Op.VARIABLE: _TEXT_OUT | {_T.LIST},  # further: the producer's type (checked below)
     Op.STREAM_TEXT: frozenset({_T.STR}),
     Op.FORMAT: frozenset({_T.STR}),
+    Op.GET_ITEM: frozenset({_T.ANY}),
+    Op.LENGTH: frozenset({_T.INT}),
+    Op.LOOP_BEGIN: frozenset({_T.ANY, _T.INT}),
+    Op.LOOP_INDEX: frozenset({_T.INT}),
     Op.VAR_SCOPE_END: frozenset({_T.STR}),
     Op.FORK: frozenset({_T.FORK}),
     Op.GET_FORK_ITEM: frozenset({_T.STREAM}),
@@ -301,7 +311,11 @@ def _join(node: Node) -> None:
 def _variable(node: Node) -> None:
     _arity(node, 1)
     producer, name = node.inputs[0], node.attrs["name"]
-    if producer.op is Op.JOIN:
+    if producer.op is Op.LOOP_END:
+        if name not in (producer.attrs.get("variables") or []):
+            raise RuleError(f"reads {name!r} from %{producer.name}, whose loop does not set it")
+        expected = ValueType.STR
+    elif producer.op is Op.JOIN:
         if name not in (producer.attrs.get("variables") or []):
             raise RuleError(f"reads {name!r} from %{producer.name}, which does not gather it")
         expected = ValueType.LIST
@@ -344,9 +358,35 @@ def _values(node: Node) -> None:
             raise RuleError(f"input %{inp.name} ({inp.op.value}) has type {inp.type.value}, not a value")
 
 
+def _loop_part(node: Node) -> None:
+    """loop_index / loop_end: one input, a loop_begin of the same stream."""
+    _arity(node, 1)
+    begin = node.inputs[0]
+    if begin.op is not Op.LOOP_BEGIN:
+        raise RuleError(f"input %{begin.name} is a {begin.op.value}, not a loop_begin")
+    if begin.stream != node.stream:
+        raise RuleError(f"belongs to %{begin.name} of stream {begin.stream}, but is in stream {node.stream}")
+
+
+def _get_item(node: Node) -> None:
+    if len(node.inputs) not in (1, 2) or (len(node.inputs) == 2) == ("key" in node.attrs):
+        raise RuleError("takes the value and either a 'key' attribute or the key as a second input")
+    _values(node)
+
+
+def _one_value(node: Node) -> None:
+    _arity(node, 1)
+    _values(node)
+
+
 INPUT_RULES: dict[Op, Callable[[Node], None]] = {
     Op.OUTPUT: _values,
     Op.FORMAT: _values,
+    Op.GET_ITEM: _get_item,
+    Op.LENGTH: _one_value,
+    Op.LOOP_BEGIN: _one_value,
+    Op.LOOP_INDEX: _loop_part,
+    Op.LOOP_END: _loop_part,
     Op.SELECT: _select,
     Op.APPEND: _text_input,
     Op.IMAGE: _media,

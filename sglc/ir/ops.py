@@ -25,6 +25,13 @@ class Op(enum.Enum):
 
     # --- values computed from other values (pure) ---
     FORMAT = "format"  # text made of constant pieces and input values (f-strings, str.format, %)
+    GET_ITEM = "get_item"  # value[key]: an item of a list argument, a field of a dict item
+    LENGTH = "length"  # len(value)
+
+    # --- loops over a list known at run time (the body is the stream's nodes between them) ---
+    LOOP_BEGIN = "loop_begin"  # iterate a list (or range(n)); outputs the current item
+    LOOP_INDEX = "loop_index"  # the current iteration's index (+ start), as enumerate gives it
+    LOOP_END = "loop_end"  # end of the body; outputs the variables the body set, as they end
 
     # --- reading results ---
     VARIABLE = "variable"  # read a named result produced by another node (often another stream)
@@ -56,6 +63,9 @@ VARIABLE_PRODUCING_OPS = frozenset({Op.GEN, Op.SELECT, Op.VAR_SCOPE_END})
 
 #: Ops that create or finish streams.
 STREAM_OPS = frozenset({Op.FORK, Op.GET_FORK_ITEM, Op.JOIN})
+
+#: Ops that open and close a loop body (a region of one stream, run once per item).
+LOOP_OPS = frozenset({Op.LOOP_BEGIN, Op.LOOP_END})
 
 #: Ops that sit outside any stream's text order (pure values).
 VALUE_OPS = frozenset({Op.ARGUMENT, Op.VARIABLE})

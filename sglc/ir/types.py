@@ -44,6 +44,11 @@ DEFAULT_TYPE = {
     Op.CACHE_PREFIX: ValueType.NONE,
     Op.OUTPUT: ValueType.NONE,
     Op.FORMAT: ValueType.STR,
+    Op.GET_ITEM: ValueType.ANY,
+    Op.LENGTH: ValueType.INT,
+    Op.LOOP_BEGIN: ValueType.ANY,
+    Op.LOOP_INDEX: ValueType.INT,
+    Op.LOOP_END: ValueType.NONE,
 }
 assert set(DEFAULT_TYPE) == set(Op), "every op needs a default output type"
 

@@ -54,6 +54,7 @@ class _Verifier:
         self.check_arg_names()
         self.check_streams()
         self.check_outputs()
+        self.check_loops()
         self.check_guard_visibility()
         self.check_balance()
 
@@ -168,6 +169,41 @@ class _Verifier:
             for later in self.graph.nodes[self.position[out] + 1:]:
                 if later.stream == 0 and _compatible(out, later):
                     raise _fail(later, f"runs after %{out.name} (output), which ends the program")
+
+    def check_loops(self) -> None:
+        """Each loop_begin has one loop_end later in its stream (nested like var scopes); the body
+        (the stream's nodes between them) holds no fork, join, branch or output, runs under the
+        loop's guard, keeps roles and var scopes balanced within one iteration, and nothing outside
+        it uses its nodes or the current item (a loop_end passes the body's variables out)."""
+        for begin, end, body in loop_regions(self.graph):
+            members = set(body)
+            for node in body:
+                if node.op in (Op.FORK, Op.GET_FORK_ITEM, Op.JOIN, Op.BRANCH, Op.OUTPUT, Op.ARGUMENT):
+                    raise _fail(node, f"is a {node.op.value} inside the body of loop %{begin.name}, which runs once per item")
+                if node.guard != begin.guard:
+                    raise _fail(node, f"is under another guard than its loop %{begin.name}")
+            for node in self.graph.nodes:
+                if node in members or node is end:
+                    continue
+                for inp in node.inputs:
+                    if inp in members or (inp is begin and node.op is not Op.LOOP_END):
+                        raise _fail(node, f"uses %{inp.name}, which changes with each iteration of loop %{begin.name}, "
+                                          "outside that loop's body")
+            roles: list[str] = []
+            scopes: list[str] = []
+            for node in body:
+                if node.op is Op.ROLE_BEGIN:
+                    roles.append(node.attrs["role"])
+                elif node.op is Op.ROLE_END:
+                    if not roles or roles.pop() != node.attrs["role"]:
+                        raise _fail(node, f"ends a role its iteration of loop %{begin.name} did not begin")
+                elif node.op is Op.VAR_SCOPE_BEGIN:
+                    scopes.append(node.attrs["name"])
+                elif node.op is Op.VAR_SCOPE_END:
+                    if not scopes or scopes.pop() != node.attrs["name"]:
+                        raise _fail(node, f"closes a var scope its iteration of loop %{begin.name} did not open")
+            if roles or scopes:
+                raise _fail(end, f"ends loop %{begin.name} with a role or var scope its iteration opened still open")
 
     def check_streams(self) -> None:
         g = self.graph
@@ -314,6 +350,31 @@ class _BalanceWalk:
             raise _fail(scopes[-1], f"var scope {scopes[-1].attrs['name']!r} is never closed")
         if role is not None and role not in self.initial_roles and role.stream == self.stream:
             raise _fail(role, f"role {role.attrs['role']!r} is never closed in stream {self.stream}")
+
+
+def loop_regions(graph: Graph) -> list[tuple[Node, Node, list[Node]]]:
+    """(loop_begin, loop_end, body) of every loop; VerifyError when the regions are malformed."""
+    regions: list[tuple[Node, Node, list[Node]]] = []
+    open_loops: dict[int, list[tuple[Node, list[Node]]]] = {}
+    for node in graph.nodes:
+        stack = open_loops.setdefault(node.stream, [])
+        if node.op is Op.LOOP_END:
+            begin = node.inputs[0] if node.inputs else None
+            if not stack or stack[-1][0] is not begin:
+                raise _fail(node, "ends a loop that is not the innermost open loop of its stream")
+            _, body = stack.pop()
+            if node.guard != begin.guard:
+                raise _fail(node, f"is under another guard than its loop %{begin.name}")
+            regions.append((begin, node, body))
+        for _, body in stack:
+            if node.op is not Op.ARGUMENT:
+                body.append(node)
+        if node.op is Op.LOOP_BEGIN:
+            stack.append((node, []))
+    for stack in open_loops.values():
+        if stack:
+            raise _fail(stack[-1][0], "opens a loop that never ends (no loop_end in its stream)")
+    return regions
 
 
 def _compatible(a: Node, b: Node) -> bool:
