@@ -135,11 +135,11 @@ def _hf_logits(b: Built, ids: list[int], prefill: int) -> torch.Tensor:
         if not b.case.incremental:
             return b.hf(torch.tensor([ids])).logits[0]
         out = b.hf(torch.tensor([ids[:prefill]]), use_cache=True)
-        rows, cache = [out.logits[0]], out.past_key_values
+        rows, cache = [out.logits[0]], out.cache
         for t in ids[prefill:]:
-            out = b.hf(torch.tensor([[t]]), past_key_values=cache, use_cache=True)
+            out = b.hf(torch.tensor([[t]]), cache=cache, use_cache=True)
             rows.append(out.logits[0])
-            cache = out.past_key_values
+            cache = out.cache
         return torch.cat(rows)
 
 
