@@ -2,6 +2,7 @@
 
     sglc compile program.py[:function] [-o graph.pb] [--bind NAME=JSON ...]
     sglc inspect graph.pb [--table] [--dot out.dot]
+    sglc inspect program.py[:function]        # compiled in process: its graph breaks, if any
 
 Errors a user can cause (a bad program, a bad file) print one line, `sglc: error: ...`, and exit
 with status 2; `--debug` shows the traceback instead.
@@ -140,8 +141,21 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from sglc.ir.printing import format_graph, format_tabular
     from sglc.ir.serialize import load
 
-    graph = load(args.graph)
-    print(format_graph(graph))
+    path, name = split_target(args.graph)
+    if path.suffix == ".py":  # NOTE: a program: compile it in process and explain it (graph breaks too)
+        fn = find_program(load_module(path), path, name)
+        try:
+            compiled = fn.compile()
+        except SglcError:
+            raise
+        except Exception as err:
+            raise CliError(f"tracing {fn.name} failed: {describe_exception(err, path)}") from err
+        explanation = compiled.explain()
+        print(explanation)
+        graph = compiled.graph
+    else:
+        graph = load(args.graph)
+        print(format_graph(graph))
     if args.table:
         print()
         print(format_tabular(graph))
@@ -171,8 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
                            "count; the graph no longer takes that argument")
     comp.set_defaults(handler=cmd_compile)
 
-    insp = sub.add_parser("inspect", help="print a graph.pb as an SSA listing (and a table, DOT)")
-    insp.add_argument("graph", metavar="GRAPH.pb")
+    insp = sub.add_parser("inspect", help="print a graph.pb as an SSA listing (and a table, DOT); or a program.py: "
+                                          "compile it in process and list its graph breaks",
+                          description="Print a graph.pb as an SSA listing. Given PROGRAM.py[:FUNCTION], compile it "
+                                      "in process (prog.compile()) and explain it: its graph breaks (Python on "
+                                      "generated text, which `sglc compile` refuses) and the graph traced before them.")
+    insp.add_argument("graph", metavar="GRAPH.pb|PROGRAM.py[:FUNCTION]")
     insp.add_argument("--table", action="store_true", help="also print one table row per node")
     insp.add_argument("--dot", metavar="OUT.dot", help="write Graphviz DOT to this file")
     insp.set_defaults(handler=cmd_inspect)

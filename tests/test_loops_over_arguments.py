@@ -206,13 +206,14 @@ REFUSED = {
 
 @pytest.mark.parametrize("name", REFUSED)
 def test_loops_one_body_cannot_stand_for_are_refused_at_the_users_line(tmp_path, name):
-    """Each shape raises a one-line TraceError at a line of the program, saying why."""
+    """Each shape raises a one-line TraceError at a line of the program, saying why (`sglc compile`'s
+    trace; prog.compile() runs a loop over generated text with a graph break instead)."""
     body, reason = REFUSED[name]
     path = tmp_path / f"loop_{name}.py"
     path.write_text(f"import sglc as sgl\n\n@sgl.function\ndef prog(s, docs):{body}\n")
     module = _load(path)
     with pytest.raises(TraceError) as err:
-        module.prog.compile()
+        module.prog.trace()
     message = str(err.value)
     assert message.startswith(f"loop_{name}.py:") and "\n" not in message and reason in message, message
 

@@ -7,11 +7,14 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
-from sglc.executor.batch import run_graph_batch
+from sglc.executor.batch import run_batch, run_graph_batch
+from sglc.errors import SglcError
+from sglc.executor.graph_breaks import BreakingProgram, GraphBreak, break_of
 from sglc.executor.graph_executor import DEFAULT_MAX_PARALLEL, GraphExecutor
 from sglc.executor.live_text import LiveText
 from sglc.executor.pool import DaemonPool
@@ -41,20 +44,33 @@ def concurrency_of(num_threads: Union[int, str]) -> int:
 
 
 class CompiledProgram:
-    """A Graph plus the run/run_batch/save API of an @sgl.function."""
+    """A Graph plus the run/run_batch/save API of an @sgl.function.
 
-    def __init__(self, graph: Graph) -> None:
+    A program whose Python needs generated text (a graph break) has `breaks` (graph_breaks.py):
+    it runs as compiled segments with its Python between them; `graph` is then what was traced
+    before the first break, and the program cannot be saved (a graph.pb holds no Python)."""
+
+    def __init__(self, graph: Graph, breaks: Optional[BreakingProgram] = None) -> None:
         self.graph = graph
+        self.breaking = breaks
 
     @classmethod
     def from_function(cls, fn: Any, passes: Optional[Sequence[Pass]] = None, **bound: Any) -> "CompiledProgram":
         """Trace `fn` (with `bound` arguments fixed) and run `passes` (default: the default pipeline).
 
         An argument needed at compile time (a fork count) that is not bound takes its Python
-        default, with a warning naming it (as `sglc compile` does)."""
+        default, with a warning naming it (as `sglc compile` does). Python on generated text is a
+        graph break: the program then runs as compiled segments (graph_breaks.py; `explain()`)."""
+        from sglc.frontend.errors import TraceError
         from sglc.passes import PassManager, default_pipeline
 
-        graph, defaults = fn.trace_fixing_defaults(**bound)
+        try:
+            graph, defaults = fn.trace_fixing_defaults(**bound)
+        except TraceError as err:
+            if not getattr(err, "breakable", False):
+                raise
+            partial = getattr(err, "partial_graph", None) or Graph(fn.name)
+            return cls(partial, BreakingProgram(fn, passes, bound, break_of(err)))
         for key, value in defaults.items():
             warnings.warn(f"{fn.name}.compile(): {key} is needed at compile time: fixed to its default {value!r} "
                           f"(choose another with {fn.name}.compile({key}=...))", stacklevel=3)
@@ -78,6 +94,12 @@ class CompiledProgram:
         arguments = bind_call(self.arg_names, args, kwargs, f"{self.name}.run()")
 
         def execute(live: Optional[LiveText] = None, on_root: Any = None) -> ProgramResult:
+            if self.breaking is not None:  # NOTE: segments stream nothing piece by piece: the text comes at the end
+                result = self.breaking.run_one(chosen, arguments, sampling=sampling, max_parallel=max_parallel,
+                                               timeout=timeout)
+                if live is not None:
+                    live.finish(failed=result.error is not None)
+                return result
             executor = GraphExecutor(self.graph, chosen, max_parallel=max_parallel, sampling=sampling,
                                      pool=DaemonPool(max_parallel), timeout=timeout)
             try:
@@ -113,6 +135,12 @@ class CompiledProgram:
                                  batch_kwargs)
 
         def start(on_result: Any = None) -> list[ProgramResult]:
+            if self.breaking is not None:
+                breaking = self.breaking
+                return run_batch(lambda i, args: breaking.run_one(chosen, args, index=i, sampling=sampling,
+                                                                  max_parallel=max_parallel, timeout=timeout),
+                                 inputs, concurrency=concurrency_of(num_threads), progress=progress_bar,
+                                 description=self.name, on_result=on_result)
             return run_graph_batch(self.graph, chosen, inputs, concurrency=concurrency_of(num_threads),
                                    max_parallel=max_parallel, sampling=sampling, timeout=timeout,
                                    progress=progress_bar, on_result=on_result)
@@ -125,10 +153,53 @@ class CompiledProgram:
         """Write graph.pb (the format `sglc run` and `sgl.load` read)."""
         from sglc.ir.serialize import save
 
+        if self.breaking is not None:
+            raise GraphBreakError(f"cannot save {self.name}: it has graph breaks (Python on generated text runs "
+                                  f"between its segments, and a graph.pb holds no Python): {self.breaking.breaks[0]}")
         save(self.graph, path)
 
+    @property
+    def breaks(self) -> list[GraphBreak]:
+        """The graph breaks found so far: the first when compiling, then the ones runs met."""
+        return [] if self.breaking is None else list(self.breaking.breaks)
+
+    def explain(self) -> "Explanation":
+        """What compiled and where it breaks (like torch._dynamo.explain): the breaks, and the graph
+        (for a program with breaks, what was traced before the first)."""
+        return Explanation(self.name, self.graph, self.breaks)
+
     def __repr__(self) -> str:
-        return f"<CompiledProgram {self.name}: {len(self.graph)} nodes, {self.graph.num_streams} streams>"
+        breaks = f", {len(self.breaks)} graph break(s)" if self.breaking is not None else ""
+        return f"<CompiledProgram {self.name}: {len(self.graph)} nodes, {self.graph.num_streams} streams{breaks}>"
+
+
+class GraphBreakError(SglcError):
+    """An operation that needs one whole graph (save) on a program with graph breaks."""
+
+
+@dataclasses.dataclass
+class Explanation:
+    """`prog.compile().explain()`: the graph breaks and the graph."""
+
+    name: str
+    graph: Graph
+    breaks: list[GraphBreak]
+
+    @property
+    def num_breaks(self) -> int:
+        return len(self.breaks)
+
+    def __str__(self) -> str:
+        if not self.breaks:
+            head = [f"{self.name}: no graph breaks: one graph of {len(self.graph)} nodes, {self.graph.num_streams} "
+                    f"stream{'s' if self.graph.num_streams != 1 else ''} (sglc compile writes it as graph.pb)"]
+        else:
+            head = [f"{self.name}: {len(self.breaks)} graph break(s) found so far (the first when compiling, the "
+                    "others as runs met them); Python runs eagerly between the compiled segments, and `sglc compile` "
+                    "refuses the program:"]
+            head += [f"  break {i}: {b}" for i, b in enumerate(self.breaks, 1)]
+            head.append("graph traced before the first break:")
+        return "\n".join(head + [str(self.graph)])
 
 
 def load(path: Union[str, os.PathLike]) -> CompiledProgram:

@@ -113,6 +113,14 @@ class GraphExecutor:
     def graph(self) -> Graph:
         return self.plan.graph
 
+    def run_segment(self, arguments: dict[str, Any], root: StreamState) -> tuple[ProgramResult, dict[str, Any]]:
+        """Run the graph continuing `root` (stream 0's state, changed in place): one segment of a
+        program with graph breaks (graph_breaks.py). Also returns each node's value by name."""
+        run = _Run(self, dict(arguments), 0, None, root)
+        result = run.execute()
+        with run.lock:
+            return result, {self.plan.nodes[i].name: v for i, v in run.values.items()}
+
     def run(self, arguments: dict[str, Any], index: int = 0, live: Optional[LiveText] = None,
             on_root: Optional[Callable[[Callable[[], Optional[StreamState]]], None]] = None) -> ProgramResult:
         """Execute the graph for one input; never raises for execution problems (see .error).
@@ -165,7 +173,7 @@ class _Run:
     """The state of one execution: node values, streams, readiness, in-flight calls."""
 
     def __init__(self, executor: GraphExecutor, arguments: dict[str, Any], index: int,
-                 live: Optional[LiveText] = None) -> None:
+                 live: Optional[LiveText] = None, root: Optional[StreamState] = None) -> None:
         self.ex = executor
         self.live = live
         self.plan = executor.plan
@@ -177,7 +185,7 @@ class _Run:
         self.skipped: set[int] = set()
         self.remaining = list(self.plan.num_deps)
         self.num_done = 0
-        self.streams: dict[int, StreamState] = {0: StreamState()}
+        self.streams: dict[int, StreamState] = {0: StreamState() if root is None else root}
         self.calls: list[tuple[int, CallRecord]] = []
         self.ready_calls: list[int] = []
         self.in_flight: set[int] = set()

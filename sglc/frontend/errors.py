@@ -25,6 +25,9 @@ class TraceError(SglcError):
     def __init__(self, message: str, argument: Optional[str] = None) -> None:
         super().__init__(message)
         self.argument = argument
+        #: Whether Python needed the value of generated text here: prog.compile() then runs the
+        #: program with a graph break at this line (sglc/executor/graph_breaks.py).
+        self.breakable = False
 
 
 class NotExecutableError(SglcError):

@@ -103,21 +103,21 @@ class FormattedText(Expr):
         # NOTE: exact when some constant part is non-empty (the text is then non-empty at run time)
         if any(isinstance(p, str) and p for p in self.parts):
             return True
-        raise self._refuse("as a condition (bool())")
+        return bool(self._concrete("as a condition (bool())"))
 
     def startswith(self, prefix: Any, *bounds: Any) -> bool:
         head = self.parts[0] if self.parts and isinstance(self.parts[0], str) else ""
         prefixes = prefix if isinstance(prefix, tuple) else (prefix,)
         if not bounds and all(isinstance(p, str) and len(p) <= len(head) for p in prefixes):
             return head.startswith(prefixes)  # NOTE: decided by the constant head alone
-        raise self._refuse(".startswith(...) beyond its constant beginning")
+        return self._concrete(".startswith(...) beyond its constant beginning").startswith(prefix, *bounds)
 
     def endswith(self, suffix: Any, *bounds: Any) -> bool:
         tail = self.parts[-1] if self.parts and isinstance(self.parts[-1], str) else ""
         suffixes = suffix if isinstance(suffix, tuple) else (suffix,)
         if not bounds and all(isinstance(s, str) and len(s) <= len(tail) for s in suffixes):
             return tail.endswith(suffixes)
-        raise self._refuse(".endswith(...) beyond its constant end")
+        return self._concrete(".endswith(...) beyond its constant end").endswith(suffix, *bounds)
 
     def join(self, items: Any) -> "FormattedText":
         """`sep.join([...])` with this text as the separator, over a concrete list."""
@@ -134,61 +134,86 @@ class FormattedText(Expr):
         return "FormattedText(" + ", ".join(repr(p) if isinstance(p, str) else f"{{{p.value!r}}}" for p in self.parts) + ")"
 
     # ----- what is refused (its result depends on the run-time text) -----
+    def _concrete(self, construct: str) -> str:
+        """The run-time text, in a run with graph breaks; a TraceError otherwise."""
+        handler = _handler(self)
+        if handler is not None:
+            return handler.render(self)
+        raise self._refuse(construct)
+
     def _refuse(self, construct: str) -> Exception:
-        return trace_error(
+        err = trace_error(
             f"cannot use {construct} on {_describe(self.parts)} while tracing: the result depends on the "
             "values at run time, and a compiled program would build a different prompt; format the value "
             "where you append it (f\"...{x}...\"), bind the argument, or run the program eagerly (prog.run)")
+        err.breakable = any(isinstance(p, Piece) and (isinstance(p.value, FormattedText) or p.value.generated)
+                            for p in self.parts)
+        return err
 
     def __str__(self) -> str:
-        raise self._refuse("str() outside the program's own code")
+        return self._concrete("str() outside the program's own code")
 
     def __format__(self, spec: str) -> str:
-        raise self._refuse("an f-string or format() outside the program's own code")
+        return format(self._concrete("an f-string or format() outside the program's own code"), spec)
 
     def __len__(self) -> int:
-        raise self._refuse("len()")
+        return len(self._concrete("len()"))
 
     def __iter__(self) -> Any:
-        raise self._refuse("iteration")
+        return iter(self._concrete("iteration"))
 
     def __getitem__(self, key: Any) -> Any:
-        raise self._refuse("[...] (indexing or slicing)")
+        return self._concrete("[...] (indexing or slicing)")[key]
 
     def __contains__(self, item: Any) -> bool:
-        raise self._refuse("`in`")
+        return item in self._concrete("`in`")
 
     def __hash__(self) -> int:
-        raise self._refuse("hash() (a dict key or set member)")
+        return hash(self._concrete("hash() (a dict key or set member)"))
 
     def __eq__(self, other: Any) -> bool:  # type: ignore[override]
-        raise self._refuse("==")
+        return self._concrete("==") == _plain(other)
 
     def __ne__(self, other: Any) -> bool:  # type: ignore[override]
-        raise self._refuse("!=")
+        return self._concrete("!=") != _plain(other)
 
     def __lt__(self, other: Any) -> bool:
-        raise self._refuse("<")
+        return self._concrete("<") < _plain(other)
 
     def __le__(self, other: Any) -> bool:
-        raise self._refuse("<=")
+        return self._concrete("<=") <= _plain(other)
 
     def __gt__(self, other: Any) -> bool:
-        raise self._refuse(">")
+        return self._concrete(">") > _plain(other)
 
     def __ge__(self, other: Any) -> bool:
-        raise self._refuse(">=")
+        return self._concrete(">=") >= _plain(other)
 
     def __mod__(self, other: Any) -> Any:
-        raise self._refuse("% formatting with it as the format")
+        return self._concrete("% formatting with it as the format") % other
 
     def __rmod__(self, other: Any) -> Any:
-        raise self._refuse("% formatting outside the program's own code")
+        return other % self._concrete("% formatting outside the program's own code")
+
+
+def _plain(value: Any) -> Any:
+    return value._concrete("comparison") if isinstance(value, FormattedText) else value
+
+
+def _handler(text: "FormattedText") -> Any:
+    """The break handler of the trace a formatted text belongs to (None while compiling)."""
+    for part in text.parts:
+        if isinstance(part, Piece):
+            value = part.value
+            if isinstance(value, FormattedText):
+                return _handler(value)
+            return value.context.break_handler
+    return None
 
 
 def _refused_method(name: str) -> Callable[..., Any]:
     def method(self: FormattedText, *args: Any, **kwargs: Any) -> Any:
-        raise self._refuse(f".{name}()")
+        return getattr(self._concrete(f".{name}()"), name)(*args, **kwargs)
 
     method.__name__ = name
     return method

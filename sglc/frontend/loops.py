@@ -50,13 +50,12 @@ def iterate(value: SymbolicValue) -> Iterator[Any]:
     return _start(value, lambda begin, ctx: _item(ctx, begin, value))
 
 
-def _start(value: SymbolicValue, make: Callable[[Node, TraceContext], Any], range_of: bool = False) -> "LoopIterator":
+def _start(value: SymbolicValue, make: Callable[[Node, TraceContext], Any], range_of: bool = False) -> Iterator[Any]:
     ctx = value.context
     producer = value.producer
     if producer.op not in _ITERABLE_OPS and not (range_of and producer.op is Op.LENGTH):
-        raise trace_error(f"cannot loop over {value.describe()} while tracing: a compiled loop iterates a list known "
-                          "when the program starts (an argument, or a list inside one); for generated values run "
-                          "the program eagerly (prog.run) or let prog.compile() break the graph there")
+        # NOTE: generated text (prog.compile() breaks the graph here) or a run with graph breaks
+        return iter(value._need("in a for loop (iter())"))
     caller = _user_frame()
     if _next_opcode(caller) != _FOR_ITER:
         raise trace_error(f"cannot iterate {value.describe()} here while tracing: only a `for` statement over it "
@@ -173,9 +172,8 @@ def call(fn: Any) -> Any:
 def _len(*args: Any, **kwargs: Any) -> Any:
     if len(args) == 1 and not kwargs and isinstance(args[0], SymbolicValue):
         value = args[0]
-        if value.producer.op not in _ITERABLE_OPS:
-            raise trace_error(f"cannot use {value.describe()} in len() while tracing: its length exists only when the "
-                              "program runs after generation; run the program eagerly")
+        if value.producer.op not in _ITERABLE_OPS or value.context.break_handler is not None:
+            return builtins.len(value._need("in len()"))
         node = value.context.create_value(Op.LENGTH, [value.producer])
         return SymbolicValue(value.context, node, None, ValueType.INT, f"len({value.describe()})")
     return builtins.len(*args, **kwargs)
@@ -199,6 +197,9 @@ class _Enumerate:
 
 
 def _enumerate(iterable: Any, start: int = 0) -> Any:
+    if isinstance(iterable, SymbolicValue) and (iterable.producer.op not in _ITERABLE_OPS
+                                                or iterable.context.break_handler is not None):
+        return builtins.enumerate(iterable._need("in enumerate()"), start)
     if isinstance(iterable, SymbolicValue):
         if isinstance(start, SymbolicValue) or isinstance(start, bool) or not isinstance(start, int):
             raise trace_error("enumerate(..., start=...) over a run-time list needs an int start known at compile time")

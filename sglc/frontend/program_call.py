@@ -34,7 +34,11 @@ def trace_call(ctx: TraceContext, name: str, func: Callable[..., Any], bound: di
     ctx.create(Op.GET_FORK_ITEM, stream, [fork], {"index": 0})
     sink = TraceSink(ctx, stream, fork=fork)
     state = ProgramState(sink)
-    state.ret_value = traceable(func)(state, *call.args[1:], **call.kwargs)
+    ctx.active_calls += 1  # NOTE: a graph break cannot happen while the callee's stream is open
+    try:
+        state.ret_value = traceable(func)(state, *call.args[1:], **call.kwargs)
+    finally:
+        ctx.active_calls -= 1
     if sink.role is not None:
         raise trace_error(f"program {name} ended inside an open {sink.role} role")
     sink.finished_as = name  # NOTE: its stream is complete; only its variables can be read now

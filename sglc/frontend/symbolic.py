@@ -12,6 +12,7 @@ per choice (see branching.py).
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Optional
 
 from sglc.frontend.errors import trace_error
@@ -22,6 +23,9 @@ from sglc.ir.ops import Op
 from sglc.ir.types import ValueType
 
 _EAGER_HINT = "or run the program with the eager interpreter"
+_BREAK_HINT = "; in Python, prog.compile() compiles around it (a graph break)"
+#: Producers of values an argument determines (known when the program starts, not generated).
+_ARGUMENT_OPS = frozenset({Op.ARGUMENT, Op.GET_ITEM, Op.LENGTH, Op.LOOP_BEGIN, Op.LOOP_INDEX})
 #: Values a loop may iterate and index: a list known when the program starts (loops.py).
 _LIST_OPS = frozenset({Op.ARGUMENT, Op.GET_ITEM, Op.LOOP_BEGIN})
 
@@ -72,18 +76,24 @@ class SymbolicValue(Expr):
 
     # ----- what works: concatenation (Expr's `+`) and select comparisons -----
     def __eq__(self, other: object) -> bool:  # type: ignore[override]
+        if self._ctx.break_handler is not None:  # NOTE: a run with graph breaks compares the values
+            return self._need("with ==") == (other._need("with ==") if isinstance(other, SymbolicValue) else other)
         return self._compare_select(other, "==")
 
     def __ne__(self, other: object) -> bool:  # type: ignore[override]
+        if self._ctx.break_handler is not None:
+            return self._need("with !=") != (other._need("with !=") if isinstance(other, SymbolicValue) else other)
         return not self._compare_select(other, "!=")
 
     def _compare_select(self, other: object, operator: str) -> bool:
         producer = self._producer
         if producer.op is not Op.SELECT:
-            raise trace_error(
+            err = trace_error(
                 f"cannot compare {self._desc} with {operator} while tracing: only a select result can be "
                 f"compared, with one of its choices; use select(...) to branch on model output, {_EAGER_HINT}"
-            )
+                + (_BREAK_HINT if self.generated else ""), self.argument_name)
+            err.breakable = self.generated
+            raise err
         if "choices" not in producer.attrs:  # NOTE: choices from an input: one trace per choice is impossible
             source = producer.inputs[0]
             argument = source.attrs.get("name") if source.op is Op.ARGUMENT else None
@@ -105,9 +115,24 @@ class SymbolicValue(Expr):
         case = self._ctx.decide(producer)
         return choices[case] == other
 
-    # ----- what fails, loudly -----
+    # ----- what fails, loudly (or, in a run with graph breaks, gets the run-time value) -----
+    def _need(self, construct: str) -> Any:
+        """The run-time value, for a construct that needs it: the value itself in a run with graph
+        breaks (prog.compile(); sglc/executor/graph_breaks.py), a TraceError otherwise."""
+        handler = self._ctx.break_handler
+        if handler is not None:
+            return handler.resolve(self, construct)
+        raise self._fail(construct)
+
     def _fail(self, construct: str) -> "Exception":
-        return trace_error(f"cannot use {self._desc} {construct} while tracing: {self._hint()}", self.argument_name)
+        err = trace_error(f"cannot use {self._desc} {construct} while tracing: {self._hint()}", self.argument_name)
+        err.breakable = self.generated
+        return err
+
+    @property
+    def generated(self) -> bool:
+        """Whether the value exists only once the model has run (not an argument or part of one)."""
+        return self._producer.op not in _ARGUMENT_OPS
 
     def hint(self) -> str:
         """What to do instead of a construct that needs this value at compile time."""
@@ -118,55 +143,63 @@ class SymbolicValue(Expr):
         if op is Op.ARGUMENT:
             name = self._producer.attrs["name"]
             return f"its value is bound only when the program runs; bind it (fn.trace({name}=...)) {_EAGER_HINT}"
+        if op in _ARGUMENT_OPS:
+            return f"it is part of an argument bound only when the program runs; bind the argument {_EAGER_HINT}"
         if op is Op.SELECT:
-            return f"compare it with one of its choices (==, != or in) to branch, {_EAGER_HINT}"
+            return f"compare it with one of its choices (==, != or in) to branch, {_EAGER_HINT}{_BREAK_HINT}"
         if op is Op.JOIN:
-            return f"read each child's value with forks[i][{self._var!r}] instead, {_EAGER_HINT}"
-        return f"its text exists only when the program runs; branch with a select instead, {_EAGER_HINT}"
+            return f"read each child's value with forks[i][{self._var!r}] instead, {_EAGER_HINT}{_BREAK_HINT}"
+        return f"its text exists only when the program runs; branch with a select instead, {_EAGER_HINT}{_BREAK_HINT}"
 
     def __bool__(self) -> bool:
-        raise self._fail("as a condition (bool())")
+        return bool(self._need("as a condition (bool())"))
 
     def __len__(self) -> int:
-        raise self._fail("in len()")
+        return len(self._need("in len()"))
 
     def __iter__(self) -> Any:
         driver = self._ctx.loop_driver
-        if driver is not None and self._producer.op in _LIST_OPS:
+        if driver is not None and self._producer.op in _LIST_OPS and self._ctx.break_handler is None:
             return driver(self)  # NOTE: a `for` over a run-time list compiles to a loop (loops.py)
-        raise self._fail("in a for loop or unpacking (iter())")
+        return iter(self._need("in a for loop or unpacking (iter())"))
 
     def __contains__(self, item: object) -> bool:
-        raise self._fail("on the right of `in`")
+        return item in self._need("on the right of `in`")
 
     def __int__(self) -> int:
-        raise self._fail("in int()")
+        return int(self._need("in int()"))
 
     def __float__(self) -> float:
-        raise self._fail("in float()")
+        return float(self._need("in float()"))
 
     def __complex__(self) -> complex:
-        raise self._fail("in complex()")
+        return complex(self._need("in complex()"))
 
     def __index__(self) -> int:
-        raise self._fail("as an integer index (__index__)")
+        return operator.index(self._need("as an integer index (__index__)"))
 
     def __str__(self) -> str:
+        if self._ctx.break_handler is not None:
+            return str(self._need("in str()"))
         raise self._fail_outside("str() or % formatting")
 
     def __format__(self, spec: str) -> str:
+        if self._ctx.break_handler is not None:
+            return format(self._need("in an f-string or format()"), spec)
         raise self._fail_outside("an f-string or format()")
 
     def _fail_outside(self, construct: str) -> "Exception":
         # NOTE: the program's own code is rewritten so that these trace (rewrite.py); reaching
         # the dunder means code the tracer did not rewrite: a helper function, or no source
-        return trace_error(
+        err = trace_error(
             f"cannot use {self._desc} in {construct} here while tracing: formatting it works in the "
             "@sgl.function's own code (and functions defined inside it), not in functions it calls (build "
             f"the text there or join it with +); {self._hint()}", self.argument_name)
+        err.breakable = self.generated
+        return err
 
     def __hash__(self) -> int:
-        raise self._fail("as a dict key or set member (hash())")
+        return hash(self._need("as a dict key or set member (hash())"))
 
     def __getitem__(self, key: Any) -> Any:
         if self._producer.op in _LIST_OPS:
@@ -176,7 +209,7 @@ class SymbolicValue(Expr):
             if isinstance(key, (int, str)) and not isinstance(key, bool):
                 node = self._ctx.create_value(Op.GET_ITEM, [self._producer], {"key": key})
                 return SymbolicValue(self._ctx, node, None, ValueType.ANY, f"{self._desc}[{key!r}]")
-        raise self._fail("with [...] indexing")
+        return self._need("with [...] indexing")[key]
 
     # ----- a loop index: + and - an int give another index (enumerate(lst, 1), i + 1) -----
     def __add__(self, other: Any) -> Any:
@@ -192,7 +225,7 @@ class SymbolicValue(Expr):
     def __sub__(self, other: Any) -> Any:
         if self._is_index() and isinstance(other, int) and not isinstance(other, bool):
             return self._offset(-other)
-        raise self._fail("in - arithmetic")
+        return self._need("in - arithmetic") - other
 
     def _is_index(self) -> bool:
         producer = self._producer
@@ -206,24 +239,25 @@ class SymbolicValue(Expr):
         return SymbolicValue(self._ctx, node, None, ValueType.INT, f"({self._desc} {'+' if delta >= 0 else '-'} {abs(delta)})")
 
     def __lt__(self, other: Any) -> bool:
-        raise self._fail("in a < comparison")
+        return self._need("in a < comparison") < other
 
     def __le__(self, other: Any) -> bool:
-        raise self._fail("in a <= comparison")
+        return self._need("in a <= comparison") <= other
 
     def __gt__(self, other: Any) -> bool:
-        raise self._fail("in a > comparison")
+        return self._need("in a > comparison") > other
 
     def __ge__(self, other: Any) -> bool:
-        raise self._fail("in a >= comparison")
+        return self._need("in a >= comparison") >= other
 
     def __mul__(self, other: Any) -> Any:
-        raise self._fail("in * arithmetic")
+        return self._need("in * arithmetic") * other
 
-    __rmul__ = __mul__
+    def __rmul__(self, other: Any) -> Any:
+        return other * self._need("in * arithmetic")
 
     def __getattr__(self, name: str) -> Any:
         # NOTE: private/dunder probes (copy, pickle, IPython's _repr_html_) must stay AttributeErrors.
         if name.startswith("_"):
             raise AttributeError(name)
-        raise self._fail(f"with .{name} (string methods need the value)")
+        return getattr(self._need(f"with .{name} (string methods need the value)"), name)

@@ -44,6 +44,8 @@ class Trace:
     loop_streams: dict[Any, int] = dataclasses.field(default_factory=dict)
     #: Each loop_begin's key.
     loop_keys: dict[Node, Any] = dataclasses.field(default_factory=dict)
+    #: What the function returned (a run with graph breaks reads it; tracing records an OUTPUT).
+    ret_value: Any = None
 
 
 @dataclasses.dataclass(eq=False)
@@ -93,6 +95,12 @@ class TraceContext:
         self.sinks: dict[int, Any] = {}
         #: `iter(value)` of a symbolic value in a `for` statement (set by the tracer: loops.iterate).
         self.loop_driver: Optional[Any] = None
+        #: In a run with graph breaks: resolves a symbolic value to its run-time value (running the
+        #: graph recorded so far first); None while compiling (sglc/executor/graph_breaks.py).
+        self.break_handler: Optional[Any] = None
+        #: Forks not joined yet and called programs being traced (a graph break needs neither).
+        self.open_forks: list[Node] = []
+        self.active_calls = 0
 
     def create(self, op: Op, stream: int, inputs: Sequence[Node] = (), attrs: Optional[dict[str, Any]] = None,
                type: Optional[ValueType] = None, source: Optional[str] = None) -> Node:

@@ -221,18 +221,27 @@ class TraceSink(StreamSink):
         return SymbolicValue(self.ctx, node, None, ValueType.STR, "s.text()")
 
     def messages(self) -> Any:
-        raise trace_error(
+        if self.ctx.break_handler is not None:
+            return self.ctx.break_handler.messages(self)
+        err = trace_error(
             "cannot call s.messages() while tracing: messages hold generated text, which exists only when "
             "the program runs; call messages() on the state that run() returns, or pass text on with "
-            "s.text() / s.var_scope(name)"
-        )
+            "s.text() / s.var_scope(name); in Python, prog.compile() compiles around it (a graph break)")
+        err.breakable = True
+        raise err
 
     def get_meta_info(self, name: str) -> Any:
-        raise trace_error(f'cannot read the meta info of "{name}" while tracing: it exists only after a run')
+        if self.ctx.break_handler is not None:
+            return self.ctx.break_handler.meta_info(self, name)
+        err = trace_error(f'cannot read the meta info of "{name}" while tracing: it exists only after a run; '
+                          "in Python, prog.compile() compiles around it (a graph break)")
+        err.breakable = True
+        raise err
 
     # ----- streams -----
     def fork(self, n: int) -> list[StreamSink]:
         fork = self._create(Op.FORK, attrs={"n": n})
+        self.ctx.open_forks.append(fork)
         children = []
         for i in range(n):
             stream = self.ctx.graph.new_stream()
@@ -255,6 +264,8 @@ class TraceSink(StreamSink):
                 gathered += [n for n in child.defined if n not in self.variables and n not in gathered]
         inputs = [fork] + [self.ctx.last_in_stream[c.stream] for c in sinks]
         join = self._create(Op.JOIN, inputs, {"mode": mode, "variables": gathered})
+        if fork in self.ctx.open_forks:
+            self.ctx.open_forks.remove(fork)
         for child in sinks:
             child.joined = True
         for name in gathered:

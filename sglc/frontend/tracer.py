@@ -32,11 +32,14 @@ _ANNOTATION_TYPES = {
 
 def run_trace(func: Callable[..., Any], graph_name: str, bindings: dict[str, Any], prescribed: Sequence[int],
               meta: dict[str, Any], loop_counts: Optional[dict[Any, int]] = None,
-              loop_hints: Optional[tuple[dict[Any, list[str]], dict[Any, int]]] = None) -> Trace:
+              loop_hints: Optional[tuple[dict[Any, list[str]], dict[Any, int]]] = None,
+              break_handler: Any = None) -> Trace:
     """Run `func` once on a tracing state; unbound parameters become ARGUMENT nodes.
 
     `loop_counts`: iterations per loop site (default 1; loops.validate traces 0 and 2), with
-    `loop_hints` (the variables and stream of each site, from the one-iteration trace)."""
+    `loop_hints` (the variables and stream of each site, from the one-iteration trace).
+    `break_handler`: a run with graph breaks (sglc/executor/graph_breaks.py): values Python needs
+    are resolved by running the graph so far; the return value is kept as it is (no OUTPUT)."""
     graph = Graph(graph_name)
     ctx = TraceContext(graph, prescribed)
     ctx.loop_driver = loops.iterate
@@ -76,8 +79,17 @@ def run_trace(func: Callable[..., Any], graph_name: str, bindings: dict[str, Any
     graph.meta["source_file"] = os.path.basename(code.co_filename)
     sink = TraceSink(ctx, 0)
     state = ProgramState(sink)
+    if break_handler is not None:
+        ctx.break_handler = break_handler
+        break_handler.attach(ctx, state)
     with active_trace(ctx):
-        state.ret_value = traceable(func)(state, *args, **kwargs)
+        try:
+            state.ret_value = traceable(func)(state, *args, **kwargs)
+        except TraceError as err:
+            err.partial_graph = graph  # NOTE: what was traced before it (prog.compile().explain() shows it)
+            raise
+        if break_handler is not None:
+            return Trace(graph, ctx.points, ctx.taken, ret_value=state.ret_value)
         if ctx.loops:
             loop = ctx.loops[-1]
             raise TraceError(f"{loop.source}: {graph_name} returned inside the loop over {loop.what}, which a compiled "
