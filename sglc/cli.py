@@ -64,8 +64,9 @@ def load_module(path: Path) -> ModuleType:
     return module
 
 
-def find_program(module: ModuleType, path: Path, name: Optional[str]) -> Any:
-    """The named SglFunction of the module, or its only one; CliError listing the choices otherwise."""
+def find_program(module: ModuleType, path: Path, name: Optional[str], note: Optional[list] = None) -> Any:
+    """The named SglFunction of the module, its only one, or the only one no other program of the
+    module calls (said in `note`); CliError listing the choices otherwise."""
     from sglc.frontend.function import SglFunction
 
     found: dict[str, SglFunction] = {}
@@ -82,7 +83,41 @@ def find_program(module: ModuleType, path: Path, name: Optional[str]) -> Any:
     if not found:
         raise CliError(f"{path} defines no @sgl.function")
     names = ", ".join(sorted(found))
-    raise CliError(f"{path} defines {len(found)} programs ({names}); pick one: sglc compile {path}:NAME")
+    roots = [attr for attr, fn in found.items()
+             if not any(other is not fn and calls(other, fn, module) for other in found.values())]
+    if len(roots) == 1:
+        called = ", ".join(sorted(a for a in found if a != roots[0]))
+        if note is not None:
+            note.append(f"{path.name} defines {len(found)} programs ({names}); compiling {roots[0]}, the one no other "
+                        f"calls ({called} {'is' if len(found) == 2 else 'are'} called by it; pick another with "
+                        f"{path.name}:NAME)")
+        return found[roots[0]]
+    uncalled = f"; {len(roots)} of them are called by no other ({', '.join(sorted(roots))})" if roots else ""
+    raise CliError(f"{path} defines {len(found)} programs ({names}){uncalled}; pick one: sglc compile {path}:NAME")
+
+
+def calls(caller: Any, callee: Any, module: ModuleType) -> bool:
+    """Whether `caller`'s code (nested functions included) names `callee`: a global of the module
+    bound to it, or a closure cell holding it."""
+    func = caller.func
+    cells = [c.cell_contents for c in (func.__closure__ or ()) if _filled(c)]
+    if any(value is callee for value in cells):
+        return True
+    names: set[str] = set()
+    stack = [func.__code__]
+    while stack:
+        code = stack.pop()
+        names.update(code.co_names)
+        stack.extend(c for c in code.co_consts if hasattr(c, "co_names"))
+    return any(func.__globals__.get(n) is callee or getattr(module, n, None) is callee for n in names)
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
 
 
 def describe_exception(err: BaseException, path: Path) -> str:
@@ -105,7 +140,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from sglc.passes.pipeline import default_pipeline
 
     path, name = split_target(args.program)
-    fn = find_program(load_module(path), path, name)
+    note: list[str] = []
+    fn = find_program(load_module(path), path, name, note)
+    for line in note:
+        print(f"sglc compile: {line}", file=sys.stderr)
     bound = dict(args.bind or [])
     unknown = [k for k in bound if k not in fn.arg_names]
     if unknown:
@@ -143,7 +181,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     path, name = split_target(args.graph)
     if path.suffix == ".py":  # NOTE: a program: compile it in process and explain it (graph breaks too)
-        fn = find_program(load_module(path), path, name)
+        note: list[str] = []
+        fn = find_program(load_module(path), path, name, note)
+        for line in note:
+            print(f"sglc inspect: {line}", file=sys.stderr)
         try:
             compiled = fn.compile()
         except SglcError:

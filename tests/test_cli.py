@@ -101,13 +101,37 @@ def test_compile_default_output_is_named_after_the_function(tmp_path, capsys, mo
     assert (tmp_path / "few_shot_qa.pb").is_file()
 
 
-def test_file_with_several_programs_needs_a_name(capsys, tmp_path):
-    """Compiling a file with two programs and no :name lists them; a wrong name lists them too."""
+def test_a_file_whose_programs_one_calls_the_other_compiles_the_caller_and_says_so(capsys, tmp_path):
+    """Two programs, one calling the other (issue #29): compile picks the one no other program calls and
+    says which on one stderr line; a wrong :name lists the programs."""
     path = ROOT / "samples" / "call_other_program.py"
-    code, _, err = run_main(capsys, "compile", str(path), "-o", str(tmp_path / "x.pb"))
-    assert_one_line_error(code, err, "defines 2 programs (answer_with_citation, research_brief)", ":NAME")
+    code, out, err = run_main(capsys, "compile", str(path), "-o", str(tmp_path / "x.pb"))
+    assert code == 0 and "compiled research_brief" in out
+    assert err == ("sglc compile: call_other_program.py defines 2 programs (answer_with_citation, research_brief); "
+                   "compiling research_brief, the one no other calls (answer_with_citation is called by it; pick "
+                   "another with call_other_program.py:NAME)\n")
     code, _, err = run_main(capsys, "compile", f"{path}:nope", "-o", str(tmp_path / "x.pb"))
     assert_one_line_error(code, err, "no @sgl.function named 'nope'", "answer_with_citation, research_brief")
+
+
+def test_a_file_with_two_unrelated_programs_needs_a_name(capsys, tmp_path):
+    """Two programs neither calls (or a program called by a program called by it...): no guess, a list."""
+    path = tmp_path / "two.py"
+    path.write_text("import sglc as sgl\n\n@sgl.function\ndef a(s):\n    s += 'a'\n\n"
+                    "@sgl.function\ndef b(s):\n    s += 'b'\n")
+    code, _, err = run_main(capsys, "compile", str(path), "-o", str(tmp_path / "x.pb"))
+    assert_one_line_error(code, err, "defines 2 programs (a, b); 2 of them are called by no other (a, b)", ":NAME")
+
+
+def test_the_program_no_other_calls_is_found_through_separate_program_calls(capsys, tmp_path):
+    """`d = helper(x=...)` (a separate-program call) also counts as calling: the caller is compiled."""
+    path = tmp_path / "calls.py"
+    path.write_text("import sglc as sgl\n\n@sgl.function\ndef helper(s, x):\n    s += x + sgl.gen('y', max_tokens=2)"
+                    "\n\n@sgl.function\ndef main(s):\n    d = helper(x='hi')\n    s += d['y']\n\n"
+                    "@sgl.function\ndef other_helper(s):\n    s += 'z'\n\n@sgl.function\ndef top(s):\n"
+                    "    main(s)\n    other_helper(s)\n")
+    code, out, err = run_main(capsys, "compile", str(path), "-o", str(tmp_path / "x.pb"))
+    assert code == 0 and "compiled top" in out and "compiling top, the one no other calls" in err
 
 
 def test_compile_errors_are_one_line(tmp_path, capsys):
