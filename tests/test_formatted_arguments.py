@@ -200,6 +200,20 @@ def test_an_fstring_in_a_helper_function_is_refused_naming_its_line():
     assert defines_helper.compile().run(q="hi", backend=backend).text() == "Question: hi ('hi')"
 
 
+def test_a_program_whose_file_changed_since_import_is_not_rewritten(tmp_path):
+    """The tracer recompiles a program from its source only when that source is the code that runs:
+    after the file is edited, the f-string is refused (never a program built from other code)."""
+    import linecache
+
+    path = tmp_path / "edited.py"
+    path.write_text("import sglc as sgl\n\n@sgl.function\ndef prog(s, q):\n    s += f'Q: {q}'\n")
+    module = _load(path)
+    path.write_text("import sglc as sgl\n\n\n@sgl.function\ndef prog(s, q):\n    s += f'Other: {q}!'\n")
+    linecache.checkcache(str(path))
+    with pytest.raises(TraceError, match="in an f-string or format"):
+        module.prog.trace()
+
+
 def test_formatted_text_works_as_an_image_path_and_in_called_programs():
     """image(f"...{name}...") and a formatted value passed to another program compile to the eager prompt."""
     @sgl.function

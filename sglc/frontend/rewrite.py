@@ -21,6 +21,7 @@ loudly (symbolic.py says where to build the text instead). A function whose sour
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
 import textwrap
 import types
@@ -107,6 +108,37 @@ class _Transformer(ast.NodeTransformer):
         return node
 
 
+def _fingerprint(code: types.CodeType) -> tuple:
+    """What must agree between a function's code and its source compiled again: its variables,
+    names, constants and the lines its instructions come from (the bytecode itself may differ: the
+    compiler calls a module attribute differently when it sees the module's imports)."""
+    consts = tuple(repr(c) for c in code.co_consts if not isinstance(c, types.CodeType))
+    # NOTE: the first line (the function's RESUME: the def, or its first decorator) is left out
+    lines = tuple(sorted({line for _, _, line in code.co_lines() if line is not None}))[1:]
+    return (code.co_argcount, code.co_kwonlyargcount, code.co_varnames, tuple(sorted(set(code.co_names))), consts,
+            lines, code.co_freevars)
+
+
+def _compiled(definition: ast.AST, code: types.CodeType, first_line: int) -> types.CodeType:
+    """The code object of `definition` compiled where the original was (file, lines, free variables).
+
+    NOTE: the helpers and the original free variables become parameters of a factory, so the new
+    code has them as free variables; the function is then built with the ORIGINAL cells."""
+    freevars = [name for name in code.co_freevars if name != HELPERS]
+    factory = ast.FunctionDef(
+        name="__sglc_factory__",
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(HELPERS)] + [ast.arg(n) for n in freevars],
+                           kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=[definition, ast.Return(ast.Name(code.co_name, ast.Load()))],
+        decorator_list=[], returns=None, type_comment=None)
+    module = ast.Module([factory], type_ignores=[])
+    ast.fix_missing_locations(module)
+    ast.increment_lineno(module, first_line - 1)
+    compiled = compile(module, code.co_filename, "exec", dont_inherit=True)
+    factory_code = next(c for c in compiled.co_consts if isinstance(c, types.CodeType))
+    return next(c for c in factory_code.co_consts if isinstance(c, types.CodeType) and c.co_name == code.co_name)
+
+
 def _rewrite(func: Callable[..., Any]) -> Callable[..., Any]:
     code = func.__code__
     lines, first_line = inspect.getsourcelines(func)
@@ -115,25 +147,15 @@ def _rewrite(func: Callable[..., Any]) -> Callable[..., Any]:
     if not isinstance(definition, (ast.FunctionDef, ast.AsyncFunctionDef)) or definition.name != code.co_name:
         return func
     definition.decorator_list = []
+    # NOTE: the source must be the code that runs (a file edited since it was imported is not):
+    # compiled as it is, it must give the function's own bytecode, else nothing is rewritten
+    if _fingerprint(_compiled(copy.deepcopy(definition), code, first_line)) != _fingerprint(code):
+        return func
     transformer = _Transformer()
     transformer.visit(definition)
     if not transformer.changed:
         return func
-    # NOTE: the helpers and the original free variables become cells of a factory, so the new
-    # code object has them as free variables; the function is then built with the ORIGINAL cells.
-    freevars = [name for name in code.co_freevars if name != HELPERS]
-    factory = ast.FunctionDef(
-        name="__sglc_factory__",
-        args=ast.arguments(posonlyargs=[], args=[ast.arg(HELPERS)] + [ast.arg(n) for n in freevars],
-                           kwonlyargs=[], kw_defaults=[], defaults=[]),
-        body=[definition, ast.Return(ast.Name(definition.name, ast.Load()))],
-        decorator_list=[], returns=None, type_comment=None)
-    module = ast.Module([factory], type_ignores=[])
-    ast.fix_missing_locations(module)
-    ast.increment_lineno(module, first_line - 1)
-    compiled = compile(module, code.co_filename, "exec", dont_inherit=True)
-    factory_code = next(c for c in compiled.co_consts if isinstance(c, types.CodeType))
-    new_code = next(c for c in factory_code.co_consts if isinstance(c, types.CodeType) and c.co_name == code.co_name)
+    new_code = _compiled(definition, code, first_line)
     cells = dict(zip(code.co_freevars, func.__closure__ or ()))
     cells[HELPERS] = types.CellType(_Helpers)
     closure = tuple(cells[name] for name in new_code.co_freevars)
