@@ -119,6 +119,23 @@ def test_rope_rotates_in_place_like_eager(at_level, dtype):
         at_level.rope(qkv, (torch.tensor([0, 1, 2, 3, 5000]), *rope.tables(2047)), 12, 64)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_partial_rope_rotates_each_heads_leading_features(at_level, dtype):
+    """Partial rotary (tables of 48 of 64 features: Phi-4-mini's 0.75) rotates each head's first
+    48 features as eager does and leaves the other 16 and v untouched."""
+    rope = RotaryEmbedding(64, 10000.0, None, 2048, rotary_dim=48)
+    qkv = torch.randn(5, (8 + 2 + 2) * 64).to(dtype)
+    positions = torch.tensor([0, 3, 17, 900, 2047])
+    eager = EagerLayerOps.rope(qkv, EagerLayerOps.rope_inputs(rope, positions, dtype, 2047), 10, 64)
+    before = qkv.clone()
+    out = at_level.rope(qkv, at_level.rope_inputs(rope, positions, dtype, 2047), 10, 64)
+    assert out.data_ptr() == qkv.data_ptr()
+    torch.testing.assert_close(out, eager, **tol(dtype))
+    heads = qkv[:, :640].view(5, 10, 64)
+    assert torch.equal(heads[..., 48:], before[:, :640].view(5, 10, 64)[..., 48:])
+    assert torch.equal(qkv[:, 640:], before[:, 640:])
+
+
 def reference_decode(k_cache, v_cache, q, index, lens, scale, softcap=None):
     """Per request: SDPA over its slots, the query heads grouped as Hugging Face's repeat_kv
     (with a soft-cap: transformers' eager attention)."""

@@ -95,16 +95,13 @@ class NativeLayerOps:
 
     def rope(self, x: torch.Tensor, inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
              num_heads: int, head_dim: int) -> torch.Tensor:
-        """Rotates IN PLACE and returns the ``[T, num_heads, head_dim]`` view of ``x``. Partial
-        rotary (tables narrower than ``head_dim``: Phi-4-mini) runs the eager rotation instead
-        (a new tensor)."""
+        """Rotates IN PLACE and returns the ``[T, num_heads, head_dim]`` view of ``x`` (with partial
+        rotary, tables narrower than ``head_dim``, each head's leading features: Phi-4-mini)."""
         positions, cos, sin = inputs
         if cos.shape[1] != head_dim:
-            rows = cos.index_select(0, positions).to(x.dtype), sin.index_select(0, positions).to(x.dtype)
-            half = cos.shape[1] // 2
-            signed = torch.cat((-rows[1][:, :half], rows[1][:, half:]), dim=-1)
-            return EagerLayerOps.rope(x, (rows[0].unsqueeze(1), signed.unsqueeze(1)), num_heads, head_dim)
-        self._rope(x, positions, cos, sin, num_heads)
+            self._rope(x, positions, cos, sin, num_heads, head_dim)
+        else:
+            self._rope(x, positions, cos, sin, num_heads)
         return x[:, : num_heads * head_dim].view(x.shape[0], num_heads, head_dim)
 
 

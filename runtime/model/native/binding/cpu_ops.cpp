@@ -163,15 +163,19 @@ at::Tensor add_rms_norm_(at::Tensor& h, const at::Tensor& delta, const at::Tenso
 }
 
 // Rotates the first `num_heads` heads of every row of x [T, >= num_heads * head_dim] in place,
-// Hugging Face's layout. cos/sin: float32 tables [max_positions, head_dim]; positions: int64 [T].
+// Hugging Face's layout. cos/sin: float32 tables [max_positions, rotary_dim]; positions: int64 [T].
+// head_dim (-1: the tables' width) larger than rotary_dim is partial rotary (Phi-4-mini): each
+// head's first rotary_dim features rotate, the rest are left as they are.
 void rope_(at::Tensor& x, const at::Tensor& positions, const at::Tensor& cos, const at::Tensor& sin,
-           int64_t num_heads) {
+           int64_t num_heads, int64_t head_dim) {
   check_rows(x, "rope_");
   TORCH_CHECK(cos.dim() == 2 && cos.sizes() == sin.sizes() && cos.is_contiguous() && sin.is_contiguous() &&
                   cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat,
-              "rope_: cos/sin must be contiguous float32 tables of the same shape [positions, head_dim]");
-  const int64_t hd = cos.size(1), max_pos = cos.size(0);
-  TORCH_CHECK(hd % 2 == 0 && num_heads >= 0 && num_heads * hd <= x.size(1), "rope_: ", num_heads,
+              "rope_: cos/sin must be contiguous float32 tables of the same shape [positions, rotary_dim]");
+  const int64_t rd = cos.size(1), max_pos = cos.size(0);
+  const int64_t hd = head_dim < 0 ? rd : head_dim;
+  TORCH_CHECK(rd % 2 == 0 && rd <= hd, "rope_: a rotary dimension of ", rd, " does not fit heads of ", hd);
+  TORCH_CHECK(num_heads >= 0 && num_heads * hd <= x.size(1), "rope_: ", num_heads,
               " heads of ", hd, " do not fit rows of ", x.size(1));
   TORCH_CHECK(positions.dim() == 1 && positions.size(0) == x.size(0) && positions.scalar_type() == at::kLong,
               "rope_: positions must be int64 [", x.size(0), "], got ", positions.sizes(), " ",
@@ -186,8 +190,15 @@ void rope_(at::Tensor& x, const at::Tensor& positions, const at::Tensor& cos, co
   const auto fn = kernels().rope[slot];
   void* xp = x.data_ptr();
   at::parallel_for(0, rows, kRowGrain, [&](int64_t begin, int64_t end) {
-    fn(at_elem(xp, begin * xs, es), xs, pp + begin, cos.const_data_ptr<float>(), sin.const_data_ptr<float>(),
-       end - begin, num_heads, hd);
+    if (rd == hd) {
+      fn(at_elem(xp, begin * xs, es), xs, pp + begin, cos.const_data_ptr<float>(), sin.const_data_ptr<float>(),
+         end - begin, num_heads, hd);
+      return;
+    }
+    for (int64_t h = 0; h < num_heads; ++h) {  // NOTE: partial: one "head" of rd features at each head's start
+      fn(at_elem(xp, begin * xs + h * hd, es), xs, pp + begin, cos.const_data_ptr<float>(),
+         sin.const_data_ptr<float>(), end - begin, 1, rd);
+    }
   });
 }
 
@@ -691,7 +702,7 @@ TORCH_LIBRARY(sglc_cpu, m) {
   m.def("has_register_attention(int head_dim, int group) -> bool", &has_register_attention);
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.def("add_rms_norm_(Tensor(a!) h, Tensor delta, Tensor weight, float eps) -> Tensor");
-  m.def("rope_(Tensor(a!) x, Tensor positions, Tensor cos, Tensor sin, int num_heads) -> ()");
+  m.def("rope_(Tensor(a!) x, Tensor positions, Tensor cos, Tensor sin, int num_heads, int head_dim=-1) -> ()");
   m.def("silu_mul(Tensor gate_up) -> Tensor");
   m.def("gelu_tanh_mul(Tensor gate_up) -> Tensor");
   m.def("decode_attention_(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor loc, Tensor k_new, Tensor v_new, "
