@@ -9,8 +9,9 @@ loads the folder. The oracle is transformers' float32 forward on the same weight
   scattered slots (a cached prefix longer than the sliding window, a chunk across its edge) and
   of token-by-token decoding all equal transformers' (1e-4);
 * ``test_engine_greedy_matches_transformers``: through the Engine (prefill chunks of 8 tokens,
-  two prompts sharing a 20-token prefix, the second served from the radix cache), 64 greedy
-  tokens of each are transformers' argmax at every step.
+  three prompts sharing a 20-token prefix, the later two served from the radix cache and run
+  together, so one's chunks share steps with the other's decoding), 64 greedy tokens of each are
+  transformers' argmax at every step.
 
 RoPE types whose frequencies depend on the sequence length ("dynamic", "longrope") are compared
 with transformers decoding token by token (its generate loop), which is what a KV cache of
@@ -165,20 +166,27 @@ def test_logits_match_transformers(built, name):
 @pytest.mark.parametrize("name", sorted(n for n, c in CASES.items() if c.engine))
 def test_engine_greedy_matches_transformers(built, name):
     """64 greedy tokens per prompt through the Engine (chunked prefill across the window's edge,
-    a shared prefix longer than the window served from the radix cache) are transformers'
-    argmax at every step."""
+    a shared prefix longer than the window served from the radix cache, mixed prefill/decode
+    batches) are transformers' argmax at every step."""
     b = built(name)
     engine = Engine(model=b.path, dtype="float32", num_kv_slots=512, chunked_prefill_size=8,
                     max_running_requests=4, threads=None)
     gen = torch.Generator().manual_seed(1)
     prefix = torch.randint(0, VOCAB, (20,), generator=gen).tolist()
-    prompts = [prefix + torch.randint(0, VOCAB, (n,), generator=gen).tolist() for n in (3, 5)]
+    prompts = [prefix + torch.randint(0, VOCAB, (n,), generator=gen).tolist() for n in (3, 5, 14)]
     greedy = SamplingParams(temperature=0, max_new_tokens=64, ignore_eos=True)
-    outs = [engine.generate([p], greedy)[0].token_ids for p in prompts]  # NOTE: one after the other
-    assert engine.stats().cached_tokens >= len(prefix) - 1 > (b.case.window or 0)
-    for prompt, out in zip(prompts, outs):
+    # NOTE: the first alone (its prefix enters the cache), then two together: the second's chunks
+    # run beside the first's decode steps (mixed batches)
+    outs = [engine.generate(prompts[:1], greedy)[0].token_ids]
+    outs += [o.token_ids for o in engine.generate(prompts[1:], greedy)]
+    assert engine.stats().cached_tokens >= 2 * (len(prefix) - 1) > 2 * (b.case.window or 0)
+    checked = list(zip(prompts, outs))
+    if b.case.incremental:  # NOTE: transformers token by token is slow: the first and the mixed-batch one
+        checked = [checked[0], checked[2]]
+    for prompt, out in checked:
         assert len(out) == 64
-        logits = _hf_logits(b, prompt + out, prefill=len(prompt))[len(prompt) - 1:-1]
+        prefill = min(len(prompt), 16) if b.case.incremental else len(prompt)  # NOTE: within the original window
+        logits = _hf_logits(b, prompt + out, prefill=prefill)[len(prompt) - 1:-1]
         picks = logits.argmax(-1).tolist()
         for i, (ours, want) in enumerate(zip(out, picks)):
             if ours != want:  # NOTE: only a tie within float32 noise may differ
