@@ -286,3 +286,21 @@ def test_every_family_names_its_checkpoint_tensors():
         cfg = ModelConfig.from_dict(case.config().to_dict() | {"architectures": [case.cls.__name__]})
         shapes = get_model_class(cfg.architecture).checkpoint_shapes(cfg)
         assert "model.embed_tokens.weight" in shapes and "model.layers.2.input_layernorm.weight" in shapes, name
+
+
+@pytest.mark.parametrize("name,dtype,quantization", [
+    ("gemma2", "bfloat16", "none"), ("gemma3", "bfloat16", "none"), ("phi3_longrope_partial_window", "bfloat16", "none"),
+    ("mixtral_window", "bfloat16", "none"), ("qwen3_moe", None, "int8"), ("gemma3", None, "int8"),
+])
+def test_bf16_and_int8_weights_stay_close_to_float32(built, name, dtype, quantization):
+    """Every block of the families also runs in bf16 and on int8 weights (experts included), close
+    to the float32 model (the tiny models' logits are small, so cosine and top-1 are the measures)."""
+    b = built(name)
+    other = load_model(b.path, dtype=dtype, quantization=quantization)
+    ids = torch.randint(0, VOCAB, (40,), generator=torch.Generator().manual_seed(4)).tolist()
+    want = _three_ways(b.ours, [ids])[0][0]
+    for got in _three_ways(other, [ids]):
+        got = got[0]
+        assert got.dtype == torch.float32 and torch.isfinite(got).all()
+        assert torch.nn.functional.cosine_similarity(got, want, dim=-1).min() > 0.99
+        assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.85
