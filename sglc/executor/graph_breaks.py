@@ -33,7 +33,7 @@ from sglc.executor.pool import DaemonPool
 from sglc.executor.results import RETURNS_STATE, CallRecord, ProgramResult
 from sglc.executor.stream_state import StreamState
 from sglc.frontend.errors import TraceError, trace_error, user_source
-from sglc.frontend.formatted import FormattedText, Piece
+from sglc.frontend.formatted import FormattedText
 from sglc.frontend.state import ProgramState
 from sglc.frontend.symbolic import SymbolicValue
 from sglc.frontend.trace_context import TraceContext

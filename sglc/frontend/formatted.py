@@ -378,9 +378,9 @@ def call(fn: Any) -> Any:
     if fn is builtins.str:
         return _str_call
     if fn is builtins.repr:
-        return lambda *a, **k: Piece_or(a, k, "r", builtins.repr)
+        return lambda *a, **k: _converted(a, k, "r", builtins.repr)
     if fn is builtins.ascii:
-        return lambda *a, **k: Piece_or(a, k, "a", builtins.ascii)
+        return lambda *a, **k: _converted(a, k, "a", builtins.ascii)
     if fn is builtins.format:
         return _format_call
     return fn
@@ -392,7 +392,8 @@ def _str_call(*args: Any, **kwargs: Any) -> Any:
     return builtins.str(*args, **kwargs)
 
 
-def Piece_or(args: tuple, kwargs: dict, conversion: str, fn: Callable[..., Any]) -> Any:  # noqa: N802
+def _converted(args: tuple, kwargs: dict, conversion: str, fn: Callable[..., Any]) -> Any:
+    """repr(x) / ascii(x): a piece with that conversion for a symbolic x, else the builtin's result."""
     if len(args) == 1 and not kwargs and is_symbolic(args[0]):
         return FormattedText((Piece(args[0], conversion),))
     return fn(*args, **kwargs)
@@ -437,8 +438,3 @@ def _join(sep: str, items: Any) -> Any:
 def join_symbolic(sep: str, items: SymbolicValue) -> Any:
     """`sep.join(items)` for a list known only at run time: one piece that joins it at run time."""
     return FormattedText((Piece(items, join=sep),))
-
-
-def text_of(value: Any) -> Optional[FormattedText]:
-    """`value` as formatted text if it is one (for callers that accept str or formatted text)."""
-    return value if isinstance(value, FormattedText) else None

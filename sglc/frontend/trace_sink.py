@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from sglc.frontend.errors import trace_error
-from sglc.frontend.formatted import FormattedText, Piece
+from sglc.frontend.formatted import FormattedText
 from sglc.frontend.primitives import Gen, Select
 from sglc.frontend.sink import StreamSink
 from sglc.frontend.symbolic import SymbolicValue
