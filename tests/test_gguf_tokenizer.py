@@ -227,6 +227,38 @@ def test_turn_ends_the_template_writes_stop_generation(built, name, stops):
     assert tok.eos_token_id == tok.token_to_id(stops[0])
 
 
+def test_gemma_sentencepiece_files_build_as_transformers_builds_them():
+    """A SentencePiece vocabulary of a Gemma 1-3 file (merges by token order, no prefix space; no
+    such vector file ships) encodes as transformers' Gemma GGUF builder does. Stand-in: the
+    llama-spm vocabulary relabelled gemma3 without a prefix space."""
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import convert_gguf_tokenizer
+
+    md = dict(read_gguf_metadata(vocab_file("llama-spm")),
+              **{"general.architecture": "gemma3", "tokenizer.ggml.add_space_prefix": False})
+    ours = build_tokenizer(GGUFVocab.from_metadata(md))
+    theirs, _ = convert_gguf_tokenizer("gemma3", {
+        "tokenizer_type": "llama", "tokens": md["tokenizer.ggml.tokens"], "scores": list(md["tokenizer.ggml.scores"]),
+        "token_type": list(md["tokenizer.ggml.token_type"]), "add_prefix_space": False})
+    for text in CORPUS + [t for t, _ in vocab_cases("llama-spm")]:
+        assert ours.encode(text, add_special_tokens=False).ids == \
+            theirs.encode(text, add_special_tokens=False).ids, repr(text)
+
+
+@pytest.mark.parametrize("name", ("llama-spm", "phi-3"))
+def test_metadata_reader_equals_gguf_py(name):
+    """read_gguf_metadata gives every key gguf-py's GGUFReader gives, with equal values."""
+    import numpy as np
+    from gguf import GGUFReader
+
+    ours = read_gguf_metadata(vocab_file(name))
+    fields = {k: f for k, f in GGUFReader(str(vocab_file(name))).fields.items() if not k.startswith("GGUF.")}
+    assert set(ours) == set(fields)
+    for key, field in fields.items():
+        want = field.contents()
+        got = ours[key]
+        assert (np.array_equal(np.asarray(want), got) if isinstance(got, np.ndarray) else got == want), key
+
+
 # ---------------------------------------------------------------- refusals
 
 
