@@ -111,6 +111,22 @@ def test_a_gen_that_asks_for_logprobs_gets_them_in_its_meta_info(compiled):
     assert [len(row) for row in meta["output_top_logprobs"]] == [2] * meta["completion_tokens"]
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_run_level_logprob_keywords_ask_every_gen_as_sglang(compiled):
+    """SGLang's run(return_logprob=True, top_logprobs_num=2) (and run_batch's) reach every gen; a gen's
+    own parameters win."""
+    @sgl.function
+    def prog(s):
+        s += "a" + sgl.gen("x", max_tokens=2) + "b" + sgl.gen("y", max_tokens=2, top_logprobs_num=1)
+
+    backend = WordStreamingBackend()
+    state = _prog(compiled, prog).run(backend=backend, return_logprob=True, top_logprobs_num=2)
+    assert [p.logprobs.top_logprobs_num for p in backend.params] == [2, 1]
+    assert "output_token_logprobs" in state.get_meta_info("x") and "output_token_logprobs" in state.get_meta_info("y")
+    [batched] = _prog(compiled, prog).run_batch([{}], backend=backend, return_logprob=True)
+    assert batched.error() is None and backend.params[-1].logprobs is not None
+
+
 def test_a_gen_without_logprobs_asks_for_none():
     """No logprob parameter: GenParams.logprobs stays None (the runtime computes nothing extra)."""
     backend = WordStreamingBackend()

@@ -21,7 +21,7 @@ from sglc.executor.pool import DaemonPool
 from sglc.executor.program import ExecutedState, ProgramError, batch_arguments, bind_call, resolve_backend
 from sglc.executor.results import ProgramResult
 from sglc.executor.results_in_order import results_in_order
-from sglc.executor.semantics import RUN_SAMPLING_KEYS, sampling_defaults
+from sglc.executor.semantics import RUN_LOGPROB_KEYS, RUN_SAMPLING_KEYS, sampling_defaults
 from sglc.executor.streaming_state import StreamingState
 from sglc.ir.graph import Graph
 from sglc.wire.backend import Backend
@@ -31,7 +31,7 @@ Pass = Callable[[Graph], Any]
 
 def split_run_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(program arguments, SGLang-style sampling keywords) from a run() call's keywords."""
-    sampling = {k: kwargs.pop(k) for k in list(kwargs) if k in RUN_SAMPLING_KEYS}
+    sampling = {k: kwargs.pop(k) for k in list(kwargs) if k in RUN_SAMPLING_KEYS or k in RUN_LOGPROB_KEYS}
     return kwargs, sampling_defaults(sampling)
 
 

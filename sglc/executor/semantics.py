@@ -39,10 +39,20 @@ RUN_SAMPLING_KEYS = {key: row.name for key, row in sampling_table.BY_RUN.items()
 _GEN_SAMPLING_ATTRS = tuple(sampling_table.GEN_FIELDS)
 
 
+#: SGLang's run() keywords that ask every gen for logprobs (a gen's own parameters win); kept in the
+#: run-level defaults under these names, apart from the GenParams fields.
+RUN_LOGPROB_KEYS = ("return_logprob", "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs")
+
+
 def sampling_defaults(run_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """GenParams defaults from SGLang-style run keywords (`max_new_tokens`, `temperature`, ...)."""
+    """GenParams defaults from SGLang-style run keywords (`max_new_tokens`, `temperature`, ...), and
+    the logprob keywords (`return_logprob=True`, ...) under their own names."""
     out: dict[str, Any] = {}
     for key, value in run_kwargs.items():
+        if key in RUN_LOGPROB_KEYS:
+            if value is not None:
+                out[key] = sampling_table.BY_DSL[key].check_gen(value, f"run {key}")
+            continue
         if key not in RUN_SAMPLING_KEYS:
             raise TypeError(f"unknown sampling keyword {key!r}; known: {', '.join(RUN_SAMPLING_KEYS)}")
         if value is not None:
@@ -58,7 +68,10 @@ class Semantics:
         self.backend = backend
         #: The program's ``@sgl.function(num_api_spec_tokens=N)`` (None: the backend's default).
         self.num_api_spec_tokens = num_api_spec_tokens
-        self.defaults = {**DEFAULT_SAMPLING, **(defaults or {})}
+        defaults = dict(defaults or {})
+        #: run(return_logprob=True, ...): every gen asks for logprobs unless it says otherwise
+        self.logprob_defaults = {k: defaults.pop(k) for k in RUN_LOGPROB_KEYS if k in defaults}
+        self.defaults = {**DEFAULT_SAMPLING, **defaults}
         self._info: Optional[ModelInfo] = None
         self._lock = threading.Lock()
         self._warned_media = False
@@ -132,9 +145,10 @@ class Semantics:
             from sglc import fsm as fsm_lib
 
             params.regex = fsm_lib.regex_for_dtype(attrs["dtype"])
-        if attrs.get("return_logprob") or (attrs.get("top_logprobs_num") or 0) > 0:
-            start = attrs.get("logprob_start_len")
-            params.logprobs = LogprobRequest(int(attrs.get("top_logprobs_num") or 0), -1 if start is None else int(start))
+        asked = {**self.logprob_defaults, **{k: attrs[k] for k in RUN_LOGPROB_KEYS if attrs.get(k) is not None}}
+        if asked.get("return_logprob") or (asked.get("top_logprobs_num") or 0) > 0:
+            start = asked.get("logprob_start_len")
+            params.logprobs = LogprobRequest(int(asked.get("top_logprobs_num") or 0), -1 if start is None else int(start))
         return params
 
     def gen(self, st: StreamState, attrs: dict[str, Any], node: str,
