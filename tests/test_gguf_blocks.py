@@ -76,15 +76,18 @@ def test_a_model_file_maps_to_the_converter_s_hugging_face_tensors():
     from sglc_runtime.model.gguf import GGUFFile
     from sglc_runtime.model.gguf_convert import gguf_config, gguf_state_dict
 
+    from gguf import GGUFReader
+
     f = GGUFFile(find_default_gguf())
     config = f.config_dict()
-    reference_config = gguf_config(f.reader)
+    reader = GGUFReader(str(find_default_gguf()))
+    reference_config = gguf_config(reader)
     for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
                 "max_position_embeddings"):
         assert config[key] == reference_config[key], key
     ours = f.state_dict(config)
-    reference = gguf_state_dict(f.reader, reference_config)
+    reference = gguf_state_dict(reader, reference_config)
     assert set(ours) == set(reference)
     for name, value in ours.items():
         decoded = value if isinstance(value, torch.Tensor) else torch.from_numpy(value.dequantize())

@@ -23,7 +23,7 @@ from typing import Callable, Iterator, Sequence
 from ..cache.kv_buffer import KVBuffer
 from ..constrained import GrammarCache
 from ..model.cuda_graph import DecodeGraphs
-from ..model.default_model import resolve_model_path
+from ..model.default_model import gguf_source, resolve_model_path
 from ..model.model_runner import ModelRunner
 from ..model.models import load_model
 from ..model.placement import resolve_placement
@@ -84,10 +84,11 @@ class Engine:
             self.placement = resolve_placement(cfg.device, cfg.attention_backend)  # ValueError: why not
             log.info("engine: %s", self.placement.describe())
             path = resolve_model_path(cfg.model)  # FileNotFoundError / ValueError naming the path
+            gguf = gguf_source(cfg.model)  # NOTE: its weights are read in place, kept in their types
             self.tokenizer = Tokenizer(path)
             self.model = load_model(path, dtype=cfg.dtype, device=self.placement.device,
                                     attention=self.placement.attention_backend, pack_weights=cfg.pack_weights,
-                                    quantization=cfg.quantization)
+                                    quantization=cfg.quantization, gguf=gguf)
         mc = self.model.config
         num_slots = cfg.num_kv_slots or KVBuffer.slots_for_budget(
             cfg.kv_cache_bytes, mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, self.model.dtype)

@@ -39,11 +39,14 @@ class EngineConfig:
       quantized.
     - quantization: "none", "int8" or "int4": the decoder layers' linears as packed integers
       (int4: groups of 32, GGUF Q4_1's layout; the lm_head is int8 in both), computing in
-      bfloat16; CPU only. See ``runtime/model/models/quantized_linear.py``. "auto" (what
-      ``sglc serve`` defaults to): "int4" for the default model on a CPU, whose layers ship as
-      Q4_1 (int4 keeps their levels exactly; with the native kernels it decodes ~8x faster than
-      float32 at the same 97% teacher-forced top-1 agreement with the dequantized float32 model
-      as bfloat16, see docs/benchmarks.md) unless dtype asks for float32; else "none".
+      bfloat16; CPU only. See ``runtime/model/models/quantized_linear.py``. A GGUF model's
+      tensors (the default model's included) run as shipped, each on its type's native kernel
+      (``models/gguf_linear.py``), under any quantization but "none", which decodes them into a
+      float model of ``dtype``. "auto" (what ``sglc serve`` defaults to): "int4" for the default
+      model and any .gguf file on a CPU (the default model's Q4_1 layers keep their levels
+      exactly; with the native kernels it decodes ~8x faster than float32 at the same 97%
+      teacher-forced top-1 agreement with the dequantized float32 model as bfloat16, see
+      docs/benchmarks.md) unless dtype asks for float32; else "none".
     - num_kv_slots: KV pool size in tokens; when None it comes from kv_cache_bytes.
     - max_running_requests: requests decoding at once (rows of the request table).
     - max_context: longest prompt + output per request; None = the model's maximum.
@@ -101,9 +104,12 @@ class EngineConfig:
     constraint_compiler: ConstraintCompilerConfig = field(default_factory=ConstraintCompilerConfig)
 
     def _auto_quantization(self) -> str:
+        """int4 (for a GGUF: its tensors as shipped, on their own kernels) for the default model and
+        any .gguf file on a CPU, unless dtype asks for float32; else none."""
         on_cpu = self.device == "cpu" or (self.device == "auto" and not torch.cuda.is_available())
         wants_float = self.dtype not in (None, "bfloat16")
-        return "int4" if on_cpu and not wants_float and is_default_model(self.model) else "none"
+        gguf = is_default_model(self.model) or str(self.model).endswith(".gguf")
+        return "int4" if on_cpu and not wants_float and gguf else "none"
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:

@@ -48,6 +48,15 @@ def is_default_model(spec: str | os.PathLike | None) -> bool:
     return spec is None or str(spec) in _DEFAULT_SPECS
 
 
+def gguf_source(spec: str | os.PathLike | None) -> Path | None:
+    """The GGUF file whose weights a model spec runs on in place (the default model's, or a
+    ``.gguf`` path), or None for a Hugging Face folder."""
+    if is_default_model(spec):
+        return find_default_gguf()
+    path = Path(spec).expanduser()
+    return path if path.is_file() and path.suffix == ".gguf" else None
+
+
 def resolve_model_path(spec: str | os.PathLike | None) -> Path:
     """Turn a user's model spec into a ready Hugging Face model folder.
 

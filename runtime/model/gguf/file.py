@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from gguf import GGUFReader
-
+from .reader import GGUFFormatError, GGUFReaderLite
 from .tensor_types import check_supported, type_name
 from .weight import GGUFWeight
 
@@ -59,17 +58,13 @@ class GGUFFile:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         try:
-            self.reader = GGUFReader(str(self.path), "r")
-        except (ValueError, OSError) as err:
+            self.reader = GGUFReaderLite(self.path)
+        except (GGUFFormatError, OSError) as err:
             raise GGUFModelError(f"{self.path}: not a readable GGUF file ({err})") from None
-        self._tensors = {t.name: t for t in self.reader.tensors}
+        self._tensors = self.reader.tensors
 
     def field(self, key: str, default: Any = None) -> Any:
-        f = self.reader.fields.get(key)
-        if f is None:
-            return default
-        value = f.contents()
-        return int(value) if isinstance(value, np.integer) else value
+        return self.reader.field(key, default)
 
     @property
     def architecture(self) -> str:
@@ -81,25 +76,27 @@ class GGUFFile:
     def tensor_types(self) -> dict[str, int]:
         """How many tensors of each type the file holds."""
         counts: dict[str, int] = {}
-        for t in self.reader.tensors:
-            counts[type_name(t.tensor_type)] = counts.get(type_name(t.tensor_type), 0) + 1
+        for t in self._tensors.values():
+            counts[type_name(t.type)] = counts.get(type_name(t.type), 0) + 1
         return counts
 
     def weight(self, name: str) -> GGUFWeight:
         """A 2-D tensor as shipped (Hugging Face's [out, in]: GGUF lists the shape inner first)."""
         t = self._tensors[name]
-        kind = type_name(t.tensor_type)
+        kind = type_name(t.type)
         check_supported(kind, name)
-        cols, rows = (int(d) for d in t.shape.tolist())
-        return GGUFWeight(name, kind, rows, cols, t.data)
+        if len(t.shape) != 2:
+            raise GGUFModelError(f"tensor {name!r} has shape {t.shape}, expected 2 dimensions")
+        cols, rows = t.shape
+        return GGUFWeight(name, kind, rows, cols, self.reader.tensor_bytes(t, kind))
 
     def vector(self, name: str) -> torch.Tensor:
         """A 1-D tensor (norms, biases) decoded to float32."""
         t = self._tensors[name]
-        kind = type_name(t.tensor_type)
+        kind = type_name(t.type)
         check_supported(kind, name)
-        n = int(t.shape.tolist()[0])
-        return torch.from_numpy(GGUFWeight(name, kind, 1, n, t.data).dequantize().reshape(n).copy())
+        n = t.shape[0]
+        return torch.from_numpy(GGUFWeight(name, kind, 1, n, self.reader.tensor_bytes(t, kind)).dequantize().reshape(n))
 
     def config_dict(self) -> dict[str, Any]:
         """The model's config in Hugging Face's config.json layout, from the GGUF metadata."""
@@ -112,7 +109,7 @@ class GGUFFile:
         p = arch + "."
         heads = int(self.field(p + "attention.head_count"))
         hidden = int(self.field(p + "embedding_length"))
-        tokens = self.field("tokenizer.ggml.tokens") or []
+        n_tokens = self.reader.array_length("tokenizer.ggml.tokens") or 0
         head_dim = int(self.field(p + "attention.key_length", hidden // heads))
         if int(self.field(p + "rope.dimension_count", head_dim)) != head_dim:
             raise GGUFModelError("partial rotary embeddings (rope.dimension_count != head_dim) are not supported")
@@ -125,7 +122,7 @@ class GGUFFile:
         return {
             "architectures": ["LlamaForCausalLM"],
             "model_type": "llama",
-            "vocab_size": int(self.field(p + "vocab_size", len(tokens))),
+            "vocab_size": int(self.field(p + "vocab_size", n_tokens)),
             "hidden_size": hidden,
             "intermediate_size": int(self.field(p + "feed_forward_length")),
             "num_hidden_layers": int(self.field(p + "block_count")),
@@ -150,7 +147,7 @@ class GGUFFile:
         """Every tensor under its Hugging Face name: 2-D as GGUFWeight, 1-D as float32 tensors;
         q and k rows in Hugging Face's order."""
         out: dict[str, torch.Tensor | GGUFWeight] = {}
-        for t in self.reader.tensors:
+        for t in self._tensors.values():
             if t.name in GLOBAL_TENSORS:
                 name = GLOBAL_TENSORS[t.name]
             else:

@@ -56,17 +56,20 @@ def load_model(
     pack_weights: bool | None = None,
     quantization: str = "none",
     native_ops: bool | None = None,
+    gguf: str | Path | None = None,
 ) -> DecoderForCausalLM:
     """Load a model folder (config.json + safetensors) with the class its architecture names.
 
     ``pack_weights`` (None = auto: on for CPU): pre-pack linear weights for oneDNN (see .linear).
     ``quantization`` ('none', 'int8', 'int4'): weight-only integer linears (see .quantized_linear).
     ``native_ops`` (None = when they build): fused CPU kernels for the small ops (see .layer_ops).
+    ``gguf``: read the weights from this GGUF file in place (its tensors keep their types and
+    run on their native kernels, see .gguf_linear; ``quantization`` applies to none of them).
     """
     config = ModelConfig.from_pretrained(path)
     return get_model_class(config.architecture).from_pretrained(
         path, dtype=dtype, device=device, attention=attention, pack_weights=pack_weights,
-        quantization=quantization, native_ops=native_ops,
+        quantization=quantization, native_ops=native_ops, gguf=gguf,
     )
 
 

@@ -32,17 +32,40 @@ from ..model_config import ModelConfig, parse_dtype
 from ..native import bf16_is_native, kernel_info, load_cpu_ops
 from ..native.capabilities import ENV as CPU_LEVEL_ENV
 from ..native.capabilities import supported_levels
+from ..gguf import GGUFFile, GGUFWeight
 from ..weights import check_state_dict, load_state_dict
+from .gguf_linear import GGUFEmbedding, gguf_linear
 from .layer_ops import LayerOps, layer_ops_for
 from .linear import Linear, can_pack_weights
 from .moe import SparseMoE
-from .quantized_linear import (QUANTIZATIONS, CastLinear, QuantizationError, QuantizedLinear, RowDispatchLinear,
-                               describe_linear, large_batch_dtype, quantized_linear)
+from .quantized_linear import (LARGE_BATCH_ROWS, NATIVE_INT4_LARGE_BATCH_ROWS, QUANTIZATIONS, CastLinear,
+                               QuantizationError, QuantizedLinear, RowDispatchLinear, describe_linear,
+                               large_batch_dtype, quantized_linear)
 from .rope import RotaryEmbedding
 
 log = logging.getLogger(__name__)
 
 AnyLinear = Linear | RowDispatchLinear | QuantizedLinear
+
+#: Where bf16 is native, a GGUF model's linears get a bf16 copy for prefill (on AMX ~7x the
+#: integer kernels' speed at 256 rows) while all the copies together stay under this many bytes
+#: (the default model: ~0.25 GB); bigger models stay at the file's size.
+GGUF_FLOAT_COPY_BYTES = 1 << 30
+
+
+class StackedLinear:
+    """Linears of the same input whose outputs are concatenated (a fused q/k/v whose parts ship
+    in different GGUF types)."""
+
+    __slots__ = ("parts", "out_features")
+    kernel = "native"
+
+    def __init__(self, parts: list) -> None:
+        self.parts = parts
+        self.out_features = sum(p.out_features for p in parts)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([p(x) for p in self.parts], dim=1)
 
 
 @dataclass(slots=True)
@@ -84,11 +107,16 @@ class WeightLoader:
     the model's dtype and device, norms with the config's weight offset folded in, and linears
     (several tensors concatenated, pre-packed or quantized as the model is configured)."""
 
-    def __init__(self, model: "DecoderForCausalLM", tensors: dict[str, torch.Tensor]) -> None:
+    def __init__(self, model: "DecoderForCausalLM", tensors: dict[str, torch.Tensor | GGUFWeight]) -> None:
         self.model = model
         self.tensors = tensors
         self.quantized = model.quantization != "none"
         self._bf16_native = bf16_is_native()
+        # NOTE: a GGUF model keeps a float copy of its linears for prefill (where bf16 is native
+        # and so faster) only while all those copies together stay small: above that, memory
+        # stays at the file's size and prefill runs on the integer kernels too.
+        float_bytes = sum(2 * t.rows * t.cols for t in tensors.values() if isinstance(t, GGUFWeight))
+        self._gguf_float_copies = self._bf16_native and float_bytes <= GGUF_FLOAT_COPY_BYTES
 
     def tensor(self, name: str) -> torch.Tensor:
         """``name`` in the model's dtype and device."""
@@ -103,8 +131,11 @@ class WeightLoader:
         w = self.tensors[name].float() + offset
         return w.to(device=self.model.device, dtype=self.model.dtype).contiguous()
 
-    def weight(self, name: str) -> torch.Tensor:
-        """A linear weight: kept in its checkpoint precision until quantized, else the model's dtype."""
+    def weight(self, name: str) -> torch.Tensor | GGUFWeight:
+        """A linear weight: kept in its checkpoint precision until quantized, else the model's
+        dtype; a GGUF tensor as shipped."""
+        if isinstance(self.tensors[name], GGUFWeight):
+            return self.tensors[name]
         if self.quantized:
             return self.tensors[name].to(device=self.model.device).contiguous()
         return self.tensor(name)
@@ -113,12 +144,50 @@ class WeightLoader:
                kind: str | None = None) -> AnyLinear:
         """The linear of the weights ``names`` stacked along their output rows (q/k/v, gate/up)."""
         names = [names] if isinstance(names, str) else list(names)
-        w = self.weight(names[0]) if len(names) == 1 else torch.cat([self.weight(n) for n in names]).contiguous()
         b = None
         if biases is not None:
             biases = [biases] if isinstance(biases, str) else list(biases)
             b = torch.cat([self.tensor(n) for n in biases]).contiguous()
+        if any(isinstance(self.tensors[n], GGUFWeight) for n in names):
+            return self.gguf_linear([self.weight(n) for n in names], b)
+        w = self.weight(names[0]) if len(names) == 1 else torch.cat([self.weight(n) for n in names]).contiguous()
         return self.build_linear(w, b, kind)
+
+    def gguf_linear(self, weights: list[GGUFWeight], bias: torch.Tensor | None) -> AnyLinear:
+        """GGUF tensors stacked along their rows, on their type's native kernel (``gguf_linear``);
+        tensors of different types (a Q4_K_M file's Q6_K attn_v beside Q4_K q and k) run as
+        separate linears whose outputs are concatenated."""
+        if any(not isinstance(w, GGUFWeight) for w in weights):
+            raise ValueError(f"cannot stack GGUF and plain tensors into one linear: {[w.name for w in weights]}")
+        if len({(w.type_name, w.cols) for w in weights}) > 1:
+            parts, start = [], 0
+            for w in weights:
+                part_bias = None if bias is None else bias[start:start + w.rows]
+                parts.append(self._gguf_one(w, part_bias))
+                start += w.rows
+            return StackedLinear(parts)
+        w = weights[0].concat_rows(*weights[1:]) if len(weights) > 1 else weights[0]
+        return self._gguf_one(w, bias)
+
+    def _gguf_one(self, w: GGUFWeight, bias: torch.Tensor | None) -> AnyLinear:
+        """One GGUF tensor as shipped on its type's kernel when the model is quantized (any
+        ``quantization`` but "none": the file's types decide); decoded exactly into a float linear
+        of the model's dtype when it is not (the float reference model), or on a GPU (the integer
+        kernels are CPU ones)."""
+        m = self.model
+        if not self.quantized or m.device.type != "cpu":
+            weight = torch.from_numpy(w.dequantize()).to(device=m.device, dtype=m.dtype).contiguous()
+            b = None if bias is None else bias.to(device=m.device, dtype=m.dtype)
+            return Linear.build(weight, b, pack=m.pack_weights and m.device.type == "cpu")
+        native = False if m.native_ops is False else None
+        small = gguf_linear(w, bias, m.dtype, pack=m.pack_weights, native=native)
+        if getattr(small, "kernel", None) != "native" or not self._gguf_float_copies:
+            return small
+        large = Linear.build(torch.from_numpy(w.dequantize()).to(torch.bfloat16).contiguous(),
+                             None if bias is None else bias.to(torch.bfloat16),
+                             pack=m.pack_weights and can_pack_weights(torch.bfloat16, m.device))
+        min_rows = NATIVE_INT4_LARGE_BATCH_ROWS if w.type_name in ("Q4_0", "Q4_1", "Q4_K") else LARGE_BATCH_ROWS
+        return RowDispatchLinear(small, large if m.dtype == torch.bfloat16 else CastLinear(large), min_rows)
 
     def build_linear(self, weight: torch.Tensor, bias: torch.Tensor | None = None,
                      kind: str | None = None) -> AnyLinear:
@@ -227,12 +296,19 @@ class DecoderForCausalLM:
         pack_weights: bool | None = None,
         quantization: str = "none",
         native_ops: bool | None = None,
+        gguf: str | Path | None = None,
     ) -> "DecoderForCausalLM":
-        """Load config.json and the safetensors weights of a Hugging Face model folder."""
+        """Load config.json and the safetensors weights of a Hugging Face model folder; with
+        ``gguf``, the weights of that GGUF file instead, read in place (its folder holds the
+        config and tokenizer: ``default_model.resolve_model_path``)."""
         config = ModelConfig.from_pretrained(path)
         model = cls(config, dtype=dtype, device=device, attention=attention, pack_weights=pack_weights,
                     quantization=quantization, native_ops=native_ops)
-        model.load_state_dict(load_state_dict(path), source=str(path))
+        if gguf is not None:
+            f = GGUFFile(gguf)
+            model.load_state_dict(f.state_dict(f.config_dict()), source=str(gguf))
+        else:
+            model.load_state_dict(load_state_dict(path), source=str(path))
         return model
 
     @classmethod
@@ -264,11 +340,16 @@ class DecoderForCausalLM:
         check_state_dict(tensors, self.checkpoint_shapes(c), source,
                          allowed_extra={"lm_head.weight"} if c.tie_word_embeddings else set())
         w = WeightLoader(self, tensors)
-        self.embed = w.tensor("model.embed_tokens.weight")
-        tied = c.tie_word_embeddings and not w.quantized  # NOTE: reuse the embedding; a quantized head needs its source
         head_name = "model.embed_tokens.weight" if c.tie_word_embeddings else "lm_head.weight"
-        head = self.embed if tied else w.weight(head_name)
-        self.lm_head = w.build_linear(head, kind="int8")
+        embedding = tensors["model.embed_tokens.weight"]
+        if isinstance(embedding, GGUFWeight):  # NOTE: looked up from its blocks; the head on its type's kernel
+            self.embed = GGUFEmbedding(embedding, self.dtype)
+            self.lm_head = w.linear(head_name)
+        else:
+            self.embed = w.tensor("model.embed_tokens.weight")
+            tied = c.tie_word_embeddings and not w.quantized  # NOTE: reuse the embedding; a quantized head needs its source
+            head = self.embed if tied else w.weight(head_name)
+            self.lm_head = w.build_linear(head, kind="int8")
         self.final_norm = w.norm("model.norm.weight")
         self.layers = [self.load_layer(i, f"model.layers.{i}.", w) for i in range(c.num_hidden_layers)]
         log.info("model kernels: %s", self.describe_kernels())
@@ -319,7 +400,8 @@ class DecoderForCausalLM:
         # NOTE: the largest position from the host-side lengths: no device sync on a GPU.
         max_pos = max(p + e for p, e in zip(batch.prefix_lens, batch.extend_lens)) - 1
         ropes = [ops.rope_inputs(r, batch.positions, self.dtype, max_pos) for r in self.ropes]
-        h = F.embedding(batch.input_ids, self.embed)  # NOTE: a fresh tensor: native ops add into it
+        # NOTE: a fresh tensor either way: native ops add into it
+        h = self.embed(batch.input_ids) if isinstance(self.embed, GGUFEmbedding) else F.embedding(batch.input_ids, self.embed)
         if self.embed_scale is not None:
             h.mul_(self.embed_scale)
         layers, act = self.layers, self.act

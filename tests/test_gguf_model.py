@@ -1,0 +1,63 @@
+"""The default model run from its GGUF file in place (no float32 conversion of its weights): the
+shipped Q4_1 layers keep their levels on the int4 kernel, the Q8_0 embedding is decoded per
+looked-up row and runs the head on the Q8_0 kernel, and the model agrees with the dequantized
+float32 model as well as the int4 path always did."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sglc_runtime.model.default_model import find_default_gguf, gguf_source, resolve_model_path
+from sglc_runtime.model.gguf import GGUFFile
+from sglc_runtime.model.models import load_model
+from sglc_runtime.model.models.gguf_linear import GGUFEmbedding, GGUFQ8Linear
+from sglc_runtime.model.models.quantized_linear import Int4Linear, RowDispatchLinear, int4_levels, pack_q4_tiles
+from sglc_runtime.model.native import load_cpu_ops
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def gguf_model():
+    assert load_cpu_ops() is None
+    return load_model(resolve_model_path(None), quantization="int4", gguf=find_default_gguf())
+
+
+def small(linear):
+    return linear.small if isinstance(linear, RowDispatchLinear) else linear
+
+
+def test_the_default_model_and_gguf_paths_run_on_their_file():
+    assert gguf_source(None) == find_default_gguf() == gguf_source("default")
+    assert gguf_source(str(find_default_gguf())) == find_default_gguf()
+    assert gguf_source(resolve_model_path(None)) is None  # a folder: its safetensors
+
+
+def test_shipped_levels_and_scales_run_as_they_are(gguf_model):
+    """Layer 0's fused gate/up linear holds the file's Q4_1 levels and float16 d, m in the int4
+    tiles, exactly what re-quantizing the dequantized tensors recovers; the head is Q8_0 on its
+    own kernel; the embedding is decoded from the file's blocks."""
+    m = gguf_model
+    gate_up = small(m.layers[0].mlp.gate_up)
+    assert isinstance(gate_up, Int4Linear) and gate_up.kernel == "native"
+    f = GGUFFile(find_default_gguf())
+    w = torch.cat([torch.from_numpy(f.weight(f"blk.0.ffn_{n}.weight").dequantize()) for n in ("gate", "up")])
+    q, scale, lo = int4_levels(w)
+    for ours, theirs in zip(gate_up._q4, pack_q4_tiles(q, scale, lo)):
+        assert torch.equal(ours, theirs)
+    assert isinstance(small(m.lm_head), GGUFQ8Linear)
+    assert isinstance(m.embed, GGUFEmbedding)
+    ids = torch.tensor([1, 500, 49151])
+    expected = torch.from_numpy(f.weight("token_embd.weight").dequantize()[ids.numpy()]).to(m.dtype)
+    assert torch.equal(m.embed(ids), expected)
+
+
+def test_the_gguf_model_agrees_with_the_dequantized_float_model(gguf_model):
+    """Teacher-forced over a fixed prompt set (the float model's own greedy continuation): top-1
+    agreement >= 90%, as the int4 path is held to (tests/test_quantized_linear.py)."""
+    from bench.bench_quantization import PROMPTS, agreement, float_continuations
+
+    ref = load_model(resolve_model_path(None), dtype="float32")
+    sequences = float_continuations(ref, PROMPTS[:4], new_tokens=16)
+    stats = agreement(ref, gguf_model, sequences)
+    assert stats["top1_agreement"] >= 0.9, stats
