@@ -16,7 +16,7 @@ import pytest
 
 from llamacpp_vocab import vocab_cases, vocab_file
 from sglc.wire.chat_template import derive_chat_template
-from sglc_runtime.model.gguf_metadata import read_gguf_metadata
+from sglc_runtime.model.gguf.reader import read_gguf_metadata
 from sglc_runtime.model.gguf_tokenizer import (
     BYTE_LEVEL_PRE_TOKENIZERS,
     GGUFTokenizerError,

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .gguf_metadata import read_gguf_metadata
+from .gguf.reader import read_gguf_metadata
 
 #: bump when the files written change; folders holding an older version are rebuilt
 TOKENIZER_FILES_VERSION = 2
