@@ -239,7 +239,7 @@ def test_a_tool_program_with_breaks_gives_the_eager_greedy_text_on_the_embedded_
     """Greedy on the embedded runtime: the calculator compiled with its graph breaks gives the eager text."""
     backend = sgl.Runtime()
     try:
-        for question in ("What is 6 times 7? Write it as an expression like 2*3.", "Name a fruit."):
+        for question in ("What is 6 times 7? Write it as an expression like 2*3.",):
             eager = module.calculator.run(question=question, temperature=0, backend=backend)
             compiled = module.calculator.compile().run(question=question, temperature=0, backend=backend)
             assert compiled.text() == eager.text() and compiled.variables() == eager.variables()

@@ -304,7 +304,7 @@ def test_sglc_compile_then_sglc_run_gives_the_eager_results_for_every_length(tmp
 
 @pytest.mark.model
 def test_fstrings_and_loops_give_the_eager_greedy_text_on_the_embedded_runtime(tmp_path, capsys):
-    """Greedy on the embedded runtime: for 0, 1 and 3 documents, prog.compile().run and `sglc compile` +
+    """Greedy on the embedded runtime: for 0 and 2 documents, prog.compile().run and `sglc compile` +
     `sglc run` give exactly the eager text and variables (prompts built from f-strings and a loop)."""
     from sglc.cli import main
 
@@ -312,7 +312,7 @@ def test_fstrings_and_loops_give_the_eager_greedy_text_on_the_embedded_runtime(t
     program.write_text(CLI_PROGRAM)
     module = _load(program)
     inputs = [{"question": "What color is the sky?", "docs": [f"Fact {k}: the sky is blue." for k in range(n)]}
-              for n in (0, 1, 3)]
+              for n in (0, 2)]
     graph, args, out = tmp_path / "rag.pb", tmp_path / "args.jsonl", tmp_path / "out.jsonl"
     assert main(["compile", str(program), "-o", str(graph)]) == 0
     args.write_text("".join(json.dumps(a) + "\n" for a in inputs))
