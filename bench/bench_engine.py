@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -136,11 +137,13 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     sz = SIZES["quick" if args.quick else "full"]
 
-    from transformers import AutoModelForCausalLM
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # NOTE: run as a script: bench/ is sys.path[0]
+    from bench.hf_reference import hf_causal_lm
+    from sglc_runtime.model.default_model import find_default_gguf
 
     engine = Engine(dtype=args.dtype, max_running_requests=64)
     off = Engine(share_model_with=engine, dtype=args.dtype, max_running_requests=64, disable_radix_cache=True)
-    hf = AutoModelForCausalLM.from_pretrained(engine.tokenizer.path, dtype=engine.model.dtype).eval()
+    hf = hf_causal_lm(engine.tokenizer.path, engine.model.dtype, gguf=find_default_gguf())
     engine.generate([[100, 200, 300]], _greedy(2))  # warm-up both
     _hf_generate(hf, [[100, 200, 300]], 2)
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from pathlib import Path
 
 import torch
 
-from sglc_runtime.model.default_model import resolve_model_path
+from sglc_runtime.model.default_model import gguf_source, resolve_model_path
 from sglc_runtime.model.forward_batch import ForwardBatch
 from sglc_runtime.model.models import load_model
 
@@ -79,12 +80,13 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from transformers import AutoModelForCausalLM
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # NOTE: run as a script: bench/ is sys.path[0]
+    from bench.hf_reference import hf_causal_lm
 
-    path = resolve_model_path(args.model)
-    model = load_model(path, dtype=args.dtype)
-    plain = load_model(path, dtype=args.dtype, pack_weights=False) if args.compare_plain else None
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=model.dtype).eval()
+    path, gguf = resolve_model_path(args.model), gguf_source(args.model)
+    model = load_model(path, dtype=args.dtype, gguf=gguf)
+    plain = load_model(path, dtype=args.dtype, pack_weights=False, gguf=gguf) if args.compare_plain else None
+    hf = hf_causal_lm(path, model.dtype, gguf=gguf)
     gen = torch.Generator().manual_seed(0)
     results = []
     for bsz in args.batches:

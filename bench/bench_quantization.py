@@ -1,7 +1,9 @@
 """Weight precisions side by side: quality against the dequantized fp32 model, and decode speed.
 
 The default model ships as Q4_1 (layers) + Q8_0 (embedding); the fp32 model is those weights
-dequantized, so it is the reference every other precision is measured against.
+dequantized (``load_model(folder, dtype="float32", gguf=...)``: quantization none decodes the GGUF),
+so it is the reference every other precision is measured against. "gguf" runs the file's own types
+on their native kernels; "int8" / "int4" re-quantize the decoded weights (``decode_gguf``).
 
 Quality (teacher-forced, so one early difference does not change every later position): the fp32
 model writes a greedy continuation of each prompt of a fixed set; every model then prefills the
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from sglc_runtime.model.default_model import resolve_model_path
+from sglc_runtime.model.default_model import find_default_gguf, resolve_model_path
 from sglc_runtime.model.forward_batch import ForwardBatch
 from sglc_runtime.model.models import load_model
 from sglc_runtime.model.tokenizer import Tokenizer
@@ -40,12 +42,13 @@ PROMPTS = [
     "The main difference between a virus and a bacterium is",
     "Once upon a time, in a small village by the mountains,",
 ]
-#: (name, dtype, quantization, native_ops). The reference is "fp32 eager": plain torch ops, the
-#: model tests/test_model_parity.py holds to Hugging Face's; "eager" rows run with the native CPU
-#: kernels off (models/layer_ops.py), so each precision shows what the kernels change.
-CONFIGS = [("fp32 eager", "float32", "none", False), ("fp32", "float32", "none", None),
-           ("bf16", "bfloat16", "none", None), ("int8", None, "int8", None),
-           ("int4 eager", None, "int4", False), ("int4", None, "int4", None)]
+#: (name, dtype, quantization, native_ops, decode_gguf). The reference is "fp32 eager": plain torch
+#: ops, the model tests/test_model_parity.py holds to Hugging Face's; "eager" rows run with the
+#: native CPU kernels off (models/layer_ops.py), so each precision shows what the kernels change.
+CONFIGS = [("fp32 eager", "float32", "none", False, False), ("fp32", "float32", "none", None, False),
+           ("bf16", "bfloat16", "none", None, False), ("int8", None, "int8", None, True),
+           ("int4 eager", None, "int4", False, True), ("int4", None, "int4", None, True),
+           ("gguf (as shipped)", None, "int4", None, False)]
 
 
 def _encode(prompts: list[str]) -> list[list[int]]:
@@ -127,13 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    path = resolve_model_path(None)
-    reference = load_model(path, dtype="float32", native_ops=False)
+    path, gguf = resolve_model_path(None), find_default_gguf()
+    reference = load_model(path, dtype="float32", native_ops=False, gguf=gguf)
     sequences = float_continuations(reference, PROMPTS, args.new_tokens)
     rows = {}
-    for name, dtype, quantization, native in CONFIGS:
+    for name, dtype, quantization, native, decode in CONFIGS:
         model = reference if name == "fp32 eager" else load_model(path, dtype=dtype, quantization=quantization,
-                                                                  native_ops=native)
+                                                                  native_ops=native, gguf=gguf, decode_gguf=decode)
         row = agreement(reference, model, sequences)
         row["ms_per_step_1"] = decode_ms(model, 1, args.steps)
         row["ms_per_step_8"] = decode_ms(model, 8, args.steps)

@@ -67,30 +67,36 @@ def test_types_we_do_not_read_are_refused_by_name_with_the_list(name):
         check_supported(name, "blk.0.ffn_down.weight")
 
 
-def test_a_model_file_maps_to_the_converter_s_hugging_face_tensors():
+def test_a_model_file_maps_to_transformers_hugging_face_tensors():
     """The default model's GGUF read in place (GGUFFile) gives the Hugging Face names, shapes and
-    q/k row order of the float32 conversion (gguf_convert), every tensor equal once decoded."""
+    q/k row order transformers' own GGUF loader gives (gguf-py's dequantize, then its
+    LlamaTensorProcessor), every tensor equal once decoded."""
     import torch
+    from gguf import GGUFReader
+    from gguf import dequantize as gguf_dequantize
+    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS
 
     from sglc_runtime.model.default_model import find_default_gguf
     from sglc_runtime.model.gguf import GGUFFile
-    from sglc_runtime.model.gguf_convert import gguf_config, gguf_state_dict
-
-    from gguf import GGUFReader
+    from sglc_runtime.model.gguf.architectures import GLOBAL_TENSORS, LAYER_TENSORS
 
     f = GGUFFile(find_default_gguf())
     config = f.config_dict()
-    reader = GGUFReader(str(find_default_gguf()))
-    reference_config = gguf_config(reader)
-    for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
-                "max_position_embeddings"):
-        assert config[key] == reference_config[key], key
+    assert (config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"],
+            config["num_key_value_heads"], config["vocab_size"], config["tie_word_embeddings"]) == (576, 30, 9, 3, 49152, True)
     ours = f.state_dict(config)
-    reference = gguf_state_dict(reader, reference_config)
-    assert set(ours) == set(reference)
-    for name, value in ours.items():
-        decoded = value if isinstance(value, torch.Tensor) else torch.from_numpy(value.dequantize())
-        assert torch.equal(decoded, reference[name]), name
+    processor = TENSOR_PROCESSORS["llama"](config={k: config[k] for k in ("num_attention_heads", "num_key_value_heads")})
+    reader = GGUFReader(str(find_default_gguf()))
+    assert len(reader.tensors) == len(ours)
+    for t in reader.tensors:
+        if t.name in GLOBAL_TENSORS:
+            name = GLOBAL_TENSORS[t.name]
+        else:
+            _, layer, suffix = t.name.split(".", 2)
+            name = f"model.layers.{layer}.{LAYER_TENSORS[suffix]}"
+        want = processor.process(weights=gguf_dequantize(t.data, t.tensor_type), name=t.name).weights
+        value = ours[name]
+        got = value if isinstance(value, torch.Tensor) else torch.from_numpy(value.dequantize())
+        assert torch.equal(got, torch.from_numpy(np.array(want, dtype=np.float32))), name
     assert f.tensor_types() == {"F32": 61, "Q4_1": 210, "Q8_0": 1}
     assert isinstance(ours["model.layers.0.self_attn.q_proj.weight"], GGUFWeight)

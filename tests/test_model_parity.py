@@ -13,7 +13,7 @@ import transformers
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.llama import modeling_llama as hf_llama
 
-from sglc_runtime.model.default_model import resolve_model_path
+from sglc_runtime.model.default_model import find_default_gguf, resolve_model_path
 from sglc_runtime.model.forward_batch import ForwardBatch
 from sglc_runtime.model.model_config import ModelConfig
 from sglc_runtime.model.models import LlamaForCausalLM, get_model_class, load_model
@@ -87,10 +87,12 @@ def _three_ways(model, prompts: list[list[int]]):
 
 @pytest.fixture(scope="module")
 def real():
-    """(path, our fp32 model, HF fp32 model) for the converted SmolLM2-135M."""
+    """(path, our fp32 model, HF fp32 model) for SmolLM2-135M, both on its GGUF's weights decoded."""
+    from bench.hf_reference import hf_causal_lm
+
     path = resolve_model_path(None)
-    ours = load_model(path, dtype="float32")
-    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    ours = load_model(path, dtype="float32", gguf=find_default_gguf())
+    hf = hf_causal_lm(path, torch.float32, gguf=find_default_gguf())
     return path, ours, hf
 
 
@@ -128,7 +130,7 @@ def test_one_prefill_equals_prefix_then_rest_equals_token_by_token(real):
 def test_bf16_stays_close_to_fp32(real):
     """The bfloat16 model runs and mostly agrees with fp32 on the next token of a real chat prompt."""
     path, ours, _ = real
-    bf16 = load_model(path, dtype="bfloat16")
+    bf16 = load_model(path, dtype="bfloat16", gguf=find_default_gguf())
     assert bf16.embed.dtype == torch.bfloat16
     tok = Tokenizer(path)
     ids = tok.apply_chat_template(

@@ -359,12 +359,12 @@ def test_native_and_eager_models_agree_on_the_real_model(native):
     """SmolLM2 int4, one prompt and 24 decode steps: the native path's logits stay close to the
     eager path's, and its greedy tokens agree at nearly every teacher-forced position."""
     from bench.bench_quantization import PROMPTS, agreement, float_continuations
-    from sglc_runtime.model.default_model import resolve_model_path
+    from sglc_runtime.model.default_model import find_default_gguf, resolve_model_path
     from sglc_runtime.model.models import load_model
 
-    path = resolve_model_path(None)
-    eager = load_model(path, quantization="int4", native_ops=False)
-    fast = load_model(path, quantization="int4")
+    path, gguf = resolve_model_path(None), find_default_gguf()
+    eager = load_model(path, quantization="int4", native_ops=False, gguf=gguf, decode_gguf=True)
+    fast = load_model(path, quantization="int4", gguf=gguf, decode_gguf=True)
     assert isinstance(fast.ops, NativeLayerOps) and isinstance(eager.ops, EagerLayerOps)
     sequences = float_continuations(eager, PROMPTS[:3], new_tokens=24)
     stats = agreement(eager, fast, sequences)

@@ -154,13 +154,13 @@ def test_int4_model_agrees_with_the_dequantized_float_model():
     """Teacher-forced over a fixed prompt set (the float model's own greedy continuation): the
     int4 model's top-1 token agrees at >= 90% of positions (measured: see bench/bench_quantization.py)."""
     from bench.bench_quantization import PROMPTS, agreement, float_continuations
-    from sglc_runtime.model.default_model import resolve_model_path
+    from sglc_runtime.model.default_model import find_default_gguf, resolve_model_path
     from sglc_runtime.model.models import load_model
 
-    path = resolve_model_path(None)
-    ref = load_model(path, dtype="float32")
+    path, gguf = resolve_model_path(None), find_default_gguf()
+    ref = load_model(path, dtype="float32", gguf=gguf)
     sequences = float_continuations(ref, PROMPTS[:4], new_tokens=16)
-    stats = agreement(ref, load_model(path, quantization="int4"), sequences)
+    stats = agreement(ref, load_model(path, quantization="int4", gguf=gguf, decode_gguf=True), sequences)
     assert stats["top1_agreement"] >= 0.9, stats
 
 

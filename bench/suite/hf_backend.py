@@ -3,8 +3,9 @@
 The SGLang paper's baseline system: every gen and every select is its own model call that
 recomputes its whole prompt; nothing is reused between calls (no prefix cache, no batching,
 one call at a time behind a lock). The model is transformers' own implementation
-(``AutoModelForCausalLM``, a ``LlamaForCausalLM`` for SmolLM2) over the same converted
-safetensors folder and dtype our engine loads, so the two systems do the same model work.
+(``AutoModelForCausalLM``, a ``LlamaForCausalLM`` for SmolLM2) over the same weights and dtype our
+engine loads (a GGUF's decoded to float: ``bench/hf_reference.py``), so the two systems do the
+same model work.
 
 Semantics mirror :class:`sglc_runtime.server.engine_backend.EngineBackend`:
 
@@ -53,9 +54,8 @@ class HFPerCallBackend(Backend):
     """
 
     def __init__(self, dtype: str = "float32", model_path: Optional[str] = None, *, device: str = "cpu") -> None:
-        import transformers
-
-        from sglc_runtime.model.default_model import resolve_model_path
+        from bench.hf_reference import hf_causal_lm
+        from sglc_runtime.model.default_model import gguf_source, resolve_model_path
         from sglc_runtime.model.tokenizer import Tokenizer
 
         torch_dtype = getattr(torch, dtype, None)
@@ -63,8 +63,7 @@ class HFPerCallBackend(Backend):
             raise ValueError(f"HFPerCallBackend: unknown dtype {dtype!r} (use e.g. 'float32' or 'bfloat16')")
         self.path = Path(resolve_model_path(model_path))
         self.tokenizer = Tokenizer(self.path)
-        self.model = transformers.AutoModelForCausalLM.from_pretrained(
-            str(self.path), dtype=torch_dtype).to(device).eval()
+        self.model = hf_causal_lm(self.path, torch_dtype, gguf=gguf_source(model_path)).to(device)
         # NOTE: generate() fills a None field of the per-call GenerationConfig from the model's own
         # generation_config, which names eos: without this, ignore_eos would still stop at eos.
         self.model.generation_config.eos_token_id = None

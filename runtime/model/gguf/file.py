@@ -1,11 +1,15 @@
 """GGUFFile: a GGUF model file read in place — its metadata, and its tensors under Hugging Face
 names, the 2-D ones kept as :class:`GGUFWeight` (memory-mapped blocks, nothing decoded).
 
-llama.cpp names tensors ``token_embd``, ``blk.N.attn_q`` ...; this module maps them to the names
-of the Hugging Face checkpoint the model classes read (``model.embed_tokens``,
-``model.layers.N.self_attn.q_proj`` ...), and undoes llama.cpp's rotary row order of the llama
-family's q and k (rows move whole, so this is exact for every type). Metadata gives the config in
-Hugging Face's layout (``config_dict``), so GGUF and HF folders meet in one ``ModelConfig``.
+What the metadata and the names mean per architecture lives in ``architectures.py``; this module
+reads: ``config_dict`` (the Hugging Face config.json the metadata describes, so GGUF files and HF
+folders meet in one ``ModelConfig``) and ``state_dict`` (llama.cpp's ``token_embd``,
+``blk.N.attn_q`` ... under the Hugging Face names the model classes read). Rows only move or split,
+so every type stays exact: llama's q/k rows go back from llama.cpp's rotary order, fused q/k/v
+split where Hugging Face keeps them apart, and 3-D expert tensors (``ffn_{gate,up,down}_exps``:
+``[experts, rows, cols]``) split into one 2-D tensor per expert (rows of the same memory map), so
+experts run on the same kernels as dense layers. Gemma's norms, stored as ``1 + w``, come back as
+``w`` (float32; the model adds 1 again at load).
 """
 from __future__ import annotations
 
@@ -14,42 +18,16 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from .architectures import (CONFIG_TENSORS, GLOBAL_TENSORS, SUPPORTED_GGUF_ARCHITECTURES, GGUFModelError, Meta,
+                            architecture)
 from .reader import GGUFFormatError, GGUFReaderLite
 from .tensor_types import check_supported, type_name
 from .weight import GGUFWeight
 
-#: architectures (general.architecture) read from GGUF metadata
-SUPPORTED_GGUF_ARCHITECTURES = ("llama",)
+__all__ = ["SUPPORTED_GGUF_ARCHITECTURES", "GGUFFile", "GGUFModelError", "rope_row_order", "unpermute_rope_rows"]
 
-# llama.cpp tensor name (after "blk.N.") -> Hugging Face name (after "model.layers.N.")
-LAYER_TENSORS = {
-    "attn_norm.weight": "input_layernorm.weight",
-    "attn_q.weight": "self_attn.q_proj.weight",
-    "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_v.weight": "self_attn.v_proj.weight",
-    "attn_output.weight": "self_attn.o_proj.weight",
-    "attn_q.bias": "self_attn.q_proj.bias",
-    "attn_k.bias": "self_attn.k_proj.bias",
-    "attn_v.bias": "self_attn.v_proj.bias",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
-    "ffn_gate.weight": "mlp.gate_proj.weight",
-    "ffn_up.weight": "mlp.up_proj.weight",
-    "ffn_down.weight": "mlp.down_proj.weight",
-}
-GLOBAL_TENSORS = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
-
-
-class GGUFModelError(ValueError):
-    """A GGUF file sglc cannot run (architecture, tensor type or layout), naming what and why."""
-
-
-def _f32(x: float) -> float:
-    """The shortest decimal that reads back as the same float32 (GGUF stores 1e-5 as float32)."""
-    return float(str(np.float32(x)))
+_EXPERTS = {"ffn_gate_exps.weight": "gate", "ffn_up_exps.weight": "up", "ffn_down_exps.weight": "down"}
 
 
 class GGUFFile:
@@ -98,73 +76,83 @@ class GGUFFile:
         n = t.shape[0]
         return torch.from_numpy(GGUFWeight(name, kind, 1, n, self.reader.tensor_bytes(t, kind)).dequantize().reshape(n))
 
-    def config_dict(self) -> dict[str, Any]:
-        """The model's config in Hugging Face's config.json layout, from the GGUF metadata."""
-        arch = self.architecture
-        if arch not in SUPPORTED_GGUF_ARCHITECTURES:
-            raise GGUFModelError(f"GGUF architecture {arch!r} is not supported; supported: "
-                                 f"{', '.join(SUPPORTED_GGUF_ARCHITECTURES)}")
-        if self.has_tensor("rope_freqs.weight"):
-            raise GGUFModelError("GGUF with baked rope_freqs (llama3 rope scaling) is not supported yet")
-        p = arch + "."
-        heads = int(self.field(p + "attention.head_count"))
-        hidden = int(self.field(p + "embedding_length"))
-        n_tokens = self.reader.array_length("tokenizer.ggml.tokens") or 0
-        head_dim = int(self.field(p + "attention.key_length", hidden // heads))
-        if int(self.field(p + "rope.dimension_count", head_dim)) != head_dim:
-            raise GGUFModelError("partial rotary embeddings (rope.dimension_count != head_dim) are not supported")
-        rope_scaling = None
-        scaling_type = self.field(p + "rope.scaling.type")
-        if scaling_type == "linear":
-            rope_scaling = {"rope_type": "linear", "factor": _f32(self.field(p + "rope.scaling.factor"))}
-        elif scaling_type not in (None, "none"):
-            raise GGUFModelError(f"GGUF rope scaling {scaling_type!r} is not supported")
-        return {
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
-            "vocab_size": int(self.field(p + "vocab_size", n_tokens)),
-            "hidden_size": hidden,
-            "intermediate_size": int(self.field(p + "feed_forward_length")),
-            "num_hidden_layers": int(self.field(p + "block_count")),
-            "num_attention_heads": heads,
-            "num_key_value_heads": int(self.field(p + "attention.head_count_kv", heads)),
-            "head_dim": head_dim,
-            "hidden_act": "silu",
-            "max_position_embeddings": int(self.field(p + "context_length", 2048)),
-            "rms_norm_eps": _f32(self.field(p + "attention.layer_norm_rms_epsilon", 1e-5)),
-            "rope_theta": _f32(self.field(p + "rope.freq_base", 10000.0)),
-            "rope_scaling": rope_scaling,
-            "tie_word_embeddings": not self.has_tensor("output.weight"),
-            "attention_bias": self.has_tensor("blk.0.attn_q.bias"),
-            "mlp_bias": False,
-            "bos_token_id": self.field("tokenizer.ggml.bos_token_id"),
-            "eos_token_id": self.field("tokenizer.ggml.eos_token_id"),
-            "pad_token_id": self.field("tokenizer.ggml.padding_token_id"),
-            "torch_dtype": "float32",
-        }
+    def tensor_shape(self, name: str) -> tuple[int, ...]:
+        """A tensor's shape in Hugging Face's order (outermost first; GGUF lists it innermost first)."""
+        return tuple(reversed(self._tensors[name].shape))
 
-    def state_dict(self, config: dict[str, Any]) -> dict[str, torch.Tensor | GGUFWeight]:
-        """Every tensor under its Hugging Face name: 2-D as GGUFWeight, 1-D as float32 tensors;
-        q and k rows in Hugging Face's order."""
+    def experts(self, name: str) -> list[GGUFWeight]:
+        """A 3-D stacked expert tensor (``[experts, rows, cols]``) as one 2-D tensor per expert, each a
+        view of its rows of the file."""
+        t = self._tensors[name]
+        kind = type_name(t.type)
+        check_supported(kind, name)
+        if len(t.shape) != 3:
+            raise GGUFModelError(f"expert tensor {name!r} has shape {t.shape}, expected 3 dimensions")
+        cols, rows, n = t.shape
+        raw = self.reader.tensor_bytes(t, kind)
+        return [GGUFWeight(f"{name}[{e}]", kind, rows, cols, raw[e * rows:(e + 1) * rows]) for e in range(n)]
+
+    def config_dict(self) -> dict[str, Any]:
+        """The model's config in Hugging Face's config.json layout, from the GGUF metadata
+        (GGUFModelError for an architecture or metadata sglc does not run, naming it)."""
+        return architecture(self.architecture).config(Meta(self))
+
+    def state_dict(self, config: dict[str, Any] | None = None) -> dict[str, torch.Tensor | GGUFWeight]:
+        """Every weight under its Hugging Face name (``config``: :meth:`config_dict`'s): 2-D as
+        GGUFWeight, 1-D as float32 tensors; rows in Hugging Face's order, experts one by one."""
+        config = self.config_dict() if config is None else config
+        arch = architecture(self.architecture)
+        names, experts = arch.tensors(config), arch.experts(config)
         out: dict[str, torch.Tensor | GGUFWeight] = {}
+        unknown = []
         for t in self._tensors.values():
+            if t.name in CONFIG_TENSORS:
+                continue
             if t.name in GLOBAL_TENSORS:
-                name = GLOBAL_TENSORS[t.name]
+                out[GLOBAL_TENSORS[t.name]] = self._value(t.name)
+                continue
+            parts = t.name.split(".", 2)
+            if len(parts) != 3 or parts[0] != "blk" or not parts[1].isdigit():
+                unknown.append(t.name)
+                continue
+            p, suffix = f"model.layers.{parts[1]}.", parts[2]
+            if suffix in _EXPERTS:
+                for e, w in enumerate(self.experts(t.name)):
+                    out[p + experts.name(e, _EXPERTS[suffix])] = w
+            elif suffix == "ffn_gate_up_exps.weight":  # NOTE: convert_hf_to_gguf.py --fuse-gate-up-exps
+                for e, w in enumerate(self.experts(t.name)):
+                    half = w.rows // 2
+                    out[p + experts.name(e, "gate")] = w.row_slice(0, half)
+                    out[p + experts.name(e, "up")] = w.row_slice(half, w.rows)
+            elif suffix in names:
+                out[p + names[suffix]] = self._value(t.name)
+            elif suffix in ("attn_qkv.weight", "attn_qkv.bias"):  # NOTE: convert_hf_to_gguf.py --fuse-qkv
+                value, kind = self._value(t.name), suffix.rsplit(".", 1)[1]
+                q, kv = config["num_attention_heads"] * config["head_dim"], config["num_key_value_heads"] * config["head_dim"]
+                for proj, (a, b) in zip("qkv", ((0, q), (q, q + kv), (q + kv, q + 2 * kv))):
+                    out[f"{p}self_attn.{proj}_proj.{kind}"] = (value.row_slice(a, b) if isinstance(value, GGUFWeight)
+                                                              else value[a:b].clone())
             else:
-                parts = t.name.split(".", 2)
-                if len(parts) != 3 or parts[0] != "blk" or parts[2] not in LAYER_TENSORS:
-                    raise GGUFModelError(f"unexpected GGUF tensor {t.name!r} for architecture {self.architecture!r}")
-                name = f"model.layers.{parts[1]}.{LAYER_TENSORS[parts[2]]}"
-            if len(t.shape) == 1:
-                value: torch.Tensor | GGUFWeight = self.vector(t.name)
-            else:
-                value = self.weight(t.name)
-            if name.endswith(("q_proj.weight", "q_proj.bias")):
-                value = unpermute_rope_rows(value, config["num_attention_heads"])
-            elif name.endswith(("k_proj.weight", "k_proj.bias")):
-                value = unpermute_rope_rows(value, config["num_key_value_heads"])
-            out[name] = value
+                unknown.append(t.name)
+        if unknown:
+            raise GGUFModelError(f"{self.path}: tensors sglc does not know for GGUF architecture "
+                                 f"{self.architecture!r}: {unknown[:8]}")
+        for name, value in out.items():
+            if arch.rope_permuted and name.endswith(("q_proj.weight", "q_proj.bias")):
+                out[name] = unpermute_rope_rows(value, config["num_attention_heads"])
+            elif arch.rope_permuted and name.endswith(("k_proj.weight", "k_proj.bias")):
+                out[name] = unpermute_rope_rows(value, config["num_key_value_heads"])
+            elif arch.norm_offset and name.endswith("norm.weight"):
+                out[name] = value - arch.norm_offset  # NOTE: float32, as transformers' GGUF loader does
         return out
+
+    def float_state_dict(self, config: dict[str, Any] | None = None) -> dict[str, torch.Tensor]:
+        """:meth:`state_dict` with every tensor decoded to float32 (a Hugging Face checkpoint)."""
+        return {name: value if isinstance(value, torch.Tensor) else torch.from_numpy(value.dequantize())
+                for name, value in self.state_dict(config).items()}
+
+    def _value(self, name: str) -> torch.Tensor | GGUFWeight:
+        return self.vector(name) if len(self._tensors[name].shape) == 1 else self.weight(name)
 
 
 def rope_row_order(rows: int, n_head: int) -> np.ndarray:

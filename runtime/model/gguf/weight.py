@@ -48,6 +48,10 @@ class GGUFWeight:
         move, so this is exact for every type)."""
         return GGUFWeight(self.name, self.type_name, self.rows, self.cols, np.ascontiguousarray(self.raw[order]))
 
+    def row_slice(self, start: int, stop: int) -> GGUFWeight:
+        """Rows ``start:stop`` (a view: fused q/k/v or gate/up parts)."""
+        return GGUFWeight(self.name, self.type_name, stop - start, self.cols, self.raw[start:stop])
+
     def concat_rows(self, *others: GGUFWeight) -> GGUFWeight:
         """The rows of this tensor then the others' (same type and columns: e.g. q, k and v)."""
         for o in others:

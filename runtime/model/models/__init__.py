@@ -57,19 +57,22 @@ def load_model(
     quantization: str = "none",
     native_ops: bool | None = None,
     gguf: str | Path | None = None,
+    decode_gguf: bool = False,
 ) -> DecoderForCausalLM:
-    """Load a model folder (config.json + safetensors) with the class its architecture names.
+    """Load a model folder (config.json + safetensors, or + a GGUF file) with the class its architecture names.
 
     ``pack_weights`` (None = auto: on for CPU): pre-pack linear weights for oneDNN (see .linear).
     ``quantization`` ('none', 'int8', 'int4'): weight-only integer linears (see .quantized_linear).
     ``native_ops`` (None = when they build): fused CPU kernels for the small ops (see .layer_ops).
-    ``gguf``: read the weights from this GGUF file in place (its tensors keep their types and
-    run on their native kernels, see .gguf_linear; ``quantization`` applies to none of them).
+    ``gguf``: read the weights from this GGUF file in place (``path``: its config and tokenizer
+    folder; the tensors keep their types and run on their native kernels under any
+    ``quantization`` but "none", which decodes them into a float model, see .gguf_linear);
+    ``decode_gguf``: decode them to float32 first, so that ``quantization`` re-quantizes them.
     """
     config = ModelConfig.from_pretrained(path)
     return get_model_class(config.architecture).from_pretrained(
         path, dtype=dtype, device=device, attention=attention, pack_weights=pack_weights,
-        quantization=quantization, native_ops=native_ops, gguf=gguf,
+        quantization=quantization, native_ops=native_ops, gguf=gguf, decode_gguf=decode_gguf,
     )
 
 

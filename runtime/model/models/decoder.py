@@ -33,6 +33,7 @@ from ..native import bf16_is_native, kernel_info, load_cpu_ops
 from ..native.capabilities import ENV as CPU_LEVEL_ENV
 from ..native.capabilities import supported_levels
 from ..gguf import GGUFFile, GGUFWeight
+from ..gguf_convert import MARKER_FILE
 from ..weights import check_state_dict, load_state_dict
 from .gguf_linear import GGUFEmbedding, gguf_linear
 from .layer_ops import LayerOps, layer_ops_for
@@ -119,9 +120,12 @@ class WeightLoader:
         self._gguf_float_copies = self._bf16_native and float_bytes <= GGUF_FLOAT_COPY_BYTES
 
     def tensor(self, name: str) -> torch.Tensor:
-        """``name`` in the model's dtype and device."""
+        """``name`` in the model's dtype and device (a GGUF tensor decoded: e.g. an MoE router)."""
         m = self.model
-        return self.tensors[name].to(device=m.device, dtype=m.dtype).contiguous()
+        t = self.tensors[name]
+        if isinstance(t, GGUFWeight):
+            t = torch.from_numpy(t.dequantize())
+        return t.to(device=m.device, dtype=m.dtype).contiguous()
 
     def norm(self, name: str) -> torch.Tensor:
         """An RMSNorm weight; Gemma's ``1 + w`` added in float32, then cast once."""
@@ -297,16 +301,24 @@ class DecoderForCausalLM:
         quantization: str = "none",
         native_ops: bool | None = None,
         gguf: str | Path | None = None,
+        decode_gguf: bool = False,
     ) -> "DecoderForCausalLM":
         """Load config.json and the safetensors weights of a Hugging Face model folder; with
         ``gguf``, the weights of that GGUF file instead, read in place (its folder holds the
-        config and tokenizer: ``default_model.resolve_model_path``)."""
+        config and tokenizer: ``default_model.resolve_model_path``). ``decode_gguf``: decode its
+        tensors to float32 first, as a safetensors checkpoint gives them, so that ``quantization``
+        re-quantizes them (the int8/int4 paths measured against the file's own types)."""
         config = ModelConfig.from_pretrained(path)
         model = cls(config, dtype=dtype, device=device, attention=attention, pack_weights=pack_weights,
                     quantization=quantization, native_ops=native_ops)
         if gguf is not None:
             f = GGUFFile(gguf)
-            model.load_state_dict(f.state_dict(f.config_dict()), source=str(gguf))
+            gguf_config = f.config_dict()
+            tensors = f.float_state_dict(gguf_config) if decode_gguf else f.state_dict(gguf_config)
+            model.load_state_dict(tensors, source=str(gguf))
+        elif (Path(path) / MARKER_FILE).is_file() and not any(Path(path).glob("*.safetensors")):
+            raise FileNotFoundError(f"{str(path)!r} holds the config and tokenizer of a GGUF file, whose weights are "
+                                    "read from the file: load_model(path, gguf=...) (default_model.gguf_source)")
         else:
             model.load_state_dict(load_state_dict(path), source=str(path))
         return model
