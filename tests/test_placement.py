@@ -2,14 +2,19 @@
 checked before any weights load, and `sglc serve` passes both through."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
 from sglc.cli import main
 from sglc_runtime.engine.engine_config import EngineConfig
-from sglc_runtime.model.placement import resolve_placement
+from sglc_runtime.model.model_config import ModelConfig
+from sglc_runtime.model.placement import Placement, fit_attention_to_model, resolve_placement
 
 HAS_GPU = torch.cuda.is_available()
+DATA = Path(__file__).parent / "data" / "gguf"
 
 
 def test_auto_picks_cuda_and_triton_with_a_gpu_else_cpu_and_torch():
@@ -72,6 +77,7 @@ def test_engine_config_defaults_are_auto():
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the error without a GPU")
+@pytest.mark.skipif(HAS_GPU, reason="checks the error without a GPU (with one, this would serve)")
 def test_serve_with_cuda_on_a_cpu_machine_is_one_line_exit_2(capsys):
     """`sglc serve --device cuda` without a GPU prints one line naming the problem and exits 2."""
     code = main(["serve", "--device", "cuda", "--port", "0"])
@@ -84,3 +90,31 @@ def test_serve_rejects_an_unknown_attention_backend(capsys):
     with pytest.raises(SystemExit) as e:
         main(["serve", "--attention-backend", "nope"])
     assert e.value.code == 2
+
+
+def _fixture_config(name: str) -> ModelConfig:
+    return ModelConfig.from_dict(json.loads((DATA / f"{name}.config.json").read_text()))
+
+
+@pytest.mark.parametrize("name, needs", [("gemma2", "sliding-window attention and attention logit soft-capping"),
+                                         ("gemma3", "sliding-window attention"), ("phi3", "sliding-window attention")])
+def test_auto_attention_falls_back_to_torch_where_the_model_needs_what_triton_lacks(name, needs):
+    """auto: a windowed or soft-capped model runs on torch attention on the GPU, saying why; an explicit
+    triton stays triton (the backend then refuses by name), and a plain model keeps triton."""
+    on_gpu = Placement("cuda", "triton", "auto device: H100; auto attention")
+    fitted = fit_attention_to_model(on_gpu, "auto", _fixture_config(name))
+    assert (fitted.device, fitted.attention_backend) == ("cuda", "torch")
+    assert fitted.describe().endswith(f"torch: the model needs {needs}, which triton does not implement)")
+    assert fit_attention_to_model(on_gpu, "triton", _fixture_config(name)) == on_gpu
+    assert fit_attention_to_model(on_gpu, "auto", _fixture_config("qwen2")) == on_gpu
+
+
+def test_cuda_graphs_asked_for_a_model_that_cannot_be_captured_are_refused_naming_why():
+    """A mixture of experts reads per-expert counts on the host: auto leaves graphs off, an explicit
+    cuda_graph=True is refused at start with the reason (a dense model raises nothing)."""
+    from sglc_runtime.engine import Engine
+
+    with pytest.raises(ValueError, match="cannot be captured: its mixture-of-experts layers"):
+        Engine(model=str(DATA / "olmoe-Q4_1.gguf"), device="cpu", cuda_graph=True, num_kv_slots=64)
+    dense = Engine(model=str(DATA / "qwen2-Q5_0.gguf"), device="cpu", num_kv_slots=64)
+    assert dense.model.graph_unsafe_reason() is None

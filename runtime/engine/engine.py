@@ -26,7 +26,8 @@ from ..model.cuda_graph import DecodeGraphs
 from ..model.default_model import gguf_source, resolve_model_path
 from ..model.model_runner import ModelRunner
 from ..model.models import load_model
-from ..model.placement import resolve_placement
+from ..model.model_config import ModelConfig
+from ..model.placement import fit_attention_to_model, resolve_placement
 from ..model.tokenizer import Tokenizer
 from ..output.outputs import GenerateOutput, ScoreResult, StreamChunk
 from ..output.request_output import RequestOutput
@@ -81,9 +82,10 @@ class Engine:
             self.placement = share_model_with.placement
         else:
             #: where the model runs and which attention backend it uses ("auto" resolved)
-            self.placement = resolve_placement(cfg.device, cfg.attention_backend)  # ValueError: why not
-            log.info("engine: %s", self.placement.describe())
+            placement = resolve_placement(cfg.device, cfg.attention_backend)  # ValueError: why not
             path = resolve_model_path(cfg.model)  # FileNotFoundError / ValueError naming the path
+            self.placement = fit_attention_to_model(placement, cfg.attention_backend, ModelConfig.from_pretrained(path))
+            log.info("engine: %s", self.placement.describe())
             gguf = gguf_source(cfg.model)  # NOTE: its weights are read in place, kept in their types
             self.tokenizer = Tokenizer(path)
             self.model = load_model(path, dtype=cfg.dtype, device=self.placement.device,
@@ -104,8 +106,11 @@ class Engine:
         self.kv_buffer = self.model.new_kv_buffer(num_slots + _SCRATCH_SLOTS)
         graphs = None
         use_graphs = cfg.cuda_graph
-        if use_graphs is None:  # auto: where the model runs on a GPU with the triton backend
-            use_graphs = self.model.device.type == "cuda" and self.model.attn.name == "triton"
+        not_capturable = self.model.graph_unsafe_reason()
+        if use_graphs is None:  # auto: where the model runs on a GPU with the triton backend and can be captured
+            use_graphs = self.model.device.type == "cuda" and self.model.attn.name == "triton" and not not_capturable
+        elif use_graphs and not_capturable:
+            raise ValueError(f"cuda_graph=True, but this model's decode step cannot be captured: {not_capturable}")
         if use_graphs:
             # NOTE: padding requests write the last scratch slot, never a pool slot.
             graphs = DecodeGraphs(self.model, self.kv_buffer, pad_slot=self.kv_buffer.num_slots - 1,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from .attention import available_backends, unavailable_reason
+from .model_config import ModelConfig
 
 AUTO = "auto"
 
@@ -65,3 +66,20 @@ def resolve_placement(device: str = AUTO, attention_backend: str = AUTO) -> Plac
                              "(TRITON_INTERPRET=1, for tests); use 'torch' on the CPU")
         notes.append("attention as asked")
     return Placement(device, attention_backend, "; ".join(notes))
+
+
+def fit_attention_to_model(placement: Placement, asked_backend: str, config: ModelConfig) -> Placement:
+    """An ``"auto"`` attention choice of triton falls back to torch where the model needs what the
+    triton kernels do not implement (sliding windows: Mistral, Phi-3, Gemma 2/3; soft-capping:
+    Gemma 2), so that "auto" runs every architecture. An explicit triton is left to refuse by name."""
+    if asked_backend != AUTO or placement.attention_backend != "triton":
+        return placement
+    needs = []
+    if any(config.layer_window(i) is not None for i in range(config.num_hidden_layers)):
+        needs.append("sliding-window attention")
+    if config.attn_logit_softcap is not None:
+        needs.append("attention logit soft-capping")
+    if not needs:
+        return placement
+    return Placement(placement.device, "torch",
+                     f"{placement.why}; torch: the model needs {' and '.join(needs)}, which triton does not implement")

@@ -354,9 +354,16 @@ class DecoderForCausalLM:
         w = WeightLoader(self, tensors)
         head_name = "model.embed_tokens.weight" if c.tie_word_embeddings else "lm_head.weight"
         embedding = tensors["model.embed_tokens.weight"]
-        if isinstance(embedding, GGUFWeight):  # NOTE: looked up from its blocks; the head on its type's kernel
+        if isinstance(embedding, GGUFWeight) and self.device.type == "cpu":
+            # NOTE: looked up from its blocks; the head on its type's kernel
             self.embed = GGUFEmbedding(embedding, self.dtype)
             self.lm_head = w.linear(head_name)
+        elif isinstance(embedding, GGUFWeight):
+            # NOTE: off the CPU every GGUF tensor is decoded (the block kernels are CPU code), the
+            # embedding too: a row lookup from blocks reads the ids on the host, which a CUDA graph
+            # cannot capture and an eager step would pay as a sync.
+            self.embed = w.tensor("model.embed_tokens.weight")
+            self.lm_head = w.build_linear(self.embed, kind="int8") if c.tie_word_embeddings else w.linear(head_name)
         else:
             self.embed = w.tensor("model.embed_tokens.weight")
             tied = c.tie_word_embeddings and not w.quantized  # NOTE: reuse the embedding; a quantized head needs its source
@@ -365,6 +372,13 @@ class DecoderForCausalLM:
         self.final_norm = w.norm("model.norm.weight")
         self.layers = [self.load_layer(i, f"model.layers.{i}.", w) for i in range(c.num_hidden_layers)]
         log.info("model kernels: %s", self.describe_kernels())
+
+    def graph_unsafe_reason(self) -> str | None:
+        """Why the decode forward cannot be captured as a CUDA graph (None: it can)."""
+        c = self.config
+        if any(c.is_moe_layer(i) for i in range(c.num_hidden_layers)):
+            return "its mixture-of-experts layers group tokens by expert with counts read on the host"
+        return None
 
     def describe_kernels(self) -> str:
         """One line naming the kernel each op runs (logged at load): the native level, the
