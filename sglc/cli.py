@@ -3,6 +3,8 @@
     sglc compile program.py[:function] [-o graph.pb] [--bind NAME=JSON ...]
     sglc inspect graph.pb [--table] [--dot out.dot]
     sglc inspect program.py[:function]        # compiled in process: its graph breaks, if any
+    sglc inspect-model PATH_OR_NAME [--json]  # a model's metadata and the kernels that would run it
+    sglc models [PATH ...] [--json]           # the models that can be served here
 
 Errors a user can cause (a bad program, a bad file) print one line, `sglc: error: ...`, and exit
 with status 2; `--debug` shows the traceback instead.
@@ -239,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     importlib.import_module("sglc.cli_run").add_run_parser(sub)  # sglc/cli_run.py
     importlib.import_module("sglc.cli_serve").add_serve_parser(sub)  # sglc/cli_serve.py
     importlib.import_module("sglc.cli_fleet").add_fleet_parser(sub)  # sglc/cli_fleet.py
+    importlib.import_module("sglc.cli_models").add_models_parsers(sub)  # sglc/cli_models.py
     return parser
 
 

@@ -1,6 +1,6 @@
 """`sglc serve`: start the runtime (gRPC) on one model until SIGTERM / SIGINT.
 
-    sglc serve --model PATH_OR_DEFAULT --port N [--host 127.0.0.1] [--dtype float32|bfloat16] [--quantization auto|none|int8|int4]
+    sglc serve --model PATH_OR_NAME --port N [--host 127.0.0.1] [--dtype float32|bfloat16] [--quantization auto|none|int8|int4]
                [--threads N]
                [--kv-slots N] [--chunked-prefill-size auto|N] [--schedule-policy lpm|fcfs|random]
                [--disable-radix-cache] [--device auto|cpu|cuda] [--attention-backend auto|torch|triton|flashinfer]
@@ -33,8 +33,10 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
         "serve", help="start the runtime server (gRPC) on a model",
         description="Start the sglc runtime on one model and serve it over gRPC until SIGTERM/SIGINT. "
                     "Prints 'sglc serve: listening on HOST:PORT (grpc)' when ready.")
-    p.add_argument("--model", default="default", metavar="PATH_OR_DEFAULT",
-                   help="'default' (SmolLM2-135M-Instruct), a Hugging Face Llama-family folder, or a .gguf file")
+    p.add_argument("--model", default="default", metavar="PATH_OR_NAME",
+                   help="'default' (SmolLM2-135M-Instruct), a Hugging Face folder, a .gguf file, or a Hugging Face "
+                        "Hub name already in the local cache: org/name, org/name:FILE.gguf, org/name:QUANT "
+                        "(never downloaded; see `sglc models`)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=port, default=30000, help="gRPC port (0 = any free port; default: 30000)")
     p.add_argument("--http-port", type=port, default=None, metavar="N",

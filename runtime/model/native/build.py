@@ -229,6 +229,13 @@ def _load_variant(level: str) -> None:
         _loaded_levels.add(level)
 
 
+def disabled_reason() -> str | None:
+    """Why the native kernels are off by the environment (``SGLC_NATIVE_OPS=0``), or None."""
+    if os.environ.get(ENV, "").strip().lower() in ("0", "off", "false", "no"):
+        return f"disabled by {ENV}={os.environ[ENV]}"
+    return None
+
+
 def load_cpu_ops() -> str | None:
     """Build (first time) and load the binding and the kernels of the chosen level
     (:func:`capabilities.chosen_level`); None when ``torch.ops.sglc_cpu`` is ready, else the
@@ -236,8 +243,8 @@ def load_cpu_ops() -> str | None:
     mode = os.environ.get(ENV, "").strip().lower()
     with _lock:
         if "error" not in _state:
-            if mode in ("0", "off", "false", "no"):
-                _state["error"] = f"disabled by {ENV}={os.environ[ENV]}"
+            if disabled_reason() is not None:
+                _state["error"] = disabled_reason()
             else:
                 try:
                     level = capabilities.chosen_level()  # NOTE: a bad SGLC_CPU_LEVEL fails the same way
