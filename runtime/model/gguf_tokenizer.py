@@ -36,7 +36,7 @@ import numpy as np
 from .gguf.reader import read_gguf_metadata
 
 #: bump when the files written change; folders holding an older version are rebuilt
-TOKENIZER_FILES_VERSION = 2
+TOKENIZER_FILES_VERSION = 3  # 3: Phi-3's rstrip only on its SentencePiece vocabulary
 
 # llama.cpp token types (tokenizer.ggml.token_type)
 _NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
@@ -367,8 +367,12 @@ def _spm_merges(tokens: list[str], scores: np.ndarray | None, by_position: bool)
 def _added_token_flags(vocab: GGUFVocab, text: str) -> dict[str, bool]:
     """lstrip/rstrip of a special token. Phi-3's tokenizer.json eats the whitespace after its
     control tokens except ``<unk>``, ``<s>`` and ``<|endoftext|>`` (llama.cpp sets the same)."""
-    phi3 = (vocab.model == "llama" and vocab.architecture == "phi3") or any(
-        n in vocab.name.lower() for n in ("phi-3", "phi3"))  # NOTE: Phi-4 is phi3 too, but byte-level
+    # NOTE: only Phi-3's SentencePiece vocabulary does. llama.cpp decides by the model's name alone,
+    # but a byte-level vocabulary in a file named phi-3/phi3 (Phi-4 is arch phi3 too; our phi3
+    # fixture) comes from a tokenizer.json without rstrip: transformers' GGUF reader and that model's
+    # own tokenizer keep the newline after <|im_end|> that the chat template writes.
+    phi3 = vocab.model == "llama" and (vocab.architecture == "phi3" or any(
+        n in vocab.name.lower() for n in ("phi-3", "phi3")))
     return {"lstrip": False, "rstrip": phi3 and text not in ("<unk>", "<s>", "<|endoftext|>")}
 
 
