@@ -134,6 +134,11 @@ def save_model(name: str, folder: Path, tokenizer: Tokenizer) -> None:
             if "norm" in n:
                 p.add_(torch.randn_like(p) * 0.2)
     model.save_pretrained(folder)
+    write_tokenizer_files(folder, tokenizer)
+
+
+def write_tokenizer_files(folder: Path, tokenizer: Tokenizer) -> None:
+    """The toy vocabulary as a Hugging Face tokenizer (tokenizer.json + config with the ChatML template)."""
     tokenizer.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "GPT2Tokenizer", "eos_token": "<|im_end|>", "bos_token": "<eos>", "unk_token": "<eos>",

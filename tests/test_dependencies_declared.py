@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ["sglc", "runtime", "tests", "bench", "scripts"]
 #: Import names of this repository's own packages (runtime/ installs as sglc_runtime).
-OWN = {"sglc", "sglc_runtime", "runtime", "bench"}
+OWN = {"sglc", "sglc_runtime", "runtime", "bench", "scripts"}
 #: Import names whose distribution is named differently (longest dotted prefix wins).
 DISTRIBUTION_OF = {
     "google.protobuf": "protobuf",
