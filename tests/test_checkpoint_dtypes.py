@@ -1,0 +1,30 @@
+"""Hugging Face folders load in the precision they ship in: a checkpoint saved in float16 or bfloat16
+(as most are) gives, run in float32, transformers' float32 logits on the very values stored."""
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+from safetensors import safe_open
+
+from sglc_runtime.model.models import load_model
+from test_model_parity import _three_ways
+
+
+@pytest.mark.parametrize("stored", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_a_half_precision_checkpoint_loads_as_stored(tmp_path, stored):
+    cfg = transformers.Qwen3Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                   max_position_embeddings=128, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    hf = transformers.Qwen3ForCausalLM(cfg).to(stored).eval()
+    hf.save_pretrained(tmp_path)
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
+        assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"F16" if stored == torch.float16 else "BF16"}
+    hf = hf.float()  # NOTE: the oracle: the stored values, widened exactly, in float32
+    ours = load_model(tmp_path, dtype="float32")
+    ids = [3, 17, 5, 99, 42, 7, 64, 1]
+    with torch.no_grad():
+        want = hf(torch.tensor([ids])).logits[0]
+    for got in _three_ways(ours, [ids]):
+        torch.testing.assert_close(got[0], want, atol=1e-4, rtol=1e-4)
