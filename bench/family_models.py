@@ -4,9 +4,9 @@ llama.cpp's own converter and quantizer (the tools scripts/make_gguf_fixtures.py
 fixtures, reused from there), and cached under bench/out/family_models/.
 
 Shapes follow the real checkpoints of each family (Qwen3-0.6B, Llama-3.2-1B scaled down, Gemma-3-1B,
-Phi-3-mini scaled down, a Qwen3-MoE with 16 experts); the vocabulary is 32,768 rows (the converter
-pads the toy byte-level tokenizer with [PAD] tokens), so the embedding and the head cost what a 32k
-vocabulary costs. Random weights decode at the same speed as trained ones: the work does not depend
+Phi-3-mini scaled down, a Qwen3-MoE with 16 experts); the vocabulary is a byte-level BPE of 32,768
+tokens trained here on seeded random words, so the embedding and the head cost what a 32k vocabulary
+costs (its special tokens include the ones llama.cpp looks up by name for a model named phi3). Random weights decode at the same speed as trained ones: the work does not depend
 on the values.
 
     python bench/family_models.py --llama-cpp DIR --quantize BIN [--only qwen3 gemma3]
@@ -14,17 +14,19 @@ on the values.
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
 import transformers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scripts.make_gguf_fixtures import convert, toy_vocabulary, write_tokenizer_files  # noqa: E402
+from scripts.make_gguf_fixtures import convert, write_tokenizer_files  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "family_models"
 QUANT = "Q4_K_M"
@@ -53,6 +55,26 @@ FAMILIES = {
 }
 
 
+SPECIALS = ["<eos>", "<|im_start|>", "<|im_end|>", "<s>", "</s>", "<unk>", "<|endoftext|>"]
+
+
+def bench_vocabulary() -> Tokenizer:
+    """A byte-level BPE of exactly 32,768 tokens (ids 0-2 as the fixtures' toy vocabulary)."""
+    rng = random.Random(0)
+    letters = "etaoinshrdlcumwfgypbvkjxqz"
+    weights = list(range(26, 0, -1))
+    words = ["".join(rng.choices(letters, weights=weights, k=rng.randint(2, 10))) for _ in range(120_000)]
+    text = (" ".join(rng.choices(words, k=50)) for _ in range(40_000))
+    t = Tokenizer(models.BPE())
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=COMMON["vocab_size"], special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    t.train_from_iterator(text, trainer)
+    assert t.get_vocab_size() == COMMON["vocab_size"], t.get_vocab_size()
+    return t
+
+
 def gguf_path(name: str) -> Path:
     return OUT / f"{name}-{QUANT}.gguf"
 
@@ -73,7 +95,7 @@ def build(name: str, llama_cpp: Path, quantize: Path) -> Path:
         print(f"{name}: {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B parameters", flush=True)
         model.save_pretrained(folder)
         del model
-        write_tokenizer_files(folder, toy_vocabulary())
+        write_tokenizer_files(folder, bench_vocabulary())
         f16 = Path(tmp) / f"{name}-F16.gguf"
         convert(llama_cpp, folder, f16, "f16")
         subprocess.run([str(quantize), str(f16), str(target), QUANT, "2"], check=True,

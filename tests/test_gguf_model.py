@@ -61,3 +61,29 @@ def test_the_gguf_model_agrees_with_the_dequantized_float_model(gguf_model):
     sequences = float_continuations(ref, PROMPTS[:4], new_tokens=16)
     stats = agreement(ref, gguf_model, sequences)
     assert stats["top1_agreement"] >= 0.9, stats
+
+
+
+def _resident_bytes_around(address: int) -> tuple[int, int]:
+    """(size, resident bytes) of the mapping holding ``address`` (/proc/self/smaps)."""
+    inside, size = False, 0
+    for line in open("/proc/self/smaps"):
+        head = line.split(" ", 1)[0]
+        if "-" in head and ":" not in head:  # a mapping's header line: start-end perms ...
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside, size = lo <= address < hi, hi - lo
+        elif inside and line.startswith("Rss:"):
+            return size, int(line.split()[1]) * 1024
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not hasattr(__import__("mmap"), "MADV_DONTNEED"), reason="no madvise(MADV_DONTNEED) here")
+def test_the_file_is_not_resident_twice_once_its_tensors_are_repacked():
+    """After load the linears hold their own tiles: the file's mapped pages are released (they
+    would count a second time), and embedding rows read later fault back in from the page cache."""
+    model = load_model(resolve_model_path(None), quantization="int4", gguf=find_default_gguf())
+    address = model.embed.weight.raw.ctypes.data
+    size, resident = _resident_bytes_around(address)
+    assert size >= find_default_gguf().stat().st_size and resident < 0.05 * size, (size, resident)
+    want = model.embed(torch.tensor([1, 2, 3, 500, 49151]))
+    assert torch.isfinite(want).all() and _resident_bytes_around(address)[1] > resident

@@ -41,6 +41,10 @@ class GGUFFile:
             raise GGUFModelError(f"{self.path}: not a readable GGUF file ({err})") from None
         self._tensors = self.reader.tensors
 
+    def release_resident_pages(self) -> None:
+        """See :meth:`GGUFReaderLite.release_resident_pages`."""
+        self.reader.release_resident_pages()
+
     def field(self, key: str, default: Any = None) -> Any:
         return self.reader.field(key, default)
 

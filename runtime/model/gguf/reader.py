@@ -75,6 +75,14 @@ class GGUFReaderLite:
         self.data_offset = -(-self._pos // align) * align
 
     # -- parsing ---------------------------------------------------------------------------
+
+    def release_resident_pages(self) -> None:
+        """Drop this process's resident pages of the file (Linux ``MADV_DONTNEED``): once the
+        tensors are repacked into the kernels' own layouts, the mapped copy would count a second
+        time in the process's memory. The mapping stays valid: a page read again (an embedding
+        row) faults back in from the page cache."""
+        if hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED)
     def _take(self, n: int) -> bytes:
         if self._pos + n > len(self._map):
             raise GGUFFormatError(f"{self.path}: truncated at byte {self._pos}")
