@@ -109,6 +109,13 @@ def decode_q8_0(raw: np.ndarray, rows: int, cols: int) -> Q8Blocks:
     return Q8Blocks(np.ascontiguousarray(b[:, 2:34]).view(np.int8).reshape(rows, cols), _f16(b[:, 0:2]).reshape(rows, -1))
 
 
+def decode_q5_0(raw: np.ndarray, rows: int, cols: int) -> Q8Blocks:
+    """Q5_0 as Q8_0 blocks, exactly: its levels q - 16 (-16..15) fit int8 and its d is Q8_0's d."""
+    b = _blocks(raw, "Q5_0", rows, cols)
+    q = _nibbles(b[:, 6:22]) | (_fifth_bits(b[:, 2:6]) << 4)
+    return Q8Blocks((q.astype(np.int8) - np.int8(16)).reshape(rows, cols), _f16(b[:, 0:2]).reshape(rows, -1))
+
+
 def k_scales_mins(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Q4_K / Q5_K's 12 bytes -> the 8 sub-blocks' 6-bit scales and mins, [n, 8] each: bytes 0-3
     hold the low 6 bits of scales 0-3, 4-7 those of mins 0-3, 8-11 the low 4 bits of scale and

@@ -5,7 +5,8 @@ layout (``native/kernels/common/int_linear.h``): Q4_0 and Q4_1 as q4 tiles with 
 (Q4_0's offset is -8 d, exact), Q4_K as q4 tiles with its super-block d and dmin and its 6-bit
 sub-block scales and mins (``q4k_linear``), Q6_K as bytes in the q8 tiles' layout with its d and
 int8 scales per 16 inputs (``q6k_linear``; 8 bits a level against the file's 6.6, +22%), Q8_0 as
-q8 tiles with a float16 scale per block (``q8b_linear``). Nothing is dequantized or re-quantized, so the product is llama.cpp's (same
+q8 tiles with a float16 scale per block (``q8b_linear``), and Q5_0 the same way (its levels q - 16
+are int8: exactly Q8_0 blocks; 8 bits a level against the file's 5.5). Nothing is dequantized or re-quantized, so the product is llama.cpp's (same
 levels, same int8 activation blocks) and memory stays at the file's size (plus a few % for
 unpacked K-quant scales). Where no native kernel runs (no compiler, the generic CPU level, a type
 without a kernel: ``gguf.tensor_types``), the weight is dequantized (exactly, ``gguf.blocks``)
@@ -18,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..gguf.blocks import decode_q4_0, decode_q4_1, decode_q4_k, decode_q6_k, decode_q8_0
+from ..gguf.blocks import decode_q4_0, decode_q4_1, decode_q4_k, decode_q5_0, decode_q6_k, decode_q8_0
 from ..gguf.tensor_types import NATIVE_TYPES
 from ..gguf.weight import GGUFWeight
 from ..native import kernel_info, load_cpu_ops
@@ -72,12 +73,13 @@ class GGUFQ4KLinear(_TiledLinear):
 
 
 class GGUFQ8Linear(_TiledLinear):
-    """Q8_0 on ``q8b_linear``: levels in q8 tiles, a float16 scale per block and channel."""
+    """Q8_0 (and Q5_0, as Q8_0 blocks) on ``q8b_linear``: levels in q8 tiles, a float16 scale per
+    block and channel."""
 
     __slots__ = ("_tiles", "_d")
 
     def __init__(self, w: GGUFWeight, bias: torch.Tensor | None) -> None:
-        blk = decode_q8_0(w.raw, w.rows, w.cols)
+        blk = (decode_q5_0 if w.type_name == "Q5_0" else decode_q8_0)(w.raw, w.rows, w.cols)
         rows = -(-w.rows // TILE) * TILE
         self._tiles = pack_q8_tiles(torch.from_numpy(blk.levels))
         self._d = _table(blk.d, rows, torch.float16)
@@ -127,7 +129,7 @@ def gguf_linear(w: GGUFWeight, bias: torch.Tensor | None, dtype: torch.dtype, pa
     if use_native and w.type_name in NATIVE_TYPES:
         if w.type_name == "Q4_K":
             return GGUFQ4KLinear(w, bias)
-        if w.type_name == "Q8_0":
+        if w.type_name in ("Q8_0", "Q5_0"):
             return GGUFQ8Linear(w, bias)
         if w.type_name == "Q6_K":
             return GGUFQ6KLinear(w, bias)
