@@ -87,3 +87,26 @@ def test_the_file_is_not_resident_twice_once_its_tensors_are_repacked():
     assert size >= find_default_gguf().stat().st_size and resident < 0.05 * size, (size, resident)
     want = model.embed(torch.tensor([1, 2, 3, 500, 49151]))
     assert torch.isfinite(want).all() and _resident_bytes_around(address)[1] > resident
+
+
+@pytest.mark.skipif(not hasattr(__import__("mmap"), "MADV_DONTNEED"), reason="no madvise(MADV_DONTNEED) here")
+def test_each_tensor_s_pages_can_be_released_as_soon_as_it_is_repacked():
+    """release_pages_of drops the resident pages under one tensor's view of the map (the loader
+    calls it per linear, so the file and its repacked copy are never both resident); a copy or a
+    plain array is left alone."""
+    import numpy as np
+
+    from sglc_runtime.model.gguf.reader import release_pages_of
+
+    f = GGUFFile(find_default_gguf())
+    w = f.weight("model.layers.0.mlp.down_proj.weight" if f.has_tensor("model.layers.0.mlp.down_proj.weight")
+                 else "blk.0.ffn_down.weight")
+    address = w.raw.ctypes.data
+    touched = int(w.raw.sum(dtype=np.uint64))  # NOTE: reads every page of the tensor
+    _, resident = _resident_bytes_around(address)
+    assert resident >= w.raw.nbytes
+    release_pages_of(w.raw)
+    _, after = _resident_bytes_around(address)
+    assert resident - after >= 0.9 * w.raw.nbytes, (resident, after, w.raw.nbytes)
+    assert int(w.raw.sum(dtype=np.uint64)) == touched  # the view still reads the same bytes
+    release_pages_of(np.zeros(10, np.uint8))  # not a view of a map: nothing happens

@@ -55,8 +55,9 @@ def _nibbles(qs: np.ndarray) -> np.ndarray:
 
 def _fifth_bits(qh: np.ndarray) -> np.ndarray:
     """[n, 4] bytes (a little-endian u32: bit i for value i) -> [n, 32] bits."""
-    bits = np.ascontiguousarray(qh).view(np.uint32).reshape(-1, 1) >> np.arange(32, dtype=np.uint32)
-    return (bits & 1).astype(np.uint8)
+    # NOTE: bit i of the little-endian u32 is bit i % 8 of byte i // 8: unpackbits in little bit
+    # order gives them in value order, one byte each (no [n, 32] uint32 temporaries at load)
+    return np.unpackbits(np.ascontiguousarray(qh).reshape(-1, 4), axis=1, bitorder="little")
 
 
 @dataclass(slots=True)

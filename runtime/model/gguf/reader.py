@@ -42,6 +42,24 @@ class TensorInfo:
     offset: int  # from the start of the tensor data
 
 
+def release_pages_of(view: np.ndarray) -> None:
+    """Drop this process's resident pages under ``view`` where it is a view of a file mapping
+    (see :meth:`GGUFReaderLite.release_resident_pages`), as soon as its tensor is repacked, so
+    that loading never holds the file and its repacked copy at once; anything else is left alone."""
+    base = view
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    if isinstance(base, memoryview):  # NOTE: np.frombuffer's views hold the map through one
+        base = base.obj
+    if not isinstance(base, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED") or base.closed:
+        return
+    start = view.ctypes.data - np.frombuffer(base, np.uint8).ctypes.data
+    lo = start // mmap.PAGESIZE * mmap.PAGESIZE
+    hi = min(len(base), -(-(start + view.nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE)
+    if hi > lo:
+        base.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
+
 class GGUFReaderLite:
     """Header, metadata and tensor table of a GGUF file; tensors as views of its memory map."""
 

@@ -33,6 +33,7 @@ from ..native import bf16_is_native, kernel_info, load_cpu_ops
 from ..native.capabilities import ENV as CPU_LEVEL_ENV
 from ..native.capabilities import supported_levels
 from ..gguf import GGUFFile, GGUFWeight
+from ..gguf.reader import release_pages_of
 from ..gguf_convert import MARKER_FILE
 from ..weights import check_state_dict, load_state_dict
 from .gguf_linear import GGUFEmbedding, gguf_linear
@@ -176,6 +177,12 @@ class WeightLoader:
         return self._gguf_one(w, bias)
 
     def _gguf_one(self, w: GGUFWeight, bias: torch.Tensor | None) -> AnyLinear:
+        linear = self._gguf_linear(w, bias)
+        # NOTE: repacked (or decoded): its file pages need not stay resident while the rest loads
+        release_pages_of(w.raw)
+        return linear
+
+    def _gguf_linear(self, w: GGUFWeight, bias: torch.Tensor | None) -> AnyLinear:
         """One GGUF tensor as shipped on its type's kernel when the model is quantized (any
         ``quantization`` but "none": the file's types decide); decoded exactly into a float linear
         of the model's dtype when it is not (the float reference model), or on a GPU (the integer
