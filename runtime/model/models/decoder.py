@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -381,7 +382,9 @@ class DecoderForCausalLM:
             head = self.embed if tied else w.weight(head_name)
             self.lm_head = w.build_linear(head, kind="int8")
         self.final_norm = w.norm("model.norm.weight")
-        self.layers = [self.load_layer(i, f"model.layers.{i}.", w) for i in range(c.num_hidden_layers)]
+        # NOTE: layers load on every core: repacking is numpy and torch work that releases the GIL
+        with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, 8))) as pool:
+            self.layers = list(pool.map(lambda i: self.load_layer(i, f"model.layers.{i}.", w), range(c.num_hidden_layers)))
         log.info("model kernels: %s", self.describe_kernels())
 
     def graph_unsafe_reason(self) -> str | None:
