@@ -1,4 +1,4 @@
-"""Random-weight models of each architecture at a realistic size (0.4-0.7 B parameters), as the
+"""Random-weight models of each architecture at a realistic size (0.3-0.75 B parameters), as the
 GGUF files people serve (Q4_K_M), for bench/bench_families.py. Not committed: built here once, with
 llama.cpp's own converter and quantizer (the tools scripts/make_gguf_fixtures.py uses for the test
 fixtures, reused from there), and cached under bench/out/family_models/.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -32,7 +33,7 @@ OUT = ROOT / "bench" / "out" / "family_models"
 QUANT = "Q4_K_M"
 COMMON = dict(vocab_size=32768, max_position_embeddings=8192, bos_token_id=0, eos_token_id=2, pad_token_id=0)
 
-#: name -> (config, model class); about 0.4-0.7 B parameters each
+#: name -> (config, model class); 0.32 (Llama) to 0.74 (Gemma 3) B parameters
 FAMILIES = {
     "llama": (lambda: transformers.LlamaConfig(**COMMON, hidden_size=1024, intermediate_size=2816, num_hidden_layers=24,
                                                num_attention_heads=16, num_key_value_heads=8, tie_word_embeddings=True),
@@ -81,8 +82,6 @@ def gguf_path(name: str) -> Path:
 
 def build(name: str, llama_cpp: Path, quantize: Path) -> Path:
     """The family's Q4_K_M GGUF, built once (random weights, seed 0)."""
-    import subprocess
-
     target = gguf_path(name)
     if target.exists():
         return target
