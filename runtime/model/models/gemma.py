@@ -12,7 +12,8 @@ which in Gemma 3 have a RoPE base of their own (``rope_local_base_freq``) and pe
 from __future__ import annotations
 
 from ..model_config import ModelConfig
-from .decoder import DecoderForCausalLM, DecoderLayer, WeightLoader
+from .decoder import DecoderForCausalLM, DecoderLayer
+from .weight_loader import WeightLoader
 from .llama import Shapes, attention_shapes, load_attention, load_mlp, mlp_shapes, rope_index
 
 

@@ -9,7 +9,8 @@ reused by the other families that keep these names.
 from __future__ import annotations
 
 from ..model_config import ModelConfig
-from .decoder import Attention, DecoderForCausalLM, DecoderLayer, DenseMLP, WeightLoader
+from .decoder import Attention, DecoderForCausalLM, DecoderLayer, DenseMLP
+from .weight_loader import WeightLoader
 
 Shapes = dict[str, tuple[int, ...]]
 

@@ -10,7 +10,8 @@ its ``decoder_sparse_step``) run a dense MLP instead.
 from __future__ import annotations
 
 from ..model_config import ModelConfig
-from .decoder import DecoderForCausalLM, DecoderLayer, DenseMLP, WeightLoader
+from .decoder import DecoderForCausalLM, DecoderLayer, DenseMLP
+from .weight_loader import WeightLoader
 from .llama import Shapes, attention_shapes, load_attention, load_mlp, mlp_shapes
 from .moe import SparseMoE
 

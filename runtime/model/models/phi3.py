@@ -9,7 +9,8 @@ fused matrices the decoder runs, so they load as they are. Its RoPE is usually `
 from __future__ import annotations
 
 from ..model_config import ModelConfig
-from .decoder import Attention, DecoderForCausalLM, DecoderLayer, DenseMLP, WeightLoader
+from .decoder import Attention, DecoderForCausalLM, DecoderLayer, DenseMLP
+from .weight_loader import WeightLoader
 from .llama import Shapes
 
 

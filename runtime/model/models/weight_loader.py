@@ -1,0 +1,163 @@
+"""WeightLoader: a checkpoint's tensors (Hugging Face names; safetensors tensors or GGUF tensors
+as shipped) into a decoder's weights in the form its configuration runs: plain tensors in the
+model's dtype and device, norms with the config's weight offset folded in, linears concatenated,
+pre-packed or quantized, and a GGUF tensor on its type's native kernel (with a bf16 copy for
+prefill while the copies stay small), its file pages released once it is repacked.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+
+from ..gguf import GGUFWeight
+from ..gguf.reader import release_pages_of
+from ..native import bf16_is_native
+from .gguf_linear import gguf_linear
+from .linear import Linear, can_pack_weights
+from .quantized_linear import (LARGE_BATCH_ROWS, NATIVE_INT4_LARGE_BATCH_ROWS, CastLinear, QuantizedLinear,
+                               RowDispatchLinear, large_batch_dtype, quantized_linear)
+
+if TYPE_CHECKING:  # NOTE: the model builds its loader; the loader only reads the model's settings
+    from .decoder import DecoderForCausalLM
+
+AnyLinear = Linear | RowDispatchLinear | QuantizedLinear
+
+#: Where bf16 is native, a GGUF model's linears get a bf16 copy for prefill (on AMX ~7x the
+#: integer kernels' speed at 256 rows) while all the copies together stay under this many bytes:
+#: the default model (135 M parameters, copies 0.27 GB) keeps its prefill figures; from ~160 M
+#: parameters up memory stays at the file's size (resident memory <= file + KV pool + 300 MB)
+#: and prefill runs on the integer kernels too.
+GGUF_FLOAT_COPY_BYTES = 320 << 20
+
+
+class StackedLinear:
+    """Linears of the same input whose outputs are concatenated (a fused q/k/v whose parts ship
+    in different GGUF types)."""
+
+    __slots__ = ("parts", "out_features")
+    kernel = "native"
+
+    def __init__(self, parts: list) -> None:
+        self.parts = parts
+        self.out_features = sum(p.out_features for p in parts)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([p(x) for p in self.parts], dim=1)
+
+
+class WeightLoader:
+    """Reads a checkpoint's tensors (Hugging Face names) into the model's layers: plain tensors in
+    the model's dtype and device, norms with the config's weight offset folded in, and linears
+    (several tensors concatenated, pre-packed or quantized as the model is configured)."""
+
+    def __init__(self, model: "DecoderForCausalLM", tensors: dict[str, torch.Tensor | GGUFWeight]) -> None:
+        self.model = model
+        self.tensors = tensors
+        self.quantized = model.quantization != "none"
+        self._bf16_native = bf16_is_native()
+        # NOTE: a GGUF model keeps a float copy of its linears for prefill (where bf16 is native
+        # and so faster) only while all those copies together stay small: above that, memory
+        # stays at the file's size and prefill runs on the integer kernels too.
+        float_bytes = sum(2 * t.rows * t.cols for t in tensors.values() if isinstance(t, GGUFWeight))
+        self._gguf_float_copies = self._bf16_native and float_bytes <= GGUF_FLOAT_COPY_BYTES
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """``name`` in the model's dtype and device (a GGUF tensor decoded: e.g. an MoE router)."""
+        m = self.model
+        t = self.tensors[name]
+        if isinstance(t, GGUFWeight):
+            t = torch.from_numpy(t.dequantize())
+        return t.to(device=m.device, dtype=m.dtype).contiguous()
+
+    def norm(self, name: str) -> torch.Tensor:
+        """An RMSNorm weight; Gemma's ``1 + w`` added in float32, then cast once."""
+        offset = self.model.config.norm_weight_offset
+        if not offset:
+            return self.tensor(name)
+        w = self.tensors[name].float() + offset
+        return w.to(device=self.model.device, dtype=self.model.dtype).contiguous()
+
+    def weight(self, name: str) -> torch.Tensor | GGUFWeight:
+        """A linear weight: kept in its checkpoint precision until quantized, else the model's
+        dtype; a GGUF tensor as shipped."""
+        if isinstance(self.tensors[name], GGUFWeight):
+            return self.tensors[name]
+        if self.quantized:
+            return self.tensors[name].to(device=self.model.device).contiguous()
+        return self.tensor(name)
+
+    def linear(self, names: str | Sequence[str], biases: str | Sequence[str] | None = None,
+               kind: str | None = None) -> AnyLinear:
+        """The linear of the weights ``names`` stacked along their output rows (q/k/v, gate/up)."""
+        names = [names] if isinstance(names, str) else list(names)
+        b = None
+        if biases is not None:
+            biases = [biases] if isinstance(biases, str) else list(biases)
+            b = torch.cat([self.tensor(n) for n in biases]).contiguous()
+        if any(isinstance(self.tensors[n], GGUFWeight) for n in names):
+            return self.gguf_linear([self.weight(n) for n in names], b)
+        w = self.weight(names[0]) if len(names) == 1 else torch.cat([self.weight(n) for n in names]).contiguous()
+        return self.build_linear(w, b, kind)
+
+    def gguf_linear(self, weights: list[GGUFWeight], bias: torch.Tensor | None) -> AnyLinear:
+        """GGUF tensors stacked along their rows, on their type's native kernel (``gguf_linear``);
+        tensors of different types (a Q4_K_M file's Q6_K attn_v beside Q4_K q and k) run as
+        separate linears whose outputs are concatenated."""
+        if any(not isinstance(w, GGUFWeight) for w in weights):
+            raise ValueError(f"cannot stack GGUF and plain tensors into one linear: {[w.name for w in weights]}")
+        if len({(w.type_name, w.cols) for w in weights}) > 1:
+            parts, start = [], 0
+            for w in weights:
+                part_bias = None if bias is None else bias[start:start + w.rows]
+                parts.append(self._gguf_one(w, part_bias))
+                start += w.rows
+            return StackedLinear(parts)
+        w = weights[0].concat_rows(*weights[1:]) if len(weights) > 1 else weights[0]
+        return self._gguf_one(w, bias)
+
+    def _gguf_one(self, w: GGUFWeight, bias: torch.Tensor | None) -> AnyLinear:
+        linear = self._gguf_linear(w, bias)
+        # NOTE: repacked (or decoded): its file pages need not stay resident while the rest loads
+        release_pages_of(w.raw)
+        return linear
+
+    def _gguf_linear(self, w: GGUFWeight, bias: torch.Tensor | None) -> AnyLinear:
+        """One GGUF tensor as shipped on its type's kernel when the model is quantized (any
+        ``quantization`` but "none": the file's types decide); decoded exactly into a float linear
+        of the model's dtype when it is not (the float reference model), or on a GPU (the integer
+        kernels are CPU ones)."""
+        m = self.model
+        if not self.quantized or m.device.type != "cpu":
+            weight = torch.from_numpy(w.dequantize()).to(device=m.device, dtype=m.dtype).contiguous()
+            b = None if bias is None else bias.to(device=m.device, dtype=m.dtype)
+            return Linear.build(weight, b, pack=m.pack_weights and m.device.type == "cpu")
+        native = False if m.native_ops is False else None
+        small = gguf_linear(w, bias, m.dtype, pack=m.pack_weights, native=native)
+        if getattr(small, "kernel", None) != "native" or not self._gguf_float_copies:
+            return small
+        large = Linear.build(torch.from_numpy(w.dequantize()).to(torch.bfloat16).contiguous(),
+                             None if bias is None else bias.to(torch.bfloat16),
+                             pack=m.pack_weights and can_pack_weights(torch.bfloat16, m.device))
+        min_rows = NATIVE_INT4_LARGE_BATCH_ROWS if w.type_name in ("Q4_0", "Q4_1", "Q4_K") else LARGE_BATCH_ROWS
+        return RowDispatchLinear(small, large if m.dtype == torch.bfloat16 else CastLinear(large), min_rows)
+
+    def build_linear(self, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                     kind: str | None = None) -> AnyLinear:
+        """``weight`` as the model's kind of linear (quantized, packed or plain)."""
+        m = self.model
+        if self.quantized:  # NOTE: integer kernels for small batches, a float copy for big ones where it pays
+            small = quantized_linear(kind or m.quantization, weight, bias,
+                                     native=False if m.native_ops is False else None)
+            large_dtype = large_batch_dtype(small, self._bf16_native)
+            if large_dtype is None:
+                return small
+            large = Linear.build(weight.to(large_dtype).contiguous(),
+                                 None if bias is None else bias.to(large_dtype),
+                                 pack=m.pack_weights and can_pack_weights(large_dtype, m.device))
+            return RowDispatchLinear(small, large if large_dtype == m.dtype else CastLinear(large))
+        return Linear.build(weight, bias, pack=m.pack_weights)
+
+    def float_linear(self, name: str) -> Linear:
+        """A small linear kept in the compute dtype even when the model is quantized (MoE routers)."""
+        return Linear.build(self.tensor(name), None, pack=self.model.pack_weights)
