@@ -30,20 +30,17 @@ FIXTURES = ROOT / "tests" / "data" / "gguf"
 NEW_TOKENS = 16
 
 
-def _prompts(vocab_hint: int = 200) -> list[list[int]]:
-    prefix = [(7 * i + 3) % vocab_hint + 10 for i in range(12)]
-    return [prefix + [(11 * i + j) % vocab_hint + 10 for i in range(n)] for j, n in enumerate((3, 5, 9))]
-
-
-def _greedy(path: Path, device: str) -> tuple[list[list[int]], str]:
+def greedy_tokens(path: Path, device: str) -> tuple[list[list[int]], Engine]:
+    """Float32 greedy tokens of three prompts sharing a 12-token prefix (the first alone, then
+    two over its cached prefix, chunked prefill of 8) on ``device``, and the engine."""
     engine = Engine(model=str(path), device=device, dtype="float32", quantization="none",
                     num_kv_slots=512, chunked_prefill_size=8, max_running_requests=4)
     params = SamplingParams(temperature=0, max_new_tokens=NEW_TOKENS, ignore_eos=True)
-    prompts = _prompts()
-    outs = [engine.generate([prompts[0]], params)[0].token_ids]  # then two over its cached prefix
+    prefix = [(7 * i + 3) % 200 + 10 for i in range(12)]
+    prompts = [prefix + [(11 * i + j) % 200 + 10 for i in range(n)] for j, n in enumerate((3, 5, 9))]
+    outs = [engine.generate([prompts[0]], params)[0].token_ids]
     outs += [o.token_ids for o in engine.generate(prompts[1:], params)]
-    backend = engine.placement.attention_backend
-    return outs, backend
+    return outs, engine
 
 
 def main() -> int:
@@ -56,8 +53,9 @@ def main() -> int:
         row = {"fixture": path.name}
         t0 = time.perf_counter()
         try:
-            ref, _ = _greedy(path, "cpu")
-            got, backend = _greedy(path, args.device)
+            ref, _ = greedy_tokens(path, "cpu")
+            got, engine = greedy_tokens(path, args.device)
+            backend = engine.placement.attention_backend
             flat_ref = [t for out in ref for t in out]
             flat_got = [t for out in got for t in out]
             # NOTE: the first step where they part, or where the shorter one ends (a failed request)

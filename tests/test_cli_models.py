@@ -19,6 +19,7 @@ import pytest
 import torch
 import transformers
 
+from gguf_blocks import write_gguf
 from sglc.cli import main
 from sglc_runtime.model.chat_template_name import chat_template_name
 from sglc_runtime.model.default_model import gguf_source, locate_model, resolve_model_path
@@ -243,28 +244,6 @@ def test_chat_templates_are_named_by_their_turn_markers():
 
 
 # ---------------------------------------------------------------- refusals
-
-def write_gguf(path: Path, arch: str, tensors: dict[str, np.ndarray], raw: dict | None = None) -> Path:
-    """A one-layer GGUF of ``arch`` (no tokenizer) written by gguf-py's GGUFWriter; ``raw``: name ->
-    (blocks as uint8 rows, ggml type) for quantized tensors."""
-    import gguf
-
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(1)
-    w.add_embedding_length(32)
-    w.add_feed_forward_length(32)
-    w.add_head_count(2)
-    w.add_context_length(64)
-    for name, value in tensors.items():
-        w.add_tensor(name, value)
-    for name, (data, kind) in (raw or {}).items():
-        w.add_tensor(name, data, raw_dtype=kind)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
-
 
 def test_what_cannot_run_is_reported_by_name_with_exit_status_2(tmp_path, capsys):
     """An unsupported architecture, tensor type, tokenizer or Hugging Face architecture: the

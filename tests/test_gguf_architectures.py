@@ -30,6 +30,7 @@ import pytest
 import torch
 
 from bench.hf_reference import hf_causal_lm
+from gguf_blocks import write_gguf
 from sglc_runtime.engine import Engine
 from sglc_runtime.model.default_model import cache_dir, gguf_source, resolve_model_path
 from sglc_runtime.model.gguf import SUPPORTED_GGUF_ARCHITECTURES, GGUFFile, GGUFModelError, GGUFWeight
@@ -334,35 +335,17 @@ def test_llama3_rope_comes_back_from_rope_freqs_and_anything_else_rotates_as_wri
                       "original_max_position_embeddings": 64}
 
 
-def _write_gguf(path: Path, arch: str, tensors: dict[str, np.ndarray]) -> Path:
-    import gguf
-
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(1)
-    w.add_embedding_length(32)
-    w.add_feed_forward_length(32)
-    w.add_head_count(2)
-    w.add_context_length(64)
-    for name, value in tensors.items():
-        w.add_tensor(name, value)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
-
-
 def test_other_architectures_and_unknown_tensors_are_refused_by_name(tmp_path):
     """A GGUF of an architecture sglc does not run is refused naming it and listing those it runs;
     a tensor no mapping knows is refused by name, before any folder is written."""
     embd = np.zeros((16, 32), dtype=np.float32)
-    bloom = _write_gguf(tmp_path / "bloom.gguf", "bloom", {"token_embd.weight": embd})
+    bloom = write_gguf(tmp_path / "bloom.gguf", "bloom", {"token_embd.weight": embd})
     supported = ", ".join(SUPPORTED_GGUF_ARCHITECTURES)
     with pytest.raises(GGUFModelError, match=f"'bloom' is not supported; supported: {supported}"):
         GGUFFile(bloom).config_dict()
     with pytest.raises(ValueError, match="bloom"):
         resolve_model_path(str(bloom))
-    odd = _write_gguf(tmp_path / "odd.gguf", "qwen2", {"token_embd.weight": embd,
+    odd = write_gguf(tmp_path / "odd.gguf", "qwen2", {"token_embd.weight": embd,
                                                        "blk.0.ffn_magic.weight": embd})
     with pytest.raises(GGUFModelError, match="blk.0.ffn_magic.weight"):
         GGUFFile(odd).state_dict()
