@@ -6,7 +6,7 @@ prefill while the copies stay small), its file pages released once it is repacke
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -17,9 +17,6 @@ from .gguf_linear import gguf_linear
 from .linear import Linear, can_pack_weights
 from .quantized_linear import (LARGE_BATCH_ROWS, NATIVE_INT4_LARGE_BATCH_ROWS, CastLinear, QuantizedLinear,
                                RowDispatchLinear, large_batch_dtype, quantized_linear)
-
-if TYPE_CHECKING:  # NOTE: the model builds its loader; the loader only reads the model's settings
-    from .decoder import DecoderForCausalLM
 
 AnyLinear = Linear | RowDispatchLinear | QuantizedLinear
 
@@ -51,7 +48,9 @@ class WeightLoader:
     the model's dtype and device, norms with the config's weight offset folded in, and linears
     (several tensors concatenated, pre-packed or quantized as the model is configured)."""
 
-    def __init__(self, model: "DecoderForCausalLM", tensors: dict[str, torch.Tensor | GGUFWeight]) -> None:
+    # NOTE: ``model`` is the DecoderForCausalLM being loaded (not imported: decoder.py imports this
+    # module); the loader reads its settings (dtype, device, quantization, packing) and config
+    def __init__(self, model: Any, tensors: dict[str, torch.Tensor | GGUFWeight]) -> None:
         self.model = model
         self.tensors = tensors
         self.quantized = model.quantization != "none"
