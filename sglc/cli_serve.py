@@ -5,6 +5,7 @@
                [--kv-slots N] [--chunked-prefill-size auto|N] [--schedule-policy lpm|fcfs|random]
                [--disable-radix-cache] [--device auto|cpu|cuda] [--attention-backend auto|torch|triton|flashinfer]
                [--constraint-budget LIMIT=N,...] [--constraint-workers N] [--api-key KEY] [--limit NAME=VALUE ...]
+               [--allowed-hosts NAME[:PORT],...] [--expose-paths]
 
 Prints ``sglc serve: listening on HOST:PORT (grpc)`` on stdout when ready (port 0 picks a free
 port: read it from that line). Exits 0 after a clean shutdown.
@@ -76,11 +77,22 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--api-key", default=None, metavar="KEY",
                    help="require 'Authorization: Bearer KEY' (HTTP) / 'authorization' metadata (gRPC) on every "
                         "call but health (default: $SGLC_API_KEY; none = open)")
+    p.add_argument("--allowed-hosts", type=_host_list, default=(), metavar="NAME[:PORT],...",
+                   help="HTTP: Host names the server answers besides the loopback names and the --host address "
+                        "(DNS-rebinding protection; a Host not allowed gets 400, an Origin not allowed 403). "
+                        "'*' allows any Host: UNSAFE, any web page can then drive a loopback server")
+    p.add_argument("--expose-paths", action="store_true",
+                   help="HTTP: /get_model_info and /get_server_info show the model's absolute path (default: its name)")
     p.add_argument("--limit", action="append", default=[], type=_limit, metavar="NAME=VALUE",
                    help="change one request-size limit (repeatable), e.g. --limit max_choices=512; names and "
                         "defaults: docs/runtime_server.md")
     p.set_defaults(handler=cmd_serve)
     return p
+
+
+def _host_list(text: str) -> tuple[str, ...]:
+    """--allowed-hosts: comma-separated names, name:port or * (checked by HostAllowList in cmd_serve)."""
+    return tuple(n.strip() for n in text.split(",") if n.strip())
 
 
 def _limit(text: str) -> tuple[str, int]:
@@ -96,6 +108,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from sglc_runtime.constrained.compiler_config import ConstraintCompilerConfig
     from sglc_runtime.server.auth import resolve_api_key
+    from sglc_runtime.server.host_allowlist import HostAllowList
     from sglc_runtime.server.launch import ServeConfig, serve
     from sglc_runtime.server.limits import ServerLimits
 
@@ -103,6 +116,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         limits = ServerLimits().replace(**dict(args.limit))
     except ValueError as err:
         raise ServeError(f"--limit: {err}") from None
+    try:  # NOTE: before the model loads: a typo fails at once
+        HostAllowList(args.host, args.allowed_hosts)
+    except ValueError as err:
+        raise ServeError(str(err)) from None
 
     logging.basicConfig(level=logging.WARNING, format="sglc serve: %(levelname)s %(name)s: %(message)s")
     config = ServeConfig(
@@ -116,6 +133,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             **({"budget": args.constraint_budget} if args.constraint_budget else {}),
             num_workers=args.constraint_workers),
         limits=limits, api_key=resolve_api_key(args.api_key),
+        allowed_hosts=args.allowed_hosts, expose_paths=args.expose_paths,
         chunked_prefill_size=args.chunked_prefill_size or None,
     )
     try:

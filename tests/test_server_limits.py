@@ -79,7 +79,7 @@ def test_sampling_fields_within_the_limits_pass():
     (b'{"temperature": 1e999}', "too large for a 64-bit float"),
     (b'{"seed": ' + b"9" * 5000 + b"}", "not valid JSON"),
     (b'{"prompt": "hi"', "not valid JSON"),
-    (b"\xff\xfe{}", "not valid JSON"),
+    (b"\xff\xfe{}", "UTF-16-LE byte-order mark"),
     (b"[1, 2]", "must be a JSON object"),
 ])
 def test_malformed_json_bodies_are_400s_naming_the_problem(raw, words):
@@ -136,15 +136,15 @@ def _call_guard(guard: RequestGuard, path: str, headers: dict[str, str]) -> tupl
 def test_guard_refuses_a_missing_or_wrong_key_with_401_but_leaves_health_open():
     """With a key, every path but /health needs ``Authorization: Bearer KEY`` (401 in OpenAI's shape)."""
     guard = RequestGuard(None, api_key="sk-1")
-    status, body = _call_guard(guard, "/v1/models", {"host": "h:1"})
+    status, body = _call_guard(guard, "/v1/models", {"host": "localhost:1"})
     assert status == 401 and body["error"]["code"] == "invalid_api_key"
-    assert _call_guard(guard, "/v1/models", {"host": "h:1", "authorization": "Bearer nope"})[0] == 401
-    assert _call_guard(guard, "/v1/models", {"host": "h:1", "authorization": "Bearer sk-1"})[0] == 200
-    assert _call_guard(guard, "/health", {"host": "h:1"})[0] == 200
+    assert _call_guard(guard, "/v1/models", {"host": "localhost:1", "authorization": "Bearer nope"})[0] == 401
+    assert _call_guard(guard, "/v1/models", {"host": "localhost:1", "authorization": "Bearer sk-1"})[0] == 200
+    assert _call_guard(guard, "/health", {"host": "localhost:1"})[0] == 200
 
 
 def test_guard_refuses_a_foreign_origin_with_403():
-    """A browser request from another site (Origin != Host) is refused; same origin and no Origin pass."""
+    """A browser request from another site (Origin not an allowed host) is refused; same origin and no Origin pass."""
     guard = RequestGuard(None)
     status, body = _call_guard(guard, "/flush_cache", {"host": "127.0.0.1:30001", "origin": "http://evil.example"})
     assert status == 403 and "cross-origin" in body["error"]["message"]

@@ -18,8 +18,10 @@ from typing import Any, AsyncIterator
 from . import openai_protocol as proto
 from .openai_request import parse_chat, parse_completion
 from .calls import CallGroup
+from .chat_roles import template_roles
 from .http_call import HttpError, Started, finished as _finished
 from .limits import utf8_or_error
+from .public_paths import without_paths
 from sglc.wire.prompt import PromptInput
 from .request_model import FieldError
 from .service import RequestError, RuntimeService, abort_kind
@@ -41,11 +43,13 @@ def _visible(out: Any) -> tuple[list[int], list[float], Any]:
 class Handlers:
     """The endpoint bodies (see the module docstring for what blocks)."""
 
-    def __init__(self, service: RuntimeService) -> None:
+    def __init__(self, service: RuntimeService, *, expose_paths: bool = False) -> None:
         self.svc = service
+        self.expose_paths = expose_paths  # NOTE: False: info endpoints name the model, not its path
         self.limits = service.limits
         self.started = time.time()
         self.sglang = SglangGenerate(service, self.decode_one)
+        self._roles: frozenset[str] | None = None  # the chat template's roles (chat_roles.py), read once
 
     # --- helpers ---
     @property
@@ -158,6 +162,12 @@ class Handlers:
         tok = self.svc.engine.tokenizer
         if not tok.chat_template:
             raise RequestError("this model has no chat template; use /v1/completions")
+        if self._roles is None:
+            self._roles = template_roles(tok.chat_template)
+        for i, m in enumerate(messages):
+            if m["role"] not in self._roles:
+                raise FieldError(f"messages[{i}].role", f"messages[{i}].role {m['role'][:40]!r} is not a role this "
+                                 f"model's chat template handles; accepted roles: {', '.join(sorted(self._roles))}")
         try:
             return tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         except Exception as err:  # NOTE: the template may raise on messages it does not accept
@@ -209,13 +219,17 @@ class Handlers:
 
     def model_info(self) -> dict:
         info = self.svc.model_info()
-        return {"model_path": info.model_path, "model_name": info.model_name, "tokenizer_path": info.model_path,
+        return self._public({"model_path": info.model_path, "model_name": info.model_name, "tokenizer_path": info.model_path,
                 "is_generation": True, "context_length": info.context_length, "vocab_size": info.vocab_size,
                 "eos_token_ids": list(info.eos_token_ids), "bos_token_id": info.bos_token_id, "dtype": info.dtype,
                 "chat_template": None if info.chat_template is None else {
                     "role_prefix": dict(info.chat_template.role_prefix),
                     "role_suffix": dict(info.chat_template.role_suffix),
-                    "generation_prefix": info.chat_template.generation_prefix}}
+                    "generation_prefix": info.chat_template.generation_prefix}})
+
+    def _public(self, info: dict) -> dict:
+        """`info` with absolute paths shown as the model's name unless --expose-paths (public_paths.py)."""
+        return info if self.expose_paths else without_paths(info)
 
     def sglang_model_info(self) -> dict:
         """/get_model_info: ours plus the fields SGLang's /model_info has (its client reads
@@ -235,10 +249,11 @@ class Handlers:
     def server_info(self) -> dict:
         cfg = self.svc.engine.config
         fields = {k: getattr(cfg, k) for k in getattr(type(cfg), "__slots__", ()) if not k.startswith("_")}
-        return {**{k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v)) for k, v in fields.items()},
-                "version": "sglc", "max_total_num_tokens": self.svc.metrics().get("num_kv_slots"),
-                "dp_size": 1, "tp_size": 1, "model_path": self.svc.model_info().model_path,
-                "metrics": self.svc.metrics()}
+        return self._public({
+            **{k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v)) for k, v in fields.items()},
+            "version": "sglc", "max_total_num_tokens": self.svc.metrics().get("num_kv_slots"),
+            "dp_size": 1, "tp_size": 1, "model_path": self.svc.model_info().model_path,
+            "metrics": self.svc.metrics()})
 
     def prometheus(self) -> str:
         lines = []

@@ -35,7 +35,7 @@ import logging
 import socket
 import threading
 import time
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -46,6 +46,7 @@ from starlette.types import Receive, Scope, Send
 
 from . import openai_protocol as proto
 from .http_call import HttpError, Started
+from .host_allowlist import HostAllowList
 from .http_guard import RequestGuard, read_json_object
 from .http_handlers import Handlers
 from .limits import LimitExceeded
@@ -102,9 +103,11 @@ async def _done_or_gone(started: Started, request: Request) -> bool:
         gone.cancel()
 
 
-def build_app(service: RuntimeService, *, api_key: str | None = None) -> Any:
-    """The FastAPI application over one RuntimeService (with an API key: see auth.py)."""
-    h = Handlers(service)
+def build_app(service: RuntimeService, *, api_key: str | None = None, allowed_hosts: HostAllowList | None = None,
+              expose_paths: bool = False) -> Any:
+    """The FastAPI application over one RuntimeService (with an API key: see auth.py; the Host
+    names it answers: host_allowlist.py, loopback only by default)."""
+    h = Handlers(service, expose_paths=expose_paths)
     app = FastAPI(title="sglc runtime", docs_url=None, redoc_url=None, openapi_url=None)
 
     def fail(err: BaseException) -> Response:
@@ -215,7 +218,7 @@ def build_app(service: RuntimeService, *, api_key: str | None = None) -> Any:
         during a model forward, so this waits for at most one scheduling step."""
         return PlainTextResponse(h.prometheus(), media_type="text/plain; version=0.0.4")
 
-    app.add_middleware(RequestGuard, api_key=api_key)  # NOTE: before routing: 401 / 403 cost nothing
+    app.add_middleware(RequestGuard, api_key=api_key, allowed_hosts=allowed_hosts)  # NOTE: before routing: cheap
     return app
 
 
@@ -228,7 +231,7 @@ class HttpServer:
     kind = "http"
 
     def __init__(self, service: RuntimeService, host: str = "127.0.0.1", port: int = 0, *,
-                 api_key: str | None = None) -> None:
+                 api_key: str | None = None, allowed_hosts: Sequence[str] = (), expose_paths: bool = False) -> None:
         import uvicorn
 
         self.service = service
@@ -245,7 +248,8 @@ class HttpServer:
             raise OSError(f"HTTP server cannot listen on {host}:{port} (is the port in use?): {err}") from None
         self._sock.listen(1024)
         self.port = self._sock.getsockname()[1]
-        config = uvicorn.Config(build_app(service, api_key=api_key), log_level="warning", access_log=False, lifespan="off",
+        config = uvicorn.Config(build_app(service, api_key=api_key, allowed_hosts=HostAllowList(host, allowed_hosts),
+                                          expose_paths=expose_paths), log_level="warning", access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=2)
         self._server = uvicorn.Server(config)
         self._server.install_signal_handlers = lambda: None  # NOTE: launch.serve owns the signals

@@ -64,6 +64,8 @@ class ServeConfig:
     constraint_compiler: Any = None  # a ConstraintCompilerConfig; None = the defaults
     limits: ServerLimits = field(default_factory=ServerLimits)
     api_key: str | None = None  # None: open (see auth.py; cli_serve reads SGLC_API_KEY)
+    allowed_hosts: tuple[str, ...] = ()  # HTTP Host names beyond loopback and the bound address (host_allowlist.py)
+    expose_paths: bool = False  # HTTP info endpoints show absolute model paths (public_paths.py)
 
     def engine_config(self) -> Any:
         from sglc_runtime.engine.engine_config import EngineConfig
@@ -88,7 +90,8 @@ def build_frontends(config: ServeConfig, service: Any) -> list[Frontend]:
     if config.http_port is not None:
         from .http_server import HttpServer
 
-        frontends.append(HttpServer(service, config.host, config.http_port, api_key=config.api_key))
+        frontends.append(HttpServer(service, config.host, config.http_port, api_key=config.api_key,
+                                    allowed_hosts=config.allowed_hosts, expose_paths=config.expose_paths))
     return frontends
 
 
