@@ -232,7 +232,11 @@ class HttpServer:
 
     def __init__(self, service: RuntimeService, host: str = "127.0.0.1", port: int = 0, *,
                  api_key: str | None = None, allowed_hosts: Sequence[str] = (), expose_paths: bool = False) -> None:
+        import functools
+
         import uvicorn
+
+        from .connection_guard import ConnectionGuard, GuardedH11Protocol
 
         self.service = service
         self.host = host
@@ -248,9 +252,11 @@ class HttpServer:
             raise OSError(f"HTTP server cannot listen on {host}:{port} (is the port in use?): {err}") from None
         self._sock.listen(1024)
         self.port = self._sock.getsockname()[1]
+        #: Connection caps and request read deadlines (service.limits; see connection_guard.py).
+        self.guard = ConnectionGuard(service.limits)
         config = uvicorn.Config(build_app(service, api_key=api_key, allowed_hosts=HostAllowList(host, allowed_hosts),
                                           expose_paths=expose_paths), log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=2)
+                                timeout_graceful_shutdown=2, http=functools.partial(GuardedH11Protocol, guard=self.guard))
         self._server = uvicorn.Server(config)
         self._server.install_signal_handlers = lambda: None  # NOTE: launch.serve owns the signals
         self._thread: threading.Thread | None = None

@@ -30,7 +30,7 @@ class LimitExceeded(RequestError):
 
 @dataclass(frozen=True, slots=True)
 class ServerLimits:
-    """What one request may ask of the server (all counts and byte sizes, all >= 1)."""
+    """What one request (or connection) may ask of the server (counts, byte sizes and seconds, all >= 1)."""
 
     #: HTTP body bytes (from Content-Length, and counted while reading) and gRPC received message bytes.
     max_request_bytes: int = 8 * _MIB
@@ -58,6 +58,15 @@ class ServerLimits:
     max_json_depth: int = 64
     #: Bytes of a client-chosen request id (gRPC ``rid``).
     max_rid_bytes: int = 256
+    #: Seconds an HTTP request's headers may take to arrive, from its first byte (a new connection:
+    #: from being accepted); then 408 and closed (connection_guard.py). The answer is never timed.
+    max_header_seconds: int = 10
+    #: Seconds an HTTP request's body may take to arrive, from the end of its headers; then 408 and closed.
+    max_body_seconds: int = 60
+    #: Open HTTP connections from one client address; one more is answered 429 and closed at once.
+    max_connections_per_client: int = 1024
+    #: Open HTTP connections in all; one more is answered 503 and closed at once (keep it under `ulimit -n`).
+    max_connections: int = 4096
 
     def __post_init__(self) -> None:
         for f in fields(self):
