@@ -8,8 +8,8 @@ INTERNAL ("internal error: ..."), logged with its traceback. A message over
 A Generate that the engine aborts after it was accepted ends with a GenerateError message
 (status OK). Cancelling a Generate, Score or CachePrefix call aborts its engine work.
 
-With an API key every RPC but Health needs the metadata ``authorization: Bearer KEY``
-(UNAUTHENTICATED otherwise).
+With an API key every RPC needs the metadata ``authorization: Bearer KEY`` (UNAUTHENTICATED
+otherwise) but a plain Health check; ``Health(check_generate=true)`` runs a generation and needs it.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from sglc.wire import server_convert
 from sglc.wire.proto import runtime_pb2 as pb
 from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
 
-from .auth import OPEN_GRPC_METHODS, bearer_matches
+from .auth import OPEN_GRPC_CALLS, bearer_matches
 from .calls import CallCancelled
 from .limits import LimitExceeded
 from .service import ConstraintCompilerBusy, RequestError, RuntimeService, ServiceUnavailable, abort_kind, one_line
@@ -192,23 +192,29 @@ def runtime_handlers(servicer: RuntimeServicer) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(service.full_name, handlers)
 
 
+_UNAUTHENTICATED = "missing or wrong API key: send the metadata 'authorization: Bearer KEY'"
+
+
 class ApiKeyInterceptor(grpc.ServerInterceptor):
-    """Every RPC but the open ones (Health) needs ``authorization: Bearer KEY`` metadata."""
+    """Every RPC needs ``authorization: Bearer KEY`` metadata but the open calls of auth.py
+    (a plain Health check); a method open for some requests only is checked per request."""
 
     def __init__(self, key: str) -> None:
         self._key = key
 
     def intercept_service(self, continuation: Callable, details: grpc.HandlerCallDetails) -> Any:
         handler = continuation(details)
-        if handler is None or details.method in OPEN_GRPC_METHODS:
+        if handler is None:
             return handler
         metadata = dict(details.invocation_metadata or ())
         if bearer_matches(metadata.get("authorization"), self._key):
             return handler
+        is_open = OPEN_GRPC_CALLS.get(details.method)
+        if is_open is not None:
+            return _open_for(handler, is_open, details.method)
 
         def deny(request: Any, context: grpc.ServicerContext) -> Any:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                          "missing or wrong API key: send the metadata 'authorization: Bearer KEY'")
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, _UNAUTHENTICATED)
 
         if handler.response_streaming:
             def deny_stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
@@ -216,6 +222,23 @@ class ApiKeyInterceptor(grpc.ServerInterceptor):
                 yield  # NOTE: unreachable; makes this a generator like the handler it replaces
             return grpc.unary_stream_rpc_method_handler(deny_stream)
         return grpc.unary_unary_rpc_method_handler(deny)
+
+
+def _open_for(handler: grpc.RpcMethodHandler, is_open: Callable[[Any], bool], method: str) -> grpc.RpcMethodHandler:
+    """`handler` for the requests `is_open` lets through, UNAUTHENTICATED for the others (the
+    request is parsed first: whether it is open depends on its fields)."""
+    assert handler.unary_unary is not None, "only unary methods can be open per request"
+    inner = handler.unary_unary
+
+    def gated(request: Any, context: grpc.ServicerContext) -> Any:
+        if not is_open(request):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                          f"{_UNAUTHENTICATED} ({method} is open only in its plain form: this request "
+                          "can start a generation)")
+        return inner(request, context)
+
+    return grpc.unary_unary_rpc_method_handler(gated, request_deserializer=handler.request_deserializer,
+                                               response_serializer=handler.response_serializer)
 
 
 class GrpcServer:
