@@ -304,3 +304,15 @@ def test_bf16_and_int8_weights_stay_close_to_float32(built, name, dtype, quantiz
         assert got.dtype == torch.float32 and torch.isfinite(got).all()
         assert torch.nn.functional.cosine_similarity(got, want, dim=-1).min() > 0.99
         assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.85
+
+
+def test_one_token_moe_equals_the_grouped_path(built):
+    """A single token (one stream's decode step) takes the short road; it sums the same
+    contributions in the same order and dtype as the grouped path."""
+    b = built("qwen3_moe")
+    moe = next(layer.mlp for layer in b.ours.layers if isinstance(layer.mlp, SparseMoE))
+    x = torch.randn(5, 64, generator=torch.Generator().manual_seed(4))
+    for t in range(5):
+        one = x[t:t + 1]
+        weights, experts = moe.route(one)
+        assert torch.equal(moe(one, b.ours.act), moe._grouped(one, b.ours.act, weights, experts)), t

@@ -8,6 +8,11 @@ expert (a stable sort, so each token's contributions are added in expert order, 
 adds them), each expert that received tokens runs ONE gated MLP over all of them, the outputs are
 scaled by their routing weights and summed back into their tokens with one ``index_add_``. The
 Python loop is over experts that got tokens (at most ``k`` per token), never over tokens.
+
+One token (every decode step of one stream) takes a shorter road: its ``k`` experts in ascending
+order, each output scaled and added in place. The sums are the same as the grouped path's (same
+order, same casts); what goes is the sort, the bincount, the gathers and the scatter, which cost
+more than the expert linears themselves on a small model.
 """
 from __future__ import annotations
 
@@ -49,6 +54,13 @@ class SparseMoE:
 
     def __call__(self, x: torch.Tensor, act: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         weights, experts = self.route(x)
+        if x.shape[0] == 1:
+            return self._one_token(x, act, weights[0], experts[0])
+        return self._grouped(x, act, weights, experts)
+
+    def _grouped(self, x: torch.Tensor, act: Callable[[torch.Tensor], torch.Tensor], weights: torch.Tensor,
+                 experts: torch.Tensor) -> torch.Tensor:
+        """Each expert that got tokens runs once over all of them (see the module doc)."""
         flat = experts.reshape(-1)
         order = torch.argsort(flat, stable=True)  # NOTE: pairs grouped by expert, tokens in order within
         counts = torch.bincount(flat, minlength=self.num_experts).tolist()
@@ -62,3 +74,13 @@ class SparseMoE:
                 start += n
         scaled = (ys * weights.reshape(-1).index_select(0, order)[:, None]).to(x.dtype)
         return torch.zeros_like(x).index_add_(0, token, scaled)
+
+    def _one_token(self, x: torch.Tensor, act: Callable[[torch.Tensor], torch.Tensor], weights: torch.Tensor,
+                   experts: torch.Tensor) -> torch.Tensor:
+        """The grouped path's sum for a single token, without its sort, gathers and scatter."""
+        # NOTE: each weight stays a 1-element tensor, so `y * w` promotes as the grouped path's [n, 1] does
+        ranked = sorted(zip(experts.tolist(), weights.split(1)), key=lambda pair: pair[0])
+        out = torch.zeros_like(x)
+        for e, w in ranked:
+            out += (self.down[e](act(self.gate_up[e](x))) * w).to(x.dtype)
+        return out
