@@ -67,12 +67,20 @@ def test_stop_regex_waits_for_min_new_tokens(tok):
 
 @pytest.mark.parametrize("bad, words", [("((", "cannot be used"), (["ok", 3], "a str or a list of str"),
                                         ("", "must not contain an empty string"), (r"(?<=a)b", "lookbehind"),
-                                        (r"(a)\1", "cannot be used"), ("a.{40}", "cannot be used")])
+                                        (r"(a)\1", "cannot be used")])
 def test_a_bad_stop_regex_is_refused_at_construction(bad, words):
-    """Invalid patterns, constructs a DFA cannot run, and patterns over the compile budget are refused
-    before the request starts, naming the pattern."""
+    """Invalid patterns and constructs a DFA cannot run are refused before the request starts (parsed,
+    not compiled), naming the pattern."""
     with pytest.raises((TypeError, ValueError), match=words):
         SamplingParams(stop_regex=bad)
+
+
+def test_a_stop_regex_over_the_compile_budget_is_refused_by_its_compile_naming_it():
+    """Over budget is the compile's verdict (the engine's compile pool; here the in-process fallback):
+    construction accepts the syntax, the compile refuses naming the pattern."""
+    params = SamplingParams(stop_regex="a.{40}")
+    with pytest.raises(ValueError, match=r"stop_regex 'a\.\{40\}' cannot be used: .*max_dfa_states"):
+        StopRegexMatcher(params.stop_regex)
 
 
 def test_no_stop_trim_keeps_the_stop_string(tok):

@@ -12,7 +12,8 @@ socket (1-50 ms; ipv4 1.0 ms, the SGLang character regex's 20 MB index ~30 ms on
 
 Each :class:`CompileWorker` is one slot: its process is started on first use and again after
 it was killed or died. :meth:`CompilePool.compile` takes a free slot (waiting for one; the
-grammar cache bounds how many compiles can wait) and returns the decoded token index.
+grammar cache bounds how many compiles can wait) and returns the decoded token index (or, for a
+:class:`~.stop_regex.StopRegexSpec`, the search DFA).
 
 The worker imports exactly the code this process runs: ``sglc`` from the same folder and
 ``sglc_runtime`` from the same directory, whatever the working directory or sys.path of the
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import weakref
 from multiprocessing.connection import Connection
+from typing import Any
 
 import sglc
 import sglc_runtime
@@ -37,6 +39,8 @@ from .compile_worker import decode
 from .compiler_config import ConstraintCompilerConfig
 from .errors import ConstraintCompilerFailed
 from sglc.wire.constraint_spec import ConstraintSpec
+
+from .stop_regex import StopRegexSpec
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +126,8 @@ class CompileWorker:
         self._proc = self._conn = None
         return code
 
-    def compile(self, spec: ConstraintSpec, budget: fsm.CompileBudget) -> fsm.TokenIndex:
-        """The token index of ``spec``, compiled in this slot's process under ``budget``.
+    def compile(self, spec: ConstraintSpec | StopRegexSpec, budget: fsm.CompileBudget) -> Any:
+        """The token index of ``spec`` (a stop_regex's DFA), compiled in this slot's process under ``budget``.
 
         Raises the FSM library's ValueErrors for the constraint (over budget:
         ``CompileBudgetError``, also when the process had to be killed at the hard deadline or
@@ -172,7 +176,7 @@ class CompilePool:
             self._free.put(w)
         weakref.finalize(self, _close_all, list(self.workers))
 
-    def compile(self, spec: ConstraintSpec, budget: fsm.CompileBudget) -> fsm.TokenIndex:
+    def compile(self, spec: ConstraintSpec | StopRegexSpec, budget: fsm.CompileBudget) -> Any:
         """Compile in the first free worker (waiting for one); see :meth:`CompileWorker.compile`."""
         worker = self._free.get()
         try:

@@ -5,13 +5,15 @@ the caches decoding will read (fingerprint, forced bytes), all under one
 :class:`~sglc.fsm.CompileMeter`. The runtime runs it in a worker process (compile_pool.py) so
 that a compile never holds the server's GIL, can be killed at a hard deadline and cannot grow
 the server's memory; :func:`encode` / :func:`decode` carry the result back as flat arrays.
+A :class:`~.stop_regex.StopRegexSpec` job compiles to its search DFA instead (no token index),
+which crosses the socket pickled as itself.
 
 The worker (:func:`main`) speaks over one socket (``multiprocessing.connection`` framing):
 
     parent -> ("init", token_bytes, eos_ids, memory_bytes)   worker -> ("ready", vocab fingerprint)
-    parent -> (ConstraintSpec, CompileBudget)                 worker -> (status, value)
+    parent -> (ConstraintSpec | StopRegexSpec, CompileBudget)  worker -> (status, value)
 
-with status "ok" (value: :func:`encode`'s payload), "error" (an FSM library ValueError, which
+with status "ok" (value: :func:`encode`'s payload, or a stop_regex's DFA), "error" (an FSM library ValueError, which
 pickles as itself), "memory" (the address-space limit was reached; the worker then exits) or
 "failed" (an unexpected error, as text). It builds the vocabulary's trie once, at start.
 
@@ -28,6 +30,8 @@ from sglc import fsm
 from sglc.fsm.token_index import IndexArrays
 
 from sglc.wire.constraint_spec import ConstraintSpec
+
+from .stop_regex import StopRegexSpec
 
 
 class CompiledPayload(NamedTuple):
@@ -59,9 +63,19 @@ def encode(index: fsm.TokenIndex) -> CompiledPayload:
     return CompiledPayload(index.fsm, index.to_arrays())
 
 
-def decode(payload: CompiledPayload, vocab: fsm.Vocabulary) -> fsm.TokenIndex:
+def compile_job(spec: ConstraintSpec | StopRegexSpec, vocab: fsm.Vocabulary, meter: fsm.CompileMeter) -> Any:
+    """What the worker sends back for one job: a constraint's :func:`encode` payload, or a
+    stop_regex's DFA."""
+    if isinstance(spec, StopRegexSpec):
+        return spec.compile(meter)
+    return encode(compile_index(spec, vocab, meter))
+
+
+def decode(payload: Any, vocab: fsm.Vocabulary) -> Any:
     """The index :func:`encode` sent, over the parent's own ``vocab`` (the same vocabulary: the
-    worker's fingerprint was checked at start)."""
+    worker's fingerprint was checked at start); a stop_regex's DFA as it came."""
+    if not isinstance(payload, CompiledPayload):
+        return payload
     return fsm.TokenIndex.from_arrays(payload.fsm, vocab, payload.arrays)
 
 
@@ -72,11 +86,13 @@ def _limit_memory(num_bytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (num_bytes, hard))
 
 
-def _reply(spec: ConstraintSpec, budget: fsm.CompileBudget, vocab: fsm.Vocabulary) -> tuple[str, Any]:
+def _reply(spec: ConstraintSpec | StopRegexSpec, budget: fsm.CompileBudget, vocab: fsm.Vocabulary) -> tuple[str, Any]:
     try:
-        return "ok", encode(compile_index(spec, vocab, budget.start()))
+        return "ok", compile_job(spec, vocab, budget.start())
     except (ValueError, TypeError) as err:  # the constraint's fault: FSMError and the like
         return "error", err
+    except RecursionError:  # NOTE: the depth checks make this unreachable; never a traceback
+        return "error", fsm.CompileBudgetError("max_nesting_depth", budget.max_nesting_depth, "nesting too deep to compile")
     except MemoryError:
         return "memory", None
     except Exception as err:  # noqa: BLE001 - reported to the parent, which raises it

@@ -25,6 +25,8 @@ class ConstraintCompilerConfig:
     - kill_grace_seconds: how long past ``budget.max_compile_seconds`` a worker may run before
       it is killed (its own deadline checks normally stop it first).
     - cache_bytes: bytes of compiled grammars kept (token index arrays, tables, cached masks).
+    - stop_regex_cache_bytes: bytes of compiled stop_regex DFAs kept (compiled in the same pool,
+      under the same budget and max_pending).
     """
 
     budget: CompileBudget = field(default_factory=CompileBudget)
@@ -33,11 +35,13 @@ class ConstraintCompilerConfig:
     worker_memory_bytes: int = 2 * 2**30
     kill_grace_seconds: float = 2.0
     cache_bytes: int = 512 * 2**20
+    stop_regex_cache_bytes: int = 64 * 2**20
 
     def __post_init__(self) -> None:
         if not isinstance(self.budget, CompileBudget):
             raise TypeError(f"ConstraintCompilerConfig.budget must be a CompileBudget, got {type(self.budget).__name__}")
-        for name, low in (("num_workers", 0), ("max_pending", 1), ("worker_memory_bytes", 2**28), ("cache_bytes", 0)):
+        for name, low in (("num_workers", 0), ("max_pending", 1), ("worker_memory_bytes", 2**28), ("cache_bytes", 0),
+                          ("stop_regex_cache_bytes", 0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise ValueError(f"ConstraintCompilerConfig.{name} must be an int >= {low}, got {v!r}")

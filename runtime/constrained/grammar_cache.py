@@ -14,7 +14,12 @@ later ones wait on the first one's future); at most ``max_pending`` distinct com
 flight, more raise :class:`~.errors.ConstraintCompilerBusy` at once; the cache keeps compiled
 grammars up to ``cache_bytes`` (index arrays, tables and cached masks, least recently used
 evicted first). Constraints refused for what they are (invalid, over a structural limit) are
-remembered by key, so a client repeating one is refused without recompiling it.
+remembered by key (the last 256, keys and errors only), so a client repeating one is refused
+without recompiling it.
+
+stop_regex patterns take the same road (:meth:`GrammarCache.get_stop_regex`): the same compile
+pool, in-flight sharing, ``max_pending`` and refusals; their search DFAs are kept up to
+``stop_regex_cache_bytes``, least recently used evicted first.
 
 Thread safety: ``GrammarCache.get`` may be called from any thread (requests are submitted
 from several).
@@ -37,6 +42,7 @@ from .compile_worker import compile_index
 from .compiler_config import ConstraintCompilerConfig
 from .errors import ConstraintCompilerBusy
 from .grammar import CompiledGrammar
+from .stop_regex import StopRegexSpec, dfa_nbytes
 from sglc.wire.constraint_spec import ConstraintSpec
 
 _vocabularies: "weakref.WeakKeyDictionary[Any, fsm.Vocabulary]" = weakref.WeakKeyDictionary()
@@ -76,11 +82,16 @@ class GrammarCache:
         self._by_fingerprint: dict[str, CompiledGrammar] = {}
         self._pending: dict[tuple[str, str], Future] = {}
         self._refusals: OrderedDict[tuple[str, str], fsm.FSMError] = OrderedDict()
+        self._stop_dfas: OrderedDict[str, tuple[Any, int]] = OrderedDict()  # pattern -> (DFA, nbytes)
+        self._stop_nbytes = 0
         self._lock = threading.Lock()
         self.num_hits = 0
         self.num_misses = 0
         self.num_shared = 0  # waited for an identical compile already in flight
         self.num_busy = 0  # refused: max_pending compiles in flight
+        #: Compiles run (in the pool, or inline without workers), by kind: regex, json_schema,
+        #: choices, fsm, stop_regex; refused ones included.
+        self.num_compiles: dict[str, int] = {}
 
     @property
     def budget(self) -> fsm.CompileBudget:
@@ -89,11 +100,32 @@ class GrammarCache:
     def get(self, spec: ConstraintSpec) -> CompiledGrammar:
         """The compiled grammar for ``spec``: from the cache, from an identical compile in
         flight, or compiled now (blocking the calling thread, not the server)."""
+        return self._get(spec, self._lookup_grammar, self._compile)
+
+    def get_stop_regex(self, pattern: str) -> Any:  # -> sglc.fsm.dfa.DFA
+        """The search DFA of one stop_regex pattern (see stop_regex.py), like :meth:`get`: cached,
+        shared in flight, compiled in the pool under the budget; the FSM library's ValueErrors
+        for a bad or over-budget pattern, ConstraintCompilerBusy past ``max_pending``."""
+        return self._get(StopRegexSpec(pattern), self._lookup_stop_regex, self._compile_stop_regex)
+
+    def _lookup_grammar(self, key: tuple[str, str]) -> CompiledGrammar | None:
+        hit = self._by_key.get(key)
+        if hit is not None:
+            self._by_key.move_to_end(key)
+        return hit
+
+    def _lookup_stop_regex(self, key: tuple[str, str]) -> Any:
+        hit = self._stop_dfas.get(key[1])
+        if hit is None:
+            return None
+        self._stop_dfas.move_to_end(key[1])
+        return hit[0]
+
+    def _get(self, spec: Any, lookup: Any, compile_: Any) -> Any:
         key = spec.key
         with self._lock:
-            hit = self._by_key.get(key)
+            hit = lookup(key)
             if hit is not None:
-                self._by_key.move_to_end(key)
                 self.num_hits += 1
                 return hit
             refused = self._refusals.get(key)
@@ -113,9 +145,9 @@ class GrammarCache:
         if not owner:
             return future.result()
         try:
-            grammar = self._compile(spec)
-            future.set_result(grammar)
-            return grammar
+            value = compile_(spec)
+            future.set_result(value)
+            return value
         except BaseException as err:
             future.set_exception(err)
             raise
@@ -123,12 +155,17 @@ class GrammarCache:
             with self._lock:
                 del self._pending[key]
 
-    def _compile(self, spec: ConstraintSpec) -> CompiledGrammar:
+    def _run(self, spec: Any) -> Any:
+        """One compile of ``spec`` in the pool (inline without workers); refusals for what the
+        constraint is are remembered."""
+        with self._lock:
+            self.num_compiles[spec.kind] = self.num_compiles.get(spec.kind, 0) + 1
         try:
             if self._pool is not None:
-                index = self._pool.compile(spec, self.config.budget)
-            else:
-                index = compile_index(spec, self.vocab, self.config.budget.start())
+                return self._pool.compile(spec, self.config.budget)
+            if isinstance(spec, StopRegexSpec):
+                return spec.compile(self.config.budget.start())
+            return compile_index(spec, self.vocab, self.config.budget.start())
         except fsm.FSMError as err:
             if not (isinstance(err, fsm.CompileBudgetError) and err.limit in _UNREPEATABLE):
                 with self._lock:
@@ -136,6 +173,23 @@ class GrammarCache:
                     while len(self._refusals) > _MAX_REFUSALS:
                         self._refusals.popitem(last=False)
             raise
+
+    def _compile_stop_regex(self, spec: StopRegexSpec) -> Any:
+        dfa = self._run(spec)
+        size = dfa_nbytes(dfa)
+        with self._lock:
+            self.num_misses += 1
+            old = self._stop_dfas.pop(spec.pattern, None)
+            self._stop_nbytes += size - (old[1] if old is not None else 0)
+            self._stop_dfas[spec.pattern] = (dfa, size)
+            # NOTE: the newest always stays: it is being handed out
+            while self._stop_nbytes > self.config.stop_regex_cache_bytes and len(self._stop_dfas) > 1:
+                _, (_, n) = self._stop_dfas.popitem(last=False)
+                self._stop_nbytes -= n
+        return dfa
+
+    def _compile(self, spec: ConstraintSpec) -> CompiledGrammar:
+        index = self._run(spec)
         with self._lock:
             grammar = self._by_fingerprint.get(index.fsm.fingerprint)
         if grammar is None:
@@ -164,6 +218,24 @@ class GrammarCache:
         with self._lock:
             grammars = {id(g): g for g in self._by_key.values()}
         return sum(g.nbytes for g in grammars.values())
+
+    @property
+    def stop_regex_nbytes(self) -> int:
+        """Bytes held by the cached stop_regex DFAs (an estimate; see stop_regex.dfa_nbytes)."""
+        with self._lock:
+            return self._stop_nbytes
+
+    @property
+    def num_stop_regexes(self) -> int:
+        """stop_regex DFAs cached."""
+        with self._lock:
+            return len(self._stop_dfas)
+
+    @property
+    def num_refusals(self) -> int:
+        """Refused constraints remembered (at most 256)."""
+        with self._lock:
+            return len(self._refusals)
 
     @property
     def num_pending(self) -> int:

@@ -1,8 +1,9 @@
 """EngineConstraints: the engine's constrained-decoding duties, in one place.
 
-- compile a request's constraint (regex / json_schema / fsm) at submit, once per distinct
-  constraint, under the engine's compile budget (the engine's :class:`GrammarCache`, which
-  the server shares; compiles run in worker processes);
+- compile a request's constraint (regex / json_schema / fsm) and its stop_regex patterns at
+  submit, once per distinct constraint or pattern, under the engine's compile budget (the
+  engine's :class:`GrammarCache`, which the server shares; compiles run in worker processes,
+  never on the engine's thread);
 - jump-forward: append the text a request's constraint forces without sampling it, at submit
   and after every step that sampled for the request (see :func:`plan_jump`).
 
@@ -17,6 +18,7 @@ import threading
 from sglc import fsm
 
 from ..constrained import ConstraintCompilerConfig, ConstraintState, GrammarCache, plan_jump
+from ..constrained.stop_regex import refusal
 from ..sampling.sampling_params import SamplingParams
 from ..scheduling.request import Req
 from ..scheduling.scheduler import Scheduler
@@ -46,9 +48,12 @@ class EngineConstraints:
             return self._grammars
 
     def compile(self, params: SamplingParams) -> SamplingParams:
-        """Params with ``constraint`` compiled from regex / json_schema / fsm (cached per constraint).
-        A constraint that cannot be compiled (or is over the compile budget) raises ValueError
-        naming it; too many compiles in flight raise ConstraintCompilerBusy."""
+        """Params with ``constraint`` compiled from regex / json_schema / fsm (cached per constraint)
+        and ``stop_regex_dfas`` from stop_regex (cached per pattern). A constraint or pattern that
+        cannot be compiled (or is over the compile budget) raises ValueError naming it; too many
+        compiles in flight raise ConstraintCompilerBusy."""
+        if params.stop_regex and params.stop_regex_dfas is None:
+            params = params.replace(stop_regex_dfas=tuple(self._stop_regex(p) for p in params.stop_regex))
         spec = params.constraint_spec() if params.constraint is None else None
         if spec is None:
             return params
@@ -59,6 +64,14 @@ class EngineConstraints:
         except ValueError as err:  # the FSM library's errors name the problem and position
             raise ValueError(f"SamplingParams.{spec.kind}: {err}") from err
         return params.replace(constraint=grammar)
+
+    def _stop_regex(self, pattern: str):  # -> sglc.fsm.dfa.DFA
+        try:
+            return self.grammars.get_stop_regex(pattern)
+        except fsm.CompileBudgetError as err:
+            raise ValueError(f"SamplingParams.{refusal(pattern, err)}; {budget_hint(err)}") from err
+        except ValueError as err:
+            raise ValueError(f"SamplingParams.{refusal(pattern, err)}") from err
 
     def close(self) -> None:
         """Stop the compile workers (at engine shutdown)."""

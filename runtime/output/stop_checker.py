@@ -61,7 +61,7 @@ class StopChecker:
             ids.update(eos_token_ids)
         self.stop_ids = frozenset(ids)
         self.max_stop_len = max((len(s) for s in params.stop), default=0)
-        self.regexes = StopRegexMatcher(params.stop_regex)
+        self.regexes = StopRegexMatcher(params.stop_regex, params.stop_regex_dfas)
 
     def check_token(self, token_id: int, num_output_tokens: int) -> FinishReason | None:
         """Finish reason decided by the token alone (stop id / eos); `num_output_tokens` counts it."""

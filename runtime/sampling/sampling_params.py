@@ -28,6 +28,8 @@ class _ConstraintFields:
       fields above, or given directly); it wins over them.
     - jump_forward: with a constraint, append the text it forces without sampling (retokenized at
       the boundary); False decodes token by token (for comparison).
+    - stop_regex_dfas: the compiled search DFAs of ``stop_regex``, one per pattern (set by the
+      engine at submit from its compile pool, like ``constraint``; None: compiled where used).
     """
 
     regex: str | None = None
@@ -35,6 +37,7 @@ class _ConstraintFields:
     fsm: dict | None = None
     constraint: object | None = None
     jump_forward: bool = True
+    stop_regex_dfas: tuple | None = None
 
 
 class _SamplingRules:
@@ -52,7 +55,7 @@ class _SamplingRules:
                     raise TypeError(f"SamplingParams.{row.name} must be set, got None")
                 continue
             setattr(self, row.name, row.check(value, f"SamplingParams.{row.name}"))
-        self._compile_stop_regex()
+        self._check_stop_regex()
         if self.min_new_tokens > self.max_new_tokens:
             raise ValueError(
                 f"SamplingParams.min_new_tokens ({self.min_new_tokens}) must be <= "
@@ -62,17 +65,21 @@ class _SamplingRules:
             self.temperature = 0.0
         self._check_constraint()
 
-    def _compile_stop_regex(self) -> None:
-        """Each stop_regex compiled here (to its search DFA, cached) so a bad one fails at submit."""
+    def _check_stop_regex(self) -> None:
+        """Each stop_regex parsed here so an invalid one fails at construction. NOTE: parsed, not
+        compiled: the compile (and its budget) is the engine's, in its compile pool, at submit."""
         if not self.stop_regex:
             return
-        from ..constrained.stop_regex import compile_stop_regex  # NOTE: lazy: only stop_regex requests pay
+        from ..constrained.stop_regex import check_stop_regex  # NOTE: lazy: only stop_regex requests pay
 
         for pattern in self.stop_regex:
             try:
-                compile_stop_regex(pattern)
+                check_stop_regex(pattern)
             except ValueError as err:
                 raise ValueError(f"SamplingParams.{err}") from None
+        dfas = self.stop_regex_dfas
+        if dfas is not None and (not isinstance(dfas, tuple) or len(dfas) != len(self.stop_regex)):
+            raise ValueError("SamplingParams.stop_regex_dfas must be a tuple of one DFA per stop_regex pattern")
 
     def _check_constraint(self) -> None:
         if not isinstance(self.jump_forward, bool):
