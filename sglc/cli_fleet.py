@@ -1,12 +1,16 @@
 """`sglc fleet`: N runtime workers behind SGLang's router, until SIGTERM / SIGINT.
 
     sglc fleet --dp N [--policy cache_aware|round_robin|random|power_of_two] [--port N] [--host H]
-               [--model PATH_OR_DEFAULT] [--threads-per-worker N] [--worker-arg ARG ...] [--router-arg ARG ...]
+               [--model PATH_OR_DEFAULT] [--threads-per-worker N] [--api-key KEY] [--worker-arg ARG ...]
+               [--router-arg ARG ...]
 
 Prints ``sglc fleet: router on http://HOST:PORT ...`` on stdout once every worker is healthy and
 registered with the router (port 0 picks a free port: read it from that line), then one
 ``sglc fleet: worker I http://... grpc HOST:PORT (pid P)`` line per worker. Needs the ``fleet`` extra
 (sglang-router). Exits 0 after a clean shutdown of the router and every worker.
+
+``--api-key KEY`` (default: $SGLC_API_KEY, as ``sglc serve``): the workers need the key, the router
+sends it to them and needs it from its clients (sglc/fleet.py says which router routes stay open).
 """
 from __future__ import annotations
 
@@ -37,6 +41,9 @@ def add_fleet_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--model", default="default", metavar="PATH_OR_DEFAULT", help="the workers' model (as sglc serve)")
     p.add_argument("--threads-per-worker", type=positive_int, default=None, metavar="N",
                    help="CPU threads of each worker (default: the cores split evenly, at least 1)")
+    p.add_argument("--api-key", default=None, metavar="KEY",
+                   help="the workers' API key; the router sends it to them and requires it from its clients "
+                        "('Authorization: Bearer KEY'; default: $SGLC_API_KEY; none = all open)")
     p.add_argument("--worker-arg", action="append", default=[], metavar="ARG",
                    help="one more `sglc serve` argument for every worker (repeatable), e.g. "
                         "--worker-arg=--kv-slots --worker-arg=8192")
@@ -50,12 +57,17 @@ def add_fleet_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
-    from sglc.fleet import Fleet, FleetConfig, check_router_installed
+    from sglc.fleet import Fleet, FleetConfig, FleetError, check_router_installed
+    from sglc_runtime.server.auth import resolve_api_key  # NOTE: the one reading of --api-key / $SGLC_API_KEY
 
     check_router_installed()  # before anything starts
-    config = FleetConfig(num_workers=args.dp, policy=args.policy, model=args.model, host=args.host, port=args.port,
-                         threads_per_worker=args.threads_per_worker, worker_args=tuple(args.worker_arg), router_args=tuple(args.router_arg),
-                         ready_timeout_s=args.ready_timeout)
+    try:
+        config = FleetConfig(num_workers=args.dp, policy=args.policy, model=args.model, host=args.host, port=args.port,
+                             threads_per_worker=args.threads_per_worker, worker_args=tuple(args.worker_arg),
+                             router_args=tuple(args.router_arg), ready_timeout_s=args.ready_timeout,
+                             api_key=resolve_api_key(args.api_key))
+    except ValueError as err:
+        raise FleetError(str(err)) from None
     signals: list[int] = []
     previous = {s: signal.signal(s, lambda signum, frame: signals.append(signum))
                 for s in (signal.SIGTERM, signal.SIGINT)}
@@ -63,7 +75,8 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     try:
         fleet.start()
         print(f"sglc fleet: router on {fleet.url} (policy {config.policy}, {config.num_workers} workers, "
-              f"{config.threads()} thread(s) each; pid {fleet.router.pid})", flush=True)
+              f"{config.threads()} thread(s) each{', API key required' if config.api_key else ''}; "
+              f"pid {fleet.router.pid})", flush=True)
         for w in fleet.workers:
             print(f"sglc fleet: worker {w.index} {w.url} grpc {w.grpc} (pid {w.proc.pid})", flush=True)
         while not signals:

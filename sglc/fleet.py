@@ -11,6 +11,14 @@
   ``--policy``; we never balance requests ourselves.
 - ``start()`` returns once every worker answers ``/health`` and the router forwards a request to
   each; on any failure it stops what it started and raises :class:`FleetError`.
+- With an API key (``FleetConfig.api_key``) both directions are closed: every worker runs with the
+  key, and the router gets it as ``--api-key``, which in sglang-router 0.3.2 does two things: it
+  sends ``Authorization: Bearer KEY`` on what it forwards to a worker, and it answers 401 to a client
+  without that header on its routes that reach a worker's generation. What it still answers without
+  the key starts no generation; one route, /engine_metrics, shows the workers' /metrics (it fetches
+  them with its key): the router has one key for both directions (docs/fleet.md). The key travels
+  to every child in the environment ($SGLC_API_KEY), never on a command line (``ps`` shows command
+  lines to every user). The router's /health checks of the workers carry no key and need none.
 - ``stop()`` sends SIGTERM to the router and the workers, waits ``grace_s``, then SIGKILLs what is
   left. Children also get SIGTERM from the kernel if this process dies (PR_SET_PDEATHSIG), so a
   killed fleet leaves no orphans.
@@ -35,12 +43,20 @@ from pathlib import Path
 from typing import Optional
 
 from sglc.errors import SglcError
+from sglc.wire.auth import API_KEY_ENV
 
 POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
 #: The extra that installs the router (pyproject.toml: [project.optional-dependencies] fleet).
 ROUTER_HINT = "pip install 'sglc[fleet]' (sglang-router==0.3.2 and setproctitle)"
 _LISTENING = re.compile(r"^sglc serve: listening on (\S+):(\d+) \((grpc|http)\)$")
 _ROOT = Path(__file__).resolve().parent.parent
+#: The router's launcher (``python -m sglang_router.launch_router``) with ``--api-key`` taken from
+#: $SGLC_API_KEY when it is set, so the key is never on the router's command line.
+_ROUTER_MAIN = ("import os, sys\n"
+                f"key = os.environ.pop({API_KEY_ENV!r}, '')\n"
+                "sys.argv[1:1] = ['--api-key', key] if key else []\n"
+                "from sglang_router.launch_router import main\n"
+                "main()\n")
 
 
 class FleetError(SglcError):
@@ -67,6 +83,9 @@ class FleetConfig:
     circuit_breaker_timeout_s: int = 5
     ready_timeout_s: float = 300.0
     grace_s: float = 10.0
+    #: The workers' key, which the router sends them and requires from its clients (None: all open;
+    #: `sglc fleet` reads --api-key, else $SGLC_API_KEY). Not in the repr: it must not reach a log.
+    api_key: Optional[str] = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.circuit_breaker_timeout_s, bool) or not isinstance(self.circuit_breaker_timeout_s, int) \
@@ -80,6 +99,10 @@ class FleetConfig:
             raise ValueError(f"threads_per_worker must be >= 1, got {self.threads_per_worker}")
         if not self.ready_timeout_s > 0 or self.grace_s < 0:
             raise ValueError("ready_timeout_s must be > 0 and grace_s >= 0")
+        if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()
+                                         or any(c.isspace() for c in self.api_key)):
+            raise ValueError("the API key (--api-key / $SGLC_API_KEY) is a non-empty string without spaces "
+                             "(it is sent as 'Authorization: Bearer KEY')")
 
     def threads(self) -> int:
         if self.threads_per_worker is not None:
@@ -110,10 +133,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
-    """(status, body) of a GET; status 0 when nothing answered."""
+def auth_headers(api_key: Optional[str]) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def http_get(url: str, timeout: float = 5.0, api_key: Optional[str] = None) -> tuple[int, bytes]:
+    """(status, body) of a GET (with ``Authorization: Bearer KEY`` when given a key); status 0
+    when nothing answered."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=auth_headers(api_key)),
+                                    timeout=timeout) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as err:
         return err.code, err.read()
@@ -121,9 +150,9 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         return 0, b""
 
 
-def worker_metrics(url: str, timeout: float = 10.0) -> dict[str, float]:
+def worker_metrics(url: str, timeout: float = 10.0, api_key: Optional[str] = None) -> dict[str, float]:
     """An `sglc serve` worker's /metrics (Prometheus text, ``sglc_NAME VALUE`` lines) as {NAME: value}."""
-    status, body = http_get(f"{url}/metrics", timeout)
+    status, body = http_get(f"{url}/metrics", timeout, api_key)
     if status != 200:
         raise FleetError(f"{url}/metrics answered status {status}")
     out = {}
@@ -183,7 +212,7 @@ class Fleet:
 
     def _spawn_worker(self, index: int) -> Worker:
         threads = str(self.config.threads())
-        env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+        env = {**self._key_env(), "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
                "OPENBLAS_NUM_THREADS": threads, "PYTHONUNBUFFERED": "1",
                "PYTHONPATH": str(_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         args = [sys.executable, "-m", "sglc.cli", "serve", "--model", self.config.model, "--host", self.config.host,
@@ -196,6 +225,14 @@ class Fleet:
         threading.Thread(target=self._pump, args=(proc.stdout, worker.lines), daemon=True).start()
         threading.Thread(target=self._tail, args=(proc.stderr, worker.stderr_tail, index), daemon=True).start()
         return worker
+
+    def _key_env(self) -> dict[str, str]:
+        """This process's environment with $SGLC_API_KEY set to the fleet's key, or removed when
+        it has none (an inherited key on the workers alone would make the router's calls fail)."""
+        env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
+        if self.config.api_key:
+            env[API_KEY_ENV] = self.config.api_key
+        return env
 
     @staticmethod
     def _pump(stream, lines: queue.SimpleQueue) -> None:
@@ -228,7 +265,7 @@ class Fleet:
 
     def _wait_http(self, url: str, deadline: float, what: str, ok=lambda body: True) -> bytes:
         while True:
-            status, body = http_get(url, timeout=5.0)
+            status, body = http_get(url, timeout=5.0, api_key=self.config.api_key)
             if status == 200 and ok(body):
                 return body
             if time.monotonic() > deadline:
@@ -241,11 +278,11 @@ class Fleet:
     def _spawn_router(self) -> None:
         self.router_port = self.config.port or free_port(self.config.host)
         urls = [w.url for w in self.workers]
-        args = [sys.executable, "-m", "sglang_router.launch_router", "--host", self.config.host,
+        args = [sys.executable, "-c", _ROUTER_MAIN, "--host", self.config.host,
                 "--port", str(self.router_port), "--policy", self.config.policy, "--worker-urls", *urls,
                 "--log-level", "warn", *self._breaker_args(), *self.config.router_args]
-        self.router = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr,
-                                       preexec_fn=_die_with_parent)
+        self.router = subprocess.Popen(args, env=self._key_env(), stdin=subprocess.DEVNULL, stdout=sys.stderr,
+                                       stderr=sys.stderr, preexec_fn=_die_with_parent)
 
     def _breaker_args(self) -> list[str]:
         if any(a.startswith("--cb-timeout-duration-secs") for a in self.config.router_args):

@@ -30,11 +30,12 @@ def alive(pid: int) -> bool:
 class FleetProcess:
     """`python -m sglc.cli fleet ...`; ``start()`` returns once it printed the router and worker lines."""
 
-    def __init__(self, *args: str, dp: int = 2, ready_timeout: float = 300.0) -> None:
+    def __init__(self, *args: str, dp: int = 2, ready_timeout: float = 300.0, env: dict[str, str] | None = None) -> None:
         # NOTE: float32 workers, as tests/grpc_helpers.py's ServeProcess (why: there)
         self.args = ["--dp", str(dp), "--port", "0", "--worker-arg=--kv-slots", "--worker-arg=4096",
                      "--worker-arg=--quantization", "--worker-arg=none", *args]
         self.dp = dp
+        self.env = env or {}  # more environment variables of the fleet process (e.g. SGLC_API_KEY)
         self.ready_timeout = ready_timeout
         self.proc: subprocess.Popen | None = None
         self.url = ""
@@ -44,7 +45,7 @@ class FleetProcess:
 
     def start(self) -> FleetProcess:
         env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               "PYTHONUNBUFFERED": "1"}
+               "PYTHONUNBUFFERED": "1", **self.env}
         self.proc = subprocess.Popen([sys.executable, "-m", "sglc.cli", "fleet", *self.args], cwd=ROOT, env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
