@@ -8,6 +8,10 @@ server log) and leaks (calls still active, engine requests or outputs left after
       (an external `sglc serve`: its log is not watched and leaks are read from its metrics)
 
 Exit status 0 when nothing bad was seen, 1 otherwise.
+
+Other soaks run through ``--mode NAME`` (the flags after it are that soak's own, see MODES):
+
+    python bench/soak_server.py --mode slow-body --connections 3000   # bench/soak_slow_body.py
 """
 from __future__ import annotations
 
@@ -50,7 +54,21 @@ def _leaks_remote(grpc_address: str, api_key: str | None) -> dict:
         return {"active_calls": m["num_active"], "engine_running": m["num_running"], "engine_waiting": m["num_waiting"]}
 
 
+#: ``--mode NAME``: the module whose ``main(argv)`` runs that soak with the remaining flags.
+MODES = {
+    "slow-body": "bench.soak_slow_body",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) >= 2 and argv[0] == "--mode" and argv[1] != "fuzz":
+        if argv[1] not in MODES:
+            sys.exit(f"soak_server: unknown --mode {argv[1]!r}; known: fuzz, {', '.join(MODES)}")
+        import importlib
+
+        return importlib.import_module(MODES[argv[1]]).main(argv[2:])
+    argv = argv[2:] if argv[:1] == ["--mode"] else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=0)
