@@ -8,9 +8,11 @@ sglang_generate.py), ``/health``, ``/health_generate``, ``/get_model_info`` and 
 
 Errors (OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``): invalid JSON or a
 bad field -> 400; no or a wrong API key -> 401; a foreign Origin -> 403; unknown model or path ->
-404; a wrong method -> 405; a body over max_request_bytes -> 413; not application/json -> 415;
-too many constraint compilations in flight -> 429 (Retry-After: 1); draining -> 503; a request
-the engine aborts for an internal reason -> 500. Nothing here
+404; a wrong method -> 405; headers or body slower than max_header_seconds / max_body_seconds
+-> 408, closed; a body over max_request_bytes -> 413; not application/json -> 415; too many
+constraint compilations in flight -> 429 (Retry-After: 1); a connection over
+max_connections_per_client / max_connections -> 429 / 503 when accepted (connection_guard.py);
+draining -> 503; a request the engine aborts for an internal reason -> 500. Nothing here
 touches the engine directly: every call goes through the transport-neutral RuntimeService
 (the same object the gRPC server adapts); the request checks live in http_guard.py.
 
