@@ -12,6 +12,7 @@ Exit status 0 when nothing bad was seen, 1 otherwise.
 Other soaks run through ``--mode NAME`` (the flags after it are that soak's own, see MODES):
 
     python bench/soak_server.py --mode slow-body --connections 3000   # bench/soak_slow_body.py
+    python bench/soak_server.py --mode constraint-flood --requests 10000  # bench/soak_constraint_flood.py
 """
 from __future__ import annotations
 
@@ -57,6 +58,7 @@ def _leaks_remote(grpc_address: str, api_key: str | None) -> dict:
 #: ``--mode NAME``: the module whose ``main(argv)`` runs that soak with the remaining flags.
 MODES = {
     "slow-body": "bench.soak_slow_body",
+    "constraint-flood": "bench.soak_constraint_flood",
 }
 
 

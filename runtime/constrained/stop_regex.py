@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from sglc.fsm import FSMError, compile_regex_metered
-from sglc.fsm.budget import CompileMeter
+from sglc.fsm.budget import CompileBudget, CompileMeter
 from sglc.fsm.dfa import DFA
 from sglc.fsm.regex_parser import parse_regex
 
@@ -43,10 +43,15 @@ def refusal(pattern: str, err: Exception) -> ValueError:
     return ValueError(f"stop_regex {pattern[:80]!r} cannot be used: {err} ({_HINT})")
 
 
+#: Parsing only: the size limits are the server's (its stop_regex byte limit before this, its
+#: CompileBudget in the pool after), so they are lifted here; the nesting limit guards the parser.
+_PARSE_ONLY = CompileBudget(max_pattern_chars=2**62, max_nfa_states=2**62)
+
+
 def check_stop_regex(pattern: str) -> None:
     """Parse ``pattern`` (no compile): ValueError naming it when it is invalid or unsupported."""
     try:
-        parse_regex(_search(pattern))
+        parse_regex(_search(pattern), meter=_PARSE_ONLY.start())
     except (FSMError, RecursionError) as err:
         raise refusal(pattern, err) from None
 
