@@ -15,8 +15,8 @@ Each connection counts as closed in time (the server closed it within its deadli
 408 or silently), refused at once (429 / 503), closed early (before its deadline), or still open
 (given up at deadline + --slack). The attack comes from --sources loopback addresses
 (127.0.0.2, 127.0.0.3, ...), each under the per-client cap by default; --sources 1 shows the cap.
-/health and the generations come from 127.0.0.1. Client and in-process server share one Python
-process (the GIL), so the latencies are an upper bound of what an external client sees.
+/health and the generations come from 127.0.0.1 (one of each before the attack too, for comparison on
+a shared machine); the attack runs in a child process, so it does not share the server's GIL.
 
 Exit status 1 when a connection stayed open past its deadline, one closed early, or /health or a
 generation failed.
@@ -28,6 +28,7 @@ import asyncio
 import http.client
 import json
 import math
+import multiprocessing
 import resource
 import sys
 import threading
@@ -184,6 +185,10 @@ async def _attack(address: tuple[str, int], connections: int, sources: list[str]
         for i in range(connections)))
 
 
+def _attack_in_child(args: tuple, sender: Any) -> None:
+    sender.send(asyncio.run(_attack(*args)))
+
+
 def run_slow_body(base: str, *, connections: int, header_s: float, body_s: float, sources: int = 4,
                   drip: float = 1.0, slack: float = 3.0, early: float = 0.5) -> dict[str, Any]:
     """The attack on the server at `base` (``http://host:port``); the counts as a dict."""
@@ -192,11 +197,21 @@ def run_slow_body(base: str, *, connections: int, header_s: float, body_s: float
     addresses = [f"127.0.0.{2 + k}" for k in range(sources)]
     probe, stop = Probe(), threading.Event()
     _probe(base, _stopped_after_one(), Probe(), 0.0)  # NOTE: warm-up: the first generation is not the attack's
+    before = Probe()  # the same probes without the attack, on the same (possibly shared) machine
+    _probe(base, _stopped_after_one(), before, 0.0)
     prober = threading.Thread(target=_probe, args=(base, stop, probe, 0.25), daemon=True)
     t0 = time.monotonic()
     prober.start()
     try:
-        outcomes = asyncio.run(_attack((host, int(port)), connections, addresses, deadline_s, drip, slack))
+        # NOTE: the attack runs in a child process, so its event loop does not take the in-process
+        # server's GIL and the probes time the server, not the attacker
+        context = multiprocessing.get_context("spawn")
+        receiver, sender = context.Pipe(duplex=False)
+        child = context.Process(target=_attack_in_child, name="slowloris", daemon=True,
+                                args=(((host, int(port)), connections, addresses, deadline_s, drip, slack), sender))
+        child.start()
+        outcomes = receiver.recv()
+        child.join()
     finally:
         stop.set()
         prober.join()
@@ -223,6 +238,7 @@ def run_slow_body(base: str, *, connections: int, header_s: float, body_s: float
         "num_health_failures": len(probe.health_failures),
         "generation_s": _quantiles(probe.generation_s, 2), "generation_failures": probe.generation_failures[:5],
         "num_generation_failures": len(probe.generation_failures),
+        "before_attack": {"health_ms": round(before.health_ms[0], 1), "generation_s": round(before.generation_s[0], 2)},
         "seconds": round(time.monotonic() - t0, 1),
     }
 
@@ -294,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"soak: {summary['opened']} opened, {summary['closed_by_server_in_time']} closed by the server in time, "
           f"{summary['refused_at_once']} refused at once, {summary['still_open_after_deadline']} still open after "
           f"the deadline, {summary['closed_early']} closed early; /health {summary['health_ms']} ms; "
-          f"generation {summary['generation_s']} s", file=sys.stderr)
+          f"generation {summary['generation_s']} s (before the attack: {summary['before_attack']})", file=sys.stderr)
     return 1 if bad else 0
 
 
