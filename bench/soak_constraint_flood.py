@@ -6,7 +6,8 @@ compile budget) over HTTP /generate and print the server's resident memory every
     python bench/soak_constraint_flood.py --http http://127.0.0.1:30001 --pid 1234   # an external `sglc serve`
 
 Every pattern is new (numbered), so every request is a cache miss: the flood measures whether the
-caches keyed by pattern (compiled grammars, refusals, stop_regex DFAs) stay bounded. Answers are
+caches keyed by pattern (compiled grammars, refusals, stop_regex DFAs) stay bounded. The server's
+compile workers (its child processes) are measured too: they are where refused compiles spend. Answers are
 tallied by status (200 served, 400 refused for the pattern, 429 compile pool busy); a 5xx or a
 connection error is a failure. Exit status 1 when one was seen, or when --max-growth is given and
 RSS after warm-up grew by more than that fraction.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -26,22 +28,27 @@ from typing import Any
 
 #: Every OVER_BUDGET_EVERY-th request carries a pattern over the default compile budget.
 OVER_BUDGET_EVERY = 4
+#: One over-budget pattern in SLOW_EVERY is the slow kind (seconds of DFA construction).
+SLOW_EVERY = 10
 KINDS = ("regex", "json_schema", "stop_regex")
 
 
 def constraint(i: int, kinds: tuple[str, ...] = KINDS, over_every: int = OVER_BUDGET_EVERY) -> tuple[str, Any, bool]:
     """(field, value, over budget) of the i-th distinct constraint: cheap ones, and every
-    ``over_every``-th one past max_dfa_states (``(a|b)*a(a|b){25}`` needs 2^26 DFA states)."""
+    ``over_every``-th one over the default budget: mostly ``a{60000}`` (max_nfa_states, refused
+    at parse), one in SLOW_EVERY ``(a|b)*a(a|b){25}`` (2^26 DFA states: a compile of seconds
+    until max_dfa_states stops it)."""
     kind = kinds[i % len(kinds)]
     over = over_every > 0 and i % over_every == over_every - 1
     tag = f"q{i}"
+    bad = f"{tag}(a|b)*a(a|b){{25}}" if (i // max(over_every, 1)) % SLOW_EVERY == 0 else f"{tag}a{{60000}}"
     if kind == "regex":
-        return kind, (f"{tag}(a|b)*a(a|b){{25}}" if over else f"{tag}[a-c]{{1,3}}"), over
+        return kind, (bad if over else f"{tag}[a-c]{{1,3}}"), over
     if kind == "json_schema":
-        pattern = f"{tag}(a|b)*a(a|b){{25}}" if over else f"{tag}[a-z]{{1,4}}"
+        pattern = bad if over else f"{tag}[a-z]{{1,4}}"
         schema = {"type": "object", "properties": {tag: {"type": "string", "pattern": pattern}}, "required": [tag]}
         return kind, json.dumps(schema), over
-    return kind, ([f"{tag}(a|b)*a(a|b){{25}}"] if over else [f"{tag}[0-9]+"]), over
+    return kind, ([bad] if over else [f"{tag}[0-9]+"]), over
 
 
 def rss_bytes(pid: int | str = "self") -> int:
@@ -51,6 +58,29 @@ def rss_bytes(pid: int | str = "self") -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmRSS in /proc/{pid}/status")
+
+
+def children(pid: int | str) -> list[int]:
+    """Child processes of ``pid`` (its compile workers)."""
+    out: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(c) for c in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def workers_rss_bytes(pid: int | str) -> int:
+    """Summed RSS of ``pid``'s child processes (a child that just exited counts 0)."""
+    total = 0
+    for child in children(pid):
+        try:
+            total += rss_bytes(child)
+        except (OSError, RuntimeError):
+            pass
+    return total
 
 
 def post(base: str, i: int, max_new_tokens: int, timeout: float, **pick: Any) -> int:
@@ -94,10 +124,12 @@ def flood(base: str, *, requests: int, workers: int, max_new_tokens: int, pid: i
                 done = sum(statuses.values())
                 if done % every == 0:
                     point = {"requests": done, "rss_mb": round(rss_bytes(pid) / 2**20, 1),
+                             "workers_rss_mb": round(workers_rss_bytes(pid) / 2**20, 1),
                              "seconds": round(time.monotonic() - t0, 1)}
                     curve.append(point)
                     if not quiet:
-                        print(f"flood: {done:6d} requests  rss {point['rss_mb']:8.1f} MiB  {dict(statuses)}",
+                        print(f"flood: {done:6d} requests  rss {point['rss_mb']:8.1f} MiB  compile workers "
+                              f"{point['workers_rss_mb']:7.1f} MiB  {point['seconds']:7.1f} s  {dict(statuses)}",
                               file=sys.stderr, flush=True)
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(workers)]
