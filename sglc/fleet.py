@@ -217,6 +217,10 @@ class Fleet:
                "PYTHONPATH": str(_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         args = [sys.executable, "-m", "sglc.cli", "serve", "--model", self.config.model, "--host", self.config.host,
                 "--port", "0", "--http-port", "0", *self.config.worker_args]
+        if "--expose-paths" not in args:
+            # NOTE: the router loads each worker's tokenizer from the model_path its server info
+            # shows; the bare model name would send it to the Hugging Face hub instead
+            args.append("--expose-paths")
         # NOTE: a session of its own: a terminal's Ctrl-C reaches the fleet only, whose one SIGTERM
         # lets the worker drain (two signals mean "exit at once" to `sglc serve`).
         proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
