@@ -7,7 +7,8 @@ sglang_generate.py), ``/health``, ``/health_generate``, ``/get_model_info`` and 
 ``POST /abort_request``; ``/metrics`` (Prometheus text).
 
 Errors (OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``): invalid JSON or a
-bad field -> 400; no or a wrong API key -> 401; a foreign Origin -> 403; unknown model or path ->
+bad field, a Host header not allowed (DNS rebinding: host_allowlist.py) -> 400; no or a wrong API
+key -> 401; a foreign Origin -> 403; unknown model or path ->
 404; a wrong method -> 405; headers or body slower than max_header_seconds / max_body_seconds
 -> 408, closed; a body over max_request_bytes -> 413; not application/json -> 415; too many
 constraint compilations in flight -> 429 (Retry-After: 1); a connection over
