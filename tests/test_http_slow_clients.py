@@ -155,7 +155,8 @@ def test_a_kept_alive_connection_idle_past_the_header_deadline_still_serves(addr
 def test_a_long_stream_is_not_cut_by_the_read_deadlines(runtime, address, guard):
     """Once a request is read nothing is timed: a streamed answer still delivers new events well after
     both deadlines have passed while the client was not reading."""
-    body = json.dumps({"prompt": "Tell me a very long story.", "max_tokens": 400, "ignore_eos": True,
+    # NOTE: far more tokens than any device makes in the pause; the client leaves after one more event
+    body = json.dumps({"prompt": "Tell me a very long story.", "max_tokens": 2000, "ignore_eos": True,
                        "temperature": 0.8, "stream": True}).encode()
     with _connect(address) as sock:
         sock.sendall(_post_head(address, len(body)) + body)
@@ -188,10 +189,10 @@ def test_the_per_client_cap_refuses_the_next_connection_at_once_with_429(address
         status, error = _error(answer)
         assert status == 429 and error["param"] == "max_connections_per_client", answer
         assert b"retry-after: 1" in answer.lower() and "127.0.0.1 has 4 open connections" in error["message"]
-        assert seconds < 0.5, seconds
+        assert seconds < 3, seconds  # at once, not at a deadline (a timed-out connection gets no 429)
         _health_kept_alive(address, "127.0.0.2").close()  # another client is not refused
         held.pop().close()
-        _wait_until(lambda: guard.open_by_client.get("127.0.0.1") == 3, "the freed slot")
+        _wait_until(lambda: guard.open_by_client.get("127.0.0.1", 0) < 4, "the freed slot")
         held.append(_health_kept_alive(address))
     finally:
         for sock in held:
@@ -208,8 +209,25 @@ def test_the_global_cap_refuses_the_next_connection_at_once_with_503(address, gu
             answer, seconds = _read_until_closed(sock)
         status, error = _error(answer)
         assert status == 503 and error["param"] == "max_connections", answer
-        assert seconds < 0.5, seconds
+        assert seconds < 3, seconds
     finally:
         for sock in held:
             sock.close()
     _wait_until(lambda: guard.num_open == 0, "every connection to be released")
+
+
+def test_a_flood_of_refusals_is_logged_once_and_every_admitted_connection_is_released(caplog):
+    """1,000 refused connections from one address make one log line; releasing what was admitted empties the counts."""
+    from sglc_runtime.server.connection_guard import ConnectionGuard
+
+    guard = ConnectionGuard(LIMITS)
+    assert all(guard.admit("10.0.0.1") is None for _ in range(LIMITS.max_connections_per_client))
+    with caplog.at_level("WARNING", logger="sglc_runtime.server.connection_guard"):
+        refusals = [guard.admit("10.0.0.1") for _ in range(1000)]
+    assert {r[0] for r in refusals} == {429} and guard.num_refused == 1000
+    assert len([r for r in caplog.records if "refused" in r.getMessage()]) == 1
+    assert guard.admit("10.0.0.2") is None  # another address has its own count
+    for _ in range(LIMITS.max_connections_per_client):
+        guard.release("10.0.0.1")
+    guard.release("10.0.0.2")
+    assert guard.num_open == 0 and guard.open_by_client == {}

@@ -257,9 +257,12 @@ class HttpServer:
         self.port = self._sock.getsockname()[1]
         #: Connection caps and request read deadlines (service.limits; see connection_guard.py).
         self.guard = ConnectionGuard(service.limits)
+        # NOTE: ws="none": no endpoint is a WebSocket, and an upgraded connection would leave the
+        # guard's protocol (uncounted, its deadline still running)
         config = uvicorn.Config(build_app(service, api_key=api_key, allowed_hosts=HostAllowList(host, allowed_hosts),
                                           expose_paths=expose_paths), log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=2, http=functools.partial(GuardedH11Protocol, guard=self.guard))
+                                timeout_graceful_shutdown=2, http=functools.partial(GuardedH11Protocol, guard=self.guard),
+                                ws="none")
         self._server = uvicorn.Server(config)
         self._server.install_signal_handlers = lambda: None  # NOTE: launch.serve owns the signals
         self._thread: threading.Thread | None = None
