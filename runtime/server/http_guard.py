@@ -73,7 +73,7 @@ class RequestGuard:
                            "cross_origin")
         if scope.get("method") == "POST":
             media = _media_type(headers.get("content-type"))
-            if media is not None and media != "application/json" or media is None and _has_body(headers):
+            if (media is not None and media != "application/json") or (media is None and _has_body(headers)):
                 return _refuse(415, _media_message(media), "unsupported_media_type")
         return None
 
@@ -88,7 +88,7 @@ def _media_type(content_type: str | None) -> str | None:
 
 def _has_body(headers: dict[str, str]) -> bool:
     length = headers.get("content-length", "").strip()
-    return "transfer-encoding" in headers or (bool(length) and length != "0")
+    return "transfer-encoding" in headers or bool(length.lstrip("0"))  # NOTE: "Content-Length: 0" is no body
 
 
 def _media_message(media: str | None) -> str:
