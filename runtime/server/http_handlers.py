@@ -219,13 +219,14 @@ class Handlers:
 
     def model_info(self) -> dict:
         info = self.svc.model_info()
-        return self._public({"model_path": info.model_path, "model_name": info.model_name, "tokenizer_path": info.model_path,
-                "is_generation": True, "context_length": info.context_length, "vocab_size": info.vocab_size,
-                "eos_token_ids": list(info.eos_token_ids), "bos_token_id": info.bos_token_id, "dtype": info.dtype,
-                "chat_template": None if info.chat_template is None else {
-                    "role_prefix": dict(info.chat_template.role_prefix),
-                    "role_suffix": dict(info.chat_template.role_suffix),
-                    "generation_prefix": info.chat_template.generation_prefix}})
+        return self._public({
+            "model_path": info.model_path, "model_name": info.model_name, "tokenizer_path": info.model_path,
+            "is_generation": True, "context_length": info.context_length, "vocab_size": info.vocab_size,
+            "eos_token_ids": list(info.eos_token_ids), "bos_token_id": info.bos_token_id, "dtype": info.dtype,
+            "chat_template": None if info.chat_template is None else {
+                "role_prefix": dict(info.chat_template.role_prefix),
+                "role_suffix": dict(info.chat_template.role_suffix),
+                "generation_prefix": info.chat_template.generation_prefix}})
 
     def _public(self, info: dict) -> dict:
         """`info` with absolute paths shown as the model's name unless --expose-paths (public_paths.py)."""
