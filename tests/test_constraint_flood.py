@@ -132,6 +132,8 @@ def test_caches_stay_within_their_bounds_under_hundreds_of_distinct_patterns():
                 cache.get_stop_regex(f"x{i}a.{{40}}")
         assert 1 < cache.num_stop_regexes < 300 and 1 < len(cache) < 300
         assert cache.num_refusals == 256
+        # the remembered errors hold no traceback (its frames would keep each refused request alive)
+        assert all(err.__traceback__ is None for err in cache._refusals.values())
         assert cache.num_compiles == {"stop_regex": 600, "regex": 300}
     finally:
         cache.close()

@@ -169,7 +169,9 @@ class GrammarCache:
         except fsm.FSMError as err:
             if not (isinstance(err, fsm.CompileBudgetError) and err.limit in _UNREPEATABLE):
                 with self._lock:
-                    self._refusals[spec.key] = err
+                    # NOTE: a copy: the raised error's traceback would keep every frame it passes
+                    # through (the request, its handler's buffers) alive while it is remembered.
+                    self._refusals[spec.key] = copy.copy(err)
                     while len(self._refusals) > _MAX_REFUSALS:
                         self._refusals.popitem(last=False)
             raise
