@@ -84,8 +84,8 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--expose-paths", action="store_true",
                    help="HTTP: /get_model_info and /get_server_info show the model's absolute path (default: its name)")
     p.add_argument("--limit", action="append", default=[], type=_limit, metavar="NAME=VALUE",
-                   help="change one request-size limit (repeatable), e.g. --limit max_choices=512; names and "
-                        "defaults: docs/runtime_server.md")
+                   help="change one request-size or HTTP connection limit (repeatable), e.g. --limit max_choices=512, "
+                        "--limit max_header_seconds=5; names and defaults: docs/runtime_server.md")
     p.set_defaults(handler=cmd_serve)
     return p
 
