@@ -3,7 +3,9 @@
 Each limit is a field with its default; ``sglc serve --limit NAME=VALUE`` changes one (the
 docs' limits table lists them). A request over a limit fails with :class:`LimitExceeded`, a
 RequestError whose message names the limit and its value: HTTP 400 (413 for the body), gRPC
-RESOURCE_EXHAUSTED. The server keeps serving.
+RESOURCE_EXHAUSTED. The server keeps serving. The HTTP connection limits (``max_header_seconds``,
+``max_body_seconds``, ``max_connections_per_client``, ``max_connections``) are enforced per
+connection by connection_guard.py instead: 408, 429 or 503, then the connection is closed.
 
 The checks are cheap by construction (lengths and counts, never a parse or a tokenization of
 the thing being bounded), so a hostile request costs at most the bytes it sent.
