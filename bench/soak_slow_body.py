@@ -113,8 +113,8 @@ async def _connection(i: int, address: tuple[str, int], source: str, deadline_s:
     return out
 
 
-def _probe(base: str, stop: threading.Event, probe: Probe, interval: float) -> None:
-    """/health every `interval` s and one greedy 16-token completion after another, from 127.0.0.1."""
+def _probe(base: str, stop: threading.Event, probe: Probe, interval: float, tokens: int = 16) -> None:
+    """/health every `interval` s and one greedy `tokens`-token completion after another, from 127.0.0.1."""
     host, port = base.removeprefix("http://").rsplit(":", 1)
 
     def call(method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
@@ -140,7 +140,7 @@ def _probe(base: str, stop: threading.Event, probe: Probe, interval: float) -> N
                 return
 
     def generate() -> None:
-        body = json.dumps({"prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}).encode()
+        body = json.dumps({"prompt": "The capital of France is", "max_tokens": tokens, "temperature": 0}).encode()
         while True:
             t0 = time.monotonic()
             try:
@@ -190,16 +190,16 @@ def _attack_in_child(args: tuple, sender: Any) -> None:
 
 
 def run_slow_body(base: str, *, connections: int, header_s: float, body_s: float, sources: int = 4,
-                  drip: float = 1.0, slack: float = 3.0, early: float = 0.5) -> dict[str, Any]:
+                  drip: float = 1.0, slack: float = 3.0, early: float = 0.5, tokens: int = 16) -> dict[str, Any]:
     """The attack on the server at `base` (``http://host:port``); the counts as a dict."""
     host, port = base.removeprefix("http://").rsplit(":", 1)
     deadline_s = {"silent": header_s, "headers": header_s, "body": body_s}
     addresses = [f"127.0.0.{2 + k}" for k in range(sources)]
     probe, stop = Probe(), threading.Event()
-    _probe(base, _stopped_after_one(), Probe(), 0.0)  # NOTE: warm-up: the first generation is not the attack's
+    _probe(base, _stopped_after_one(), Probe(), 0.0, tokens)  # NOTE: warm-up: the first generation is not the attack's
     before = Probe()  # the same probes without the attack, on the same (possibly shared) machine
-    _probe(base, _stopped_after_one(), before, 0.0)
-    prober = threading.Thread(target=_probe, args=(base, stop, probe, 0.25), daemon=True)
+    _probe(base, _stopped_after_one(), before, 0.0, tokens)
+    prober = threading.Thread(target=_probe, args=(base, stop, probe, 0.25, tokens), daemon=True)
     t0 = time.monotonic()
     prober.start()
     try:

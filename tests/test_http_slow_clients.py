@@ -4,7 +4,7 @@ in all (429 / 503 at once), and neither the deadlines nor the caps cut an answer
 an idle kept-alive connection.
 
 One in-process runtime on the real default model, HTTP on 127.0.0.1 with 1 s deadlines; raw
-sockets play the slow clients (other loopback addresses, 127.0.0.2 and 127.0.0.3, other clients).
+sockets play the slow clients (other loopback addresses, 127.0.0.2 and up, other clients).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from sglc_runtime.server.limits import ServerLimits
 
 pytestmark = pytest.mark.model
 
-LIMITS = ServerLimits(max_header_seconds=1, max_body_seconds=1, max_connections_per_client=4, max_connections=6)
+LIMITS = ServerLimits(max_header_seconds=1, max_body_seconds=1, max_connections_per_client=4, max_connections=16)
 
 runtime = runtime_fixture(8192, http_port=0, limits=LIMITS)
 
@@ -202,10 +202,9 @@ def test_the_per_client_cap_refuses_the_next_connection_at_once_with_429(address
 
 def test_the_global_cap_refuses_the_next_connection_at_once_with_503(address, guard):
     """With max_connections open in all (from several addresses) the next one is answered 503 and closed."""
-    held = [_health_kept_alive(address, "127.0.0.1") for _ in range(3)]
-    held += [_health_kept_alive(address, "127.0.0.2") for _ in range(3)]
+    held = [_health_kept_alive(address, f"127.0.0.{1 + i // 4}") for i in range(LIMITS.max_connections)]
     try:
-        with _connect(address, "127.0.0.3") as sock:
+        with _connect(address, "127.0.0.9") as sock:
             answer, seconds = _read_until_closed(sock)
         status, error = _error(answer)
         assert status == 503 and error["param"] == "max_connections", answer
@@ -231,3 +230,17 @@ def test_a_flood_of_refusals_is_logged_once_and_every_admitted_connection_is_rel
         guard.release("10.0.0.1")
     guard.release("10.0.0.2")
     assert guard.num_open == 0 and guard.open_by_client == {}
+
+
+def test_the_slow_body_soak_sees_every_slow_connection_closed_in_time(address, guard):
+    """bench/soak_slow_body.py, briefly: each slow connection is closed within its deadline (none early,
+    none left open) while /health and a generation are answered."""
+    from bench.soak_slow_body import run_slow_body
+
+    summary = run_slow_body(f"http://{address[0]}:{address[1]}", connections=9, header_s=1, body_s=1, sources=3,
+                            drip=0.3, slack=3.0, tokens=2)
+    assert summary["closed_by_server_in_time"] == 9, summary
+    assert summary["still_open_after_deadline"] == summary["closed_early"] == summary["closed_late"] == 0, summary
+    assert summary["by_kind"]["body"]["answers"] == {"408": 3} and summary["by_kind"]["silent"]["answers"] == {"None": 3}
+    assert summary["health_ms"]["n"] and not summary["num_health_failures"], summary
+    assert summary["generation_s"]["n"] and not summary["num_generation_failures"], summary
