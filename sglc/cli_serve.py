@@ -82,7 +82,7 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "(DNS-rebinding protection; a Host not allowed gets 400, an Origin not allowed 403). "
                         "'*' allows any Host: UNSAFE, any web page can then drive a loopback server")
     p.add_argument("--expose-paths", action="store_true",
-                   help="HTTP: /get_model_info and /get_server_info show the model's absolute path (default: its name)")
+                   help="/get_model_info, /get_server_info and gRPC ModelInfo show the model's absolute path (default: its name)")
     p.add_argument("--limit", action="append", default=[], type=_limit, metavar="NAME=VALUE",
                    help="change one request-size or HTTP connection limit (repeatable), e.g. --limit max_choices=512, "
                         "--limit max_header_seconds=5; names and defaults: docs/runtime_server.md")

@@ -49,6 +49,19 @@ def test_model_info_reports_the_model_and_its_chatml_roles(stub, runtime):
         assert t.role_suffix[role] == "<|im_end|>\n"
     assert t.generation_prefix == "<|im_start|>assistant\n"
     assert "im_start" in info.jinja_chat_template
+    assert info.model_path == "SmolLM2-135M-Instruct", "ModelInfo shows the model's name, not its absolute path"
+
+
+def test_model_info_shows_the_path_when_asked(runtime):
+    """`sglc serve --expose-paths` shows the absolute path over gRPC too."""
+    from sglc_runtime.server.grpc_server import RuntimeServicer
+
+    class Context:
+        def abort(self, code, message):
+            raise AssertionError(message)
+
+    info = RuntimeServicer(runtime.service, expose_paths=True).ModelInfo(pb.ModelInfoRequest(), Context())
+    assert info.model_path.startswith("/") and info.model_path == runtime.service.model_info().model_path
 
 
 def test_health_serving_with_a_generation_check(stub):

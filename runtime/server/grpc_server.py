@@ -13,6 +13,7 @@ otherwise) but a plain Health check; ``Health(check_generate=true)`` runs a gene
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from concurrent import futures
@@ -23,10 +24,12 @@ import grpc
 from sglc.wire import server_convert
 from sglc.wire.proto import runtime_pb2 as pb
 from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
+from sglc.wire.service_results import RuntimeModelInfo
 
 from .auth import OPEN_GRPC_CALLS, bearer_matches
 from .calls import CallCancelled
 from .limits import LimitExceeded
+from .public_paths import public_path
 from .service import ConstraintCompilerBusy, RequestError, RuntimeService, ServiceUnavailable, abort_kind, one_line
 
 log = logging.getLogger(__name__)
@@ -79,8 +82,9 @@ def _cancel_with(context: grpc.ServicerContext, call: Any) -> None:
 class RuntimeServicer(pb_grpc.RuntimeServicer):
     """gRPC methods of proto/runtime.proto over one RuntimeService."""
 
-    def __init__(self, service: RuntimeService) -> None:
+    def __init__(self, service: RuntimeService, *, expose_paths: bool = False) -> None:
         self.service = service
+        self.expose_paths = expose_paths  # NOTE: False: ModelInfo names the model, not its path (public_paths.py)
 
     def Generate(self, request: pb.GenerateRequest, context: grpc.ServicerContext) -> Iterator[pb.GenerateResponse]:
         svc = self.service
@@ -135,7 +139,11 @@ class RuntimeServicer(pb_grpc.RuntimeServicer):
         return _unary("Flush", body, context)
 
     def ModelInfo(self, request: pb.ModelInfoRequest, context: grpc.ServicerContext) -> pb.ModelInfoResponse:
-        return _unary("ModelInfo", lambda: server_convert.model_info_to_pb(self.service.model_info()), context)
+        return _unary("ModelInfo", lambda: server_convert.model_info_to_pb(self._public_info()), context)
+
+    def _public_info(self) -> RuntimeModelInfo:
+        info = self.service.model_info()
+        return info if self.expose_paths else dataclasses.replace(info, model_path=public_path(info.model_path))
 
     def Health(self, request: pb.HealthRequest, context: grpc.ServicerContext) -> pb.HealthResponse:
         return _unary("Health", lambda: server_convert.health_to_pb(*self.service.health(request.check_generate)), context)
@@ -251,14 +259,14 @@ class GrpcServer:
     kind = "grpc"
 
     def __init__(self, service: RuntimeService, host: str = "127.0.0.1", port: int = 0, *,
-                 max_workers: int = 256, api_key: str | None = None) -> None:
+                 max_workers: int = 256, api_key: str | None = None, expose_paths: bool = False) -> None:
         self.service = service
         self.host = host
         interceptors = [ApiKeyInterceptor(api_key)] if api_key else []
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="sglc-grpc"),
                                    options=server_options(service.limits.max_request_bytes),
                                    interceptors=interceptors)
-        self._server.add_generic_rpc_handlers((runtime_handlers(RuntimeServicer(service)),))
+        self._server.add_generic_rpc_handlers((runtime_handlers(RuntimeServicer(service, expose_paths=expose_paths)),))
         target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
             self.port = self._server.add_insecure_port(target)

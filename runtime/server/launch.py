@@ -86,7 +86,7 @@ def build_frontends(config: ServeConfig, service: Any) -> list[Frontend]:
     from .grpc_server import GrpcServer
 
     frontends: list[Frontend] = [GrpcServer(service, config.host, config.port, max_workers=config.grpc_workers,
-                                            api_key=config.api_key)]
+                                            api_key=config.api_key, expose_paths=config.expose_paths)]
     if config.http_port is not None:
         from .http_server import HttpServer
 

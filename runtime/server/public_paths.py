@@ -1,8 +1,8 @@
 """What the server's info endpoints say about where the model lives: its name, not the path.
 
 An absolute path tells every client the user's home directory and layout. By default the info
-endpoints (``/get_model_info``, ``/model_info``, ``/get_server_info``, ``/server_info``) show a
-model path as the model's name: the Hugging Face ``org/name`` of a hub-cache snapshot
+endpoints (``/get_model_info``, ``/model_info``, ``/get_server_info``, ``/server_info``, gRPC
+``ModelInfo``) show a model path as the model's name: the Hugging Face ``org/name`` of a hub-cache snapshot
 (``.../models--org--name/snapshots/HASH`` -> ``org/name``), else the file or folder name
 (``/home/u/models/SmolLM2-135M-Instruct`` -> ``SmolLM2-135M-Instruct``). SGLang's client picks a
 chat template by matching the model path against family names, which the name keeps.
