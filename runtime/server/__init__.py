@@ -10,7 +10,10 @@
   :mod:`sglc.wire` (the contract the executor's clients share); grpc_server converts through
   ``sglc.wire.server_convert``.
 - grpc_server.py: the gRPC servicer and server. launch.py: engine + servers + signal handling.
-- http_server.py / http_handlers.py / http_guard.py / openai_protocol.py: the HTTP server.
+- http_server.py / http_handlers.py / http_guard.py / openai_protocol.py: the HTTP server;
+  host_allowlist.py (DNS rebinding: which Host / Origin names are this server), chat_roles.py (the
+  roles the model's chat template takes), public_paths.py (info names the model, not its path),
+  connection_guard.py (request read deadlines, connection caps).
 
 Importing this package (or service) never imports torch; grpc_server and launch do
 only when they start an engine.
