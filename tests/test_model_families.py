@@ -316,3 +316,18 @@ def test_one_token_moe_equals_the_grouped_path(built):
         one = x[t:t + 1]
         weights, experts = moe.route(one)
         assert torch.equal(moe(one, b.ours.act), moe._grouped(one, b.ours.act, weights, experts)), t
+
+
+def test_a_bf16_moe_router_rounds_float32_logits_once(built):
+    """A bf16 model's router computes in float32 (oneDNN's bf16 GEMV is ~15x slower for its few
+    logits) and rounds once: within one bf16 rounding of the bf16 linear transformers runs."""
+    b = built("qwen3_moe")
+    model = load_model(b.path, dtype="bfloat16")
+    moe = next(layer.mlp for layer in model.layers if isinstance(layer.mlp, SparseMoE))
+    x = torch.randn(7, 64, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)
+    got = moe.router(x)
+    weight = moe.router.linear.weight  # float32, exactly the bf16 checkpoint values
+    assert got.dtype == torch.bfloat16 and weight.dtype == torch.float32
+    assert torch.equal(weight.to(torch.bfloat16).float(), weight)
+    want = torch.nn.functional.linear(x, weight.to(torch.bfloat16))
+    torch.testing.assert_close(got, want, atol=0, rtol=2 ** -7)
