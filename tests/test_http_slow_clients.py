@@ -244,3 +244,17 @@ def test_the_slow_body_soak_sees_every_slow_connection_closed_in_time(address, g
     assert summary["by_kind"]["body"]["answers"] == {"408": 3} and summary["by_kind"]["silent"]["answers"] == {"None": 3}
     assert summary["health_ms"]["n"] and not summary["num_health_failures"], summary
     assert summary["generation_s"]["n"] and not summary["num_generation_failures"], summary
+
+
+def test_a_malformed_body_after_a_refused_request_gets_one_answer_and_no_traceback(address, guard, caplog):
+    """A request the guard refuses at once (a Host not allowed) whose chunked body is malformed:
+    uvicorn answers the bad bytes with a 400 while the refusal is on its way; the refusal is then
+    dropped instead of raising h11's LocalProtocolError in the app (a logged traceback)."""
+    sock = _connect(address)
+    sock.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                 b"Content-Type: application/json\r\n\r\nzz\r\n{}\r\n0\r\n\r\n")
+    answer, _ = _read_until_closed(sock)
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 400 ") and answer.count(b"HTTP/1.1 ") == 1, answer
+    time.sleep(0.5)  # NOTE: the refused handler runs after the 400 was written
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], [r.getMessage() for r in caplog.records]

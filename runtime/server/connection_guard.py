@@ -146,6 +146,19 @@ class GuardedH11Protocol(H11Protocol):
         super().data_received(data)
         self._follow()
 
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes h11 cannot parse (a malformed chunk of a body, say), made the
+        request's only answer: a handler already started for it (one that refused the request
+        without reading the body) must not send a second one on the finished connection, which
+        h11 refuses with a LocalProtocolError and uvicorn logs as a traceback."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True  # NOTE: its send() is a no-op, its receive() says http.disconnect
+            if cycle.response_started:  # NOTE: mid-answer: no 400 can follow, only the close
+                self.transport.close()
+                return
+        super().send_400_response(msg)
+
     def on_response_complete(self) -> None:
         super().on_response_complete()  # NOTE: may parse a pipelined request buffered meanwhile
         self._follow()
