@@ -100,3 +100,24 @@ def test_a_model_file_maps_to_transformers_hugging_face_tensors():
         assert torch.equal(got, torch.from_numpy(np.array(want, dtype=np.float32))), name
     assert f.tensor_types() == {"F32": 61, "Q4_1": 210, "Q8_0": 1}
     assert isinstance(ours["model.layers.0.self_attn.q_proj.weight"], GGUFWeight)
+
+
+def test_nibble_pairs_pack_the_same_q4_tiles_as_the_levels():
+    """Decoded as nibble pairs (the file's bytes for Q4_0 / Q4_1, four byte operations for Q4_K),
+    the 4-bit types give exactly the q4 tiles that packing their unpacked levels gives, and the
+    same scales."""
+    import torch
+
+    from sglc_runtime.model.models.gguf_linear import q4_tiles_of_pairs
+    from sglc_runtime.model.models.quantized_linear import pack_q4_levels
+
+    rows, cols = 48, 768
+    for seed, (name, decode) in enumerate((("Q4_0", decode_q4_0), ("Q4_1", decode_q4_1), ("Q4_K", decode_q4_k))):
+        raw = gguf_tensor(name, rows, cols, seed=10 + seed)
+        levels, pairs = decode(raw, rows, cols), decode(raw, rows, cols, pairs=True)
+        assert levels.pairs is None and pairs.levels is None and pairs.pairs.shape == (rows, cols // 32, 16)
+        want = pack_q4_levels(torch.from_numpy(levels.levels))
+        assert torch.equal(q4_tiles_of_pairs(pairs.pairs), want), name
+        for field in ("d", "m", "dmin", "sc", "mn"):
+            if hasattr(levels, field):
+                assert np.array_equal(getattr(levels, field), getattr(pairs, field)), (name, field)

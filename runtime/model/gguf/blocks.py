@@ -3,7 +3,9 @@
 A quantized tensor of R rows and C columns arrives as uint8 ``[R, C / block * bytes]`` (the
 file's own bytes, memory-mapped). The decoders split each block into its integer levels and its
 scales without any float rounding: the levels as integers, the float16 scales as their uint16
-bits. ``dequantize`` turns any supported type into float32 with the same float32 operations, in
+bits. The 4-bit types also decode to nibble pairs (``pairs=True``: byte p of a block of 32 holds
+value p in its low nibble and 16 + p in its high one, the form the native q4 tiles store), which
+for Q4_0 / Q4_1 are the file's bytes as they are. ``dequantize`` turns any supported type into float32 with the same float32 operations, in
 the same order, as gguf-py's reference (``gguf.quants``), so the two agree bit for bit (tested).
 
 Block layouts (llama.cpp's ggml-common.h; QK = values per block):
@@ -65,20 +67,22 @@ class Q4Blocks:
     """4-bit levels with a float16 scale and offset per block of 32: w = d * q + m (Q4_0 and
     Q4_1; Q4_0's m is -8 d, exact in float16)."""
 
-    levels: np.ndarray  # uint8 [rows, cols], 0..15
+    levels: np.ndarray | None  # uint8 [rows, cols], 0..15 (None when decoded as pairs)
     d: np.ndarray  # uint16 (float16 bits) [rows, cols / 32]
     m: np.ndarray  # uint16 [rows, cols / 32]
+    pairs: np.ndarray | None = None  # nibble pairs uint8 [rows, cols / 32, 16] (see the module doc)
 
 
 @dataclass(slots=True)
 class Q4KBlocks:
     """Q4_K: w = (d * sc) * q - (dmin * mn), d and dmin per 256 values, sc and mn per 32."""
 
-    levels: np.ndarray  # uint8 [rows, cols], 0..15
+    levels: np.ndarray | None  # uint8 [rows, cols], 0..15 (None when decoded as pairs)
     d: np.ndarray  # uint16 [rows, cols / 256]
     dmin: np.ndarray  # uint16 [rows, cols / 256]
     sc: np.ndarray  # uint8 [rows, cols / 32], 0..63
     mn: np.ndarray  # uint8 [rows, cols / 32], 0..63
+    pairs: np.ndarray | None = None  # nibble pairs uint8 [rows, cols / 32, 16] (see the module doc)
 
 
 @dataclass(slots=True)
@@ -89,20 +93,24 @@ class Q8Blocks:
     d: np.ndarray  # uint16 [rows, cols / 32]
 
 
-def decode_q4_0(raw: np.ndarray, rows: int, cols: int) -> Q4Blocks:
+def decode_q4_0(raw: np.ndarray, rows: int, cols: int, *, pairs: bool = False) -> Q4Blocks:
     b = _blocks(raw, "Q4_0", rows, cols)
     d = _f16(b[:, 0:2])
     m32 = d.view(np.float16).astype(np.float32) * np.float32(-8)
     m = m32.astype(np.float16)
     if not np.array_equal(m.astype(np.float32), m32):  # NOTE: only if 8 d overflows float16
         raise ValueError("Q4_0: a block scale too large to write as Q4_1's offset (-8 d) in float16")
+    if pairs:  # NOTE: Q4_0's bytes already pair value i (low) with 16 + i (high)
+        return Q4Blocks(None, d.reshape(rows, -1), m.view(np.uint16).reshape(rows, -1), b[:, 2:18].reshape(rows, -1, 16))
     return Q4Blocks(_nibbles(b[:, 2:18]).reshape(rows, cols), d.reshape(rows, -1), m.view(np.uint16).reshape(rows, -1))
 
 
-def decode_q4_1(raw: np.ndarray, rows: int, cols: int) -> Q4Blocks:
+def decode_q4_1(raw: np.ndarray, rows: int, cols: int, *, pairs: bool = False) -> Q4Blocks:
     b = _blocks(raw, "Q4_1", rows, cols)
-    return Q4Blocks(_nibbles(b[:, 4:20]).reshape(rows, cols), _f16(b[:, 0:2]).reshape(rows, -1),
-                    _f16(b[:, 2:4]).reshape(rows, -1))
+    d, m = _f16(b[:, 0:2]).reshape(rows, -1), _f16(b[:, 2:4]).reshape(rows, -1)
+    if pairs:
+        return Q4Blocks(None, d, m, b[:, 4:20].reshape(rows, -1, 16))
+    return Q4Blocks(_nibbles(b[:, 4:20]).reshape(rows, cols), d, m)
 
 
 def decode_q8_0(raw: np.ndarray, rows: int, cols: int) -> Q8Blocks:
@@ -134,11 +142,26 @@ def _k_levels_4bit(qs: np.ndarray) -> np.ndarray:
     return (q & 0x0F).reshape(-1, QK_K)
 
 
-def decode_q4_k(raw: np.ndarray, rows: int, cols: int) -> Q4KBlocks:
+def _k_pairs_4bit(qs: np.ndarray, rows: int) -> np.ndarray:
+    """[n, 128] Q4_K nibbles -> pairs [rows, cols / 32, 16]: for sub-block 2g (low nibbles of bytes
+    32g..32g+31) byte p pairs value p with 16 + p, i.e. the low nibbles of bytes 32g + p and
+    32g + 16 + p; for 2g + 1 the high nibbles of the same bytes. Four uint8 operations on half the
+    bytes of the levels, nothing unpacked."""
+    q = qs.reshape(-1, 4, 2, 16)  # [super-block, g, first / second 16 bytes, p]
+    x, y = q[:, :, 0], q[:, :, 1]
+    even = (x & 0x0F) | (y << 4)  # NOTE: uint8 shift: y's high nibble falls off
+    odd = (x >> 4) | (y & 0xF0)
+    return np.stack([even, odd], axis=2).reshape(rows, -1, 16)
+
+
+def decode_q4_k(raw: np.ndarray, rows: int, cols: int, *, pairs: bool = False) -> Q4KBlocks:
     b = _blocks(raw, "Q4_K", rows, cols)
     sc, mn = k_scales_mins(b[:, 4:16])
-    return Q4KBlocks(_k_levels_4bit(b[:, 16:144]).reshape(rows, cols), _f16(b[:, 0:2]).reshape(rows, -1),
-                     _f16(b[:, 2:4]).reshape(rows, -1), sc.reshape(rows, -1), mn.reshape(rows, -1))
+    d, dmin = _f16(b[:, 0:2]).reshape(rows, -1), _f16(b[:, 2:4]).reshape(rows, -1)
+    if pairs:
+        return Q4KBlocks(None, d, dmin, sc.reshape(rows, -1), mn.reshape(rows, -1), _k_pairs_4bit(b[:, 16:144], rows))
+    return Q4KBlocks(_k_levels_4bit(b[:, 16:144]).reshape(rows, cols), d, dmin, sc.reshape(rows, -1),
+                     mn.reshape(rows, -1))
 
 
 @dataclass(slots=True)

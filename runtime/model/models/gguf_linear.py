@@ -24,7 +24,7 @@ from ..gguf.tensor_types import NATIVE_TYPES
 from ..gguf.weight import GGUFWeight
 from ..native import kernel_info, load_cpu_ops
 from .linear import Linear
-from .quantized_linear import Int4Linear, pack_q4_levels, pack_q8_tiles, tile_table
+from .quantized_linear import Int4Linear, pack_q8_tiles, tile_table
 
 TILE = 16
 
@@ -35,6 +35,16 @@ def _padded(t: np.ndarray, rows: int) -> np.ndarray:
         return t
     pad = np.zeros((rows - t.shape[0], *t.shape[1:]), dtype=t.dtype)
     return np.concatenate([t, pad])
+
+
+def q4_tiles_of_pairs(pairs: np.ndarray) -> torch.Tensor:
+    """Nibble pairs uint8 [out, in / 32, 16] (``decode_q4_*(pairs=True)``: byte p of a block holds
+    input p and 16 + p) as q4 tiles [out / 16, in / 32, 4, 64]: the same bytes, one transposing
+    copy ([tile, channel, block, load, j] -> [tile, block, load, channel, j]), what
+    :func:`~.quantized_linear.pack_q4_levels` makes from the unpacked levels."""
+    out, blocks, _ = pairs.shape
+    n = pairs.reshape(out // TILE, TILE, blocks, 4, 4)
+    return torch.from_numpy(np.ascontiguousarray(n.transpose(0, 2, 3, 1, 4)).reshape(out // TILE, blocks, 4, 64))
 
 
 def _table(bits: np.ndarray, rows: int, dtype: torch.dtype) -> torch.Tensor:
@@ -61,10 +71,9 @@ class GGUFQ4KLinear(_TiledLinear):
     __slots__ = ("_args",)
 
     def __init__(self, w: GGUFWeight, bias: torch.Tensor | None) -> None:
-        blk = decode_q4_k(w.raw, w.rows, w.cols)
+        blk = decode_q4_k(w.raw, w.rows, w.cols, pairs=True)
         rows = -(-w.rows // TILE) * TILE
-        levels = torch.from_numpy(_padded(blk.levels, rows))
-        self._args = (pack_q4_levels(levels), _table(blk.d, rows, torch.float16), _table(blk.dmin, rows, torch.float16),
+        self._args = (q4_tiles_of_pairs(_padded(blk.pairs, rows)), _table(blk.d, rows, torch.float16), _table(blk.dmin, rows, torch.float16),
                       _table(blk.sc, rows, torch.uint8), _table(blk.mn, rows, torch.uint8))
         self.bias, self.out_features, self.in_features, self.type_name = bias, w.rows, w.cols, w.type_name
 
@@ -108,10 +117,11 @@ class GGUFQ6KLinear(_TiledLinear):
 
 def _q4_tiles_linear(w: GGUFWeight, bias: torch.Tensor | None) -> Int4Linear:
     """Q4_0 / Q4_1 as the int4 linear's own tiles (its d and m are float16, as these types store them)."""
-    blk = decode_q4_0(w.raw, w.rows, w.cols) if w.type_name == "Q4_0" else decode_q4_1(w.raw, w.rows, w.cols)
+    decode = decode_q4_0 if w.type_name == "Q4_0" else decode_q4_1
+    blk = decode(w.raw, w.rows, w.cols, pairs=True)
     if w.rows % TILE:
         raise ValueError(f"{w.name}: {w.rows} output channels are not a multiple of {TILE}")
-    q4 = (pack_q4_levels(torch.from_numpy(blk.levels)), _table(blk.d, w.rows, torch.float16),
+    q4 = (q4_tiles_of_pairs(blk.pairs), _table(blk.d, w.rows, torch.float16),
           _table(blk.m, w.rows, torch.float16))
     return Int4Linear(None, None, bias, w.rows, w.cols, q4=q4)
 
