@@ -61,7 +61,7 @@ def compile_stop_regex(pattern: str, meter: CompileMeter | None = None) -> DFA:
     default budget when none); ValueError naming the pattern when it is invalid, unsupported or
     over the budget."""
     try:
-        return compile_regex_metered(_search(pattern), meter).dfa
+        return StopRegexSpec(pattern).compile(meter)
     except (FSMError, RecursionError) as err:
         raise refusal(pattern, err) from None
 
@@ -78,8 +78,9 @@ class StopRegexSpec:
     def key(self) -> tuple[str, str]:
         return (self.kind, self.pattern)
 
-    def compile(self, meter: CompileMeter) -> DFA:
-        """The search DFA; raises the FSM library's errors (CompileBudgetError over budget)."""
+    def compile(self, meter: CompileMeter | None = None) -> DFA:
+        """The search DFA under ``meter`` (the default budget when none); raises the FSM library's
+        errors (CompileBudgetError over budget)."""
         return compile_regex_metered(_search(self.pattern), meter).dfa
 
     def describe(self) -> str:
