@@ -119,6 +119,7 @@ void q8_tile_rows(const int8_t* w, const float* scales, const uint16_t* block_d,
       const int8_t* xq = act->q + r0 * k + b * kQBlock;
       __m256i s[R];
       for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
+#pragma GCC unroll 1  // as in q4_tile_rows: unrolled, the re-associated adds spill
       for (int i = 0; i < 8; ++i) {
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 64 * i));
         const __m256i aw = _mm256_sign_epi8(wv, wv);  // |w|
@@ -154,6 +155,9 @@ void q4_tile_rows(const uint8_t* w, const Scales& scales, const sglc_quantized_r
       const int8_t* xq = act->q + r0 * k + b * kQBlock;
       __m256i s[R];
       for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
+      // NOTE: not unrolled: unrolled, GCC re-associates each row's chain of int16 adds into a
+      // tree that keeps every product alive (~35 register spills a block at R = 4).
+#pragma GCC unroll 1
       for (int i = 0; i < 4; ++i) {
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 64 * i));
         const __m256i lo = _mm256_and_si256(wv, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), nibble);
