@@ -2,9 +2,21 @@
 into one grammar IR (``ir.py``), and the token-level engine that turns a grammar and a vocabulary
 into per-step token masks. Pure Python + numpy over ``sglc.fsm`` (character sets, UTF-8,
 vocabulary); shared by the compiler and the runtime, as ``sglc.fsm`` is.
+
+Front ends (each under a :class:`GrammarBudget`, see budget.py; docs/grammars.md):
+``parse_gbnf`` / ``parse_ebnf`` (gbnf.py), ``parse_lark`` (lark_grammar.py),
+``grammar_from_json_schema`` (json_schema_grammar.py), ``grammar_from_regex`` (regex_grammar.py).
 """
 from __future__ import annotations
 
-from .ir import CharClass, Choice, Expr, Grammar, GrammarError, Literal, Repeat, RuleRef, Seq
+from .budget import DEFAULT_GRAMMAR_BUDGET, GrammarBudget
+from .errors import GrammarBudgetError, GrammarError, GrammarSyntaxError, UnsupportedGrammarError
+from .gbnf import parse_ebnf, parse_gbnf
+from .ir import CharClass, Choice, Expr, Grammar, Literal, Repeat, RuleRef, Seq
+from .regex_grammar import grammar_from_regex
 
-__all__ = ["Grammar", "GrammarError", "Expr", "Literal", "CharClass", "Seq", "Choice", "Repeat", "RuleRef"]
+__all__ = [
+    "Grammar", "GrammarError", "Expr", "Literal", "CharClass", "Seq", "Choice", "Repeat", "RuleRef",
+    "GrammarBudget", "DEFAULT_GRAMMAR_BUDGET", "GrammarBudgetError", "GrammarSyntaxError",
+    "UnsupportedGrammarError", "parse_gbnf", "parse_ebnf", "grammar_from_regex",
+]

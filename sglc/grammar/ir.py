@@ -24,7 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Union
 
-from sglc.fsm.charset import CharSet, describe_ranges
+from sglc.fsm.charset import CharSet
+
+from .errors import GrammarError
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +62,6 @@ class RuleRef:
 
 
 Expr = Union[Literal, CharClass, Seq, Choice, Repeat, RuleRef]
-
-
-class GrammarError(ValueError):
-    """A grammar that is not whole (undefined rule, missing root, bad repeat bounds)."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +117,7 @@ def show(expr: Expr) -> str:
     if isinstance(expr, Literal):
         return _quote(expr.text)
     if isinstance(expr, CharClass):
-        return "[" + describe_ranges(expr.chars.ranges).strip("[]") + "]"
+        return show_class(expr.chars)
     if isinstance(expr, RuleRef):
         return expr.name
     if isinstance(expr, Seq):
@@ -145,6 +143,36 @@ def show(expr: Expr) -> str:
 def _grouped(expr: Expr, tight: bool = False) -> str:
     needs = isinstance(expr, Choice) or (tight and isinstance(expr, (Seq, Repeat)) and show(expr) != '""')
     return f"({show(expr)})" if needs else show(expr)
+
+
+def show_class(chars: CharSet) -> str:
+    """``chars`` as a bracketed class; the empty set as the negation of everything (GBNF and
+    xgrammar have no empty class)."""
+    if not chars.ranges:
+        return "[^\\x00-\\U0010FFFF]"
+    parts = []
+    for lo, hi in chars.ranges:
+        parts.append(_class_char(lo) if lo == hi else f"{_class_char(lo)}-{_class_char(hi)}")
+    return "[" + "".join(parts) + "]"
+
+
+def _class_char(cp: int) -> str:
+    # NOTE: only ASCII is printed raw, so the text survives any terminal or log; what GBNF
+    # gives meaning inside a class (] - ^ [ and the backslash) is escaped.
+    ch = chr(cp)
+    if ch in "]-^[\\":
+        return "\\" + ch
+    if 0x20 <= cp < 0x7F:
+        return ch
+    if ch == "\n":
+        return "\\n"
+    if ch == "\t":
+        return "\\t"
+    if ch == "\r":
+        return "\\r"
+    if cp <= 0xFF:
+        return f"\\x{cp:02X}"
+    return f"\\u{cp:04X}" if cp <= 0xFFFF else f"\\U{cp:08X}"
 
 
 def _quote(text: str) -> str:

@@ -1,0 +1,253 @@
+"""Grammar front ends (GBNF/EBNF, regex, lark) -> IR: the IR decides the same language as an
+independent parser (lark's Earley on the IR, xgrammar on the text, lark on the original lark
+grammar), prints back to itself, and refuses bad or oversized input by name and position."""
+from __future__ import annotations
+
+import pickle
+import random
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from sglc.fsm.errors import FSMError, InvalidRegexError, UnsupportedRegexError
+from sglc.grammar import (
+    CharClass, Choice, Grammar, GrammarBudget, GrammarBudgetError, GrammarError, GrammarSyntaxError, Literal,
+    Repeat, RuleRef, Seq, UnsupportedGrammarError, grammar_from_regex, parse_ebnf, parse_gbnf,
+)
+from grammar_oracle import lark_parser_for, mutate, sample
+
+xgrammar = pytest.importorskip("xgrammar")
+from xgrammar.testing import _is_grammar_accept_string as xgrammar_accepts  # noqa: E402
+
+FIXTURES = Path(__file__).parent / "fixtures" / "grammars"
+GBNF_FILES = ["json.gbnf", "arithmetic.gbnf", "list.gbnf", "chess.gbnf"]
+
+
+def gbnf(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+# -- GBNF: hand-picked strings ------------------------------------------------------------------
+HAND_PICKED = {
+    "json.gbnf": (
+        ['{"a": [1, 2.5e3, true, null, {"b": "x\\u00e9\\n"}]}', "{}", '{"k":-0.5E+7}', '{ "a" : "é😀" }'],
+        ['{"a" 1}', "[1]", '{"a": tru}', '{"a": 01x}', '{"a": "\\q"}', '{"a": "line\nbreak"}', ""],
+    ),
+    "arithmetic.gbnf": (
+        ["x=1\n", "(a +2)*b=c\n", "foo_1 /3=4\nx=y\n"],
+        ["x=1", "=1\n", "X=1\n", "x==1\n", "(a=1\n", "(a + 2)=c\n"],
+    ),
+    "list.gbnf": (
+        ["- milk\n", "- a\n- b c\n"],
+        ["- \n", "-milk\n", "- a", "- a\u2028b\n", ""],
+    ),
+    "chess.gbnf": (
+        ["1. e4 e5\n2. d4 d5\n", "1. e4 e5\n2. Nf3 Nc6\n3. O-O Bxe5+\n"],
+        ["1. e4 e5\n", "1. e4 e5", "1. e9 e5\n", "2. e4 e5\n", "1. e4 e5\n2. Zf3 Nc6\n"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", GBNF_FILES)
+def test_gbnf_fixture_accepts_and_rejects_hand_picked_strings(name):
+    """Each llama.cpp grammar parses; the IR accepts its hand-picked members and rejects the rest."""
+    oracle = lark_parser_for(parse_gbnf(gbnf(name)))
+    good, bad = HAND_PICKED[name]
+    assert [s for s in good if not oracle.accepts(s)] == []
+    assert [s for s in bad if oracle.accepts(s)] == []
+
+
+@pytest.mark.parametrize("name", GBNF_FILES)
+def test_gbnf_round_trips_through_to_ebnf_and_xgrammar_reads_it(name):
+    """to_ebnf() parses back to an equal grammar, and xgrammar accepts the printed text."""
+    g = parse_gbnf(gbnf(name))
+    assert parse_gbnf(g.to_ebnf()) == g
+    xgrammar.Grammar.from_ebnf(g.to_ebnf())
+
+
+@pytest.mark.parametrize("name", GBNF_FILES)
+def test_gbnf_random_strings_agree_with_xgrammar(name):
+    """On sampled members and their one-character mutations (seeded), lark on our IR and
+    xgrammar on the grammar text (the original where xgrammar reads it, else our print) agree."""
+    rng = random.Random(27)
+    g = parse_gbnf(gbnf(name))
+    oracle = lark_parser_for(g)
+    try:
+        reference = xgrammar.Grammar.from_ebnf(gbnf(name))  # json.gbnf's empty alternative is refused
+    except RuntimeError:
+        reference = xgrammar.Grammar.from_ebnf(g.to_ebnf())
+    alphabet = "".join(sorted(set("".join(HAND_PICKED[name][0])))) + "\n -"
+    members = [s for s in (sample(g, rng) for _ in range(40)) if s is not None and len(s) < 200][:25]
+    assert len(members) >= 10
+    cases = members + [mutate(s, rng, alphabet) for s in members for _ in range(2)]
+    accepted = 0
+    for s in cases:
+        ours = oracle.accepts(s)
+        assert ours == xgrammar_accepts(reference, s), s
+        accepted += ours
+    assert len(members) <= accepted < len(cases)  # both kinds were exercised
+
+
+def test_gbnf_syntax_covers_escapes_classes_repeats_and_multiline_rules():
+    """Escapes, classes with ] and -, negation, '.', {m}/{m,}/{m,n}, comments, '-' in names and
+    rules spanning lines read as written."""
+    text = r'''
+root ::= "a\x41\u00e9\U0001F600\"\\\t" # comment
+    [a-z\]]{2} [^0-9] . my-rule{1,} "q"{0,2} [-x-]?
+  | ( "b"
+      | "c" )+
+my-rule ::= "m"
+'''
+    g = parse_gbnf(text)
+    root = g.rules["root"]
+    assert isinstance(root, Choice) and len(root.options) == 2
+    first = root.options[0]
+    assert first.items[0] == Literal('aAé\U0001F600"\\\t')
+    assert first.items[1] == Repeat(CharClass(first.items[1].item.chars), 2, 2)
+    assert "]" in first.items[1].item.chars and "z" in first.items[1].item.chars
+    assert "5" not in first.items[2].chars and "\U0010FFFF" in first.items[2].chars
+    assert "\n" in first.items[3].chars  # '.' is any character, newline included
+    assert first.items[4] == Repeat(RuleRef("my-rule"), 1, None)
+    assert first.items[5] == Repeat(Literal("q"), 0, 2)
+    assert set("-x") == {chr(c) for lo, hi in first.items[6].item.chars.ranges for c in range(lo, hi + 1)}
+    assert root.options[1] == Repeat(Choice((Literal("b"), Literal("c"))), 1, None)
+    oracle = lark_parser_for(g)
+    assert oracle.accepts('aAé\U0001F600"\\\t' + "]a" + "x" + "\n" + "mm" + "qq" + "-")
+    assert oracle.accepts("bcb") and not oracle.accepts("bd")
+    assert parse_gbnf(g.to_ebnf()) == g
+    assert parse_ebnf is parse_gbnf
+
+
+def test_gbnf_syntax_errors_name_line_and_column():
+    """A bad grammar names the line, the column and shows a caret under it."""
+    cases = [
+        ('root ::= "a"\nfoo ::= "b" )', 2, 13, "unexpected ')'"),
+        ('root ::= "abc', 1, 10, "unterminated string literal"),
+        ("root ::= [a-", 1, 10, "unterminated character class"),
+        ('root ::= "\\q"', 1, 11, "unknown escape \\q"),
+        ("root ::= \n  x y\nx ::= \"1\"", 2, 5, "undefined rule 'y'"),
+        ('root ::= "a"{3,1}', 1, 16, "max < min"),
+        ('root ::= * "a"', 1, 10, "repeats nothing"),
+        ('root = "a"', 1, 6, "expected '::='"),
+        ('root ::= "a"\nroot ::= "b"', 2, 1, "defined twice"),
+        ('root ::= ("a" | "b"', 1, 20, "unclosed '('"),
+        ('root ::= "\\uD800"', 1, 11, "not a Unicode scalar value"),
+    ]
+    for text, line, column, message in cases:
+        with pytest.raises(GrammarSyntaxError) as info:
+            parse_gbnf(text)
+        err = info.value
+        assert (err.line, err.column) == (line, column), (text, str(err))
+        assert message in str(err)
+        caret = str(err).splitlines()[-1]
+        assert caret.index("^") == column - 1, str(err)
+
+
+def test_gbnf_refuses_token_references_and_missing_root_by_name():
+    """llama.cpp token references and xgrammar lookaheads are refused by name; no root is named."""
+    with pytest.raises(UnsupportedGrammarError, match="token reference"):
+        parse_gbnf('root ::= <[123]> "a"')
+    with pytest.raises(UnsupportedGrammarError, match="lookahead"):
+        parse_gbnf('root ::= a\na (= "b") ::= "a"')
+    with pytest.raises(GrammarError, match="no root rule 'root'"):
+        parse_gbnf('start ::= "a"')
+    assert parse_gbnf('start ::= "a"', root="start").root == "start"
+
+
+def test_grammar_errors_are_fsm_errors_and_pickle():
+    """Every grammar error is an FSMError (a 400 at the edge) and pickles to the same fields."""
+    errors = [
+        GrammarSyntaxError("boom", 3, 4, "xx\n   ^"),
+        UnsupportedGrammarError("%declare", "terminal 'A'", "detail"),
+        GrammarBudgetError("max_rules", 10, "rules 11"),
+        GrammarError("plain"),
+    ]
+    for err in errors:
+        assert isinstance(err, FSMError) and isinstance(err, ValueError)
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err) and str(back) == str(err)
+    assert "GrammarBudget.max_rules = 10" in str(errors[2]) and "raise it" in str(errors[2])
+
+
+# -- budgets --------------------------------------------------------------------------------------
+def test_budget_refuses_long_text_before_parsing():
+    """Over-long text is refused at once, naming max_grammar_chars."""
+    text = 'root ::= "' + "a" * 5_000_000 + '"'
+    started = time.monotonic()
+    with pytest.raises(GrammarBudgetError, match="max_grammar_chars"):
+        parse_gbnf(text)
+    assert time.monotonic() - started < 1.0
+
+
+def test_budget_refuses_deep_nesting_before_parsing():
+    """Deep groups are refused by the linear scan (no RecursionError), naming max_nesting_depth;
+    brackets inside strings and classes do not count."""
+    with pytest.raises(GrammarBudgetError, match="max_nesting_depth"):
+        parse_gbnf("root ::= " + "(" * 50_000 + '"a"' + ")" * 50_000)
+    parse_gbnf('root ::= "' + "(" * 500 + '" [' + "(" * 500 + "] # " + "(" * 500)
+
+
+def test_budget_refuses_too_many_rules_and_nodes_and_big_repeats():
+    """Rules, nodes and repetition bounds are counted as built and refused by name."""
+    many = "\n".join(f"r{i} ::= \"x\"" for i in range(200))
+    with pytest.raises(GrammarBudgetError, match="max_rules"):
+        parse_gbnf('root ::= "a"\n' + many, GrammarBudget(max_rules=100))
+    with pytest.raises(GrammarBudgetError, match="max_expr_nodes"):
+        parse_gbnf("root ::= " + ' "a"' * 500, GrammarBudget(max_expr_nodes=100))
+    with pytest.raises(GrammarBudgetError, match="max_repeat_bound"):
+        parse_gbnf('root ::= "a"{1,100000}')
+    with pytest.raises(GrammarBudgetError, match="max_repeat_bound"):
+        parse_gbnf('root ::= "a"{' + "9" * 100_000 + "}")
+
+
+def test_budget_parse_reads_fields_and_names_unknown_ones():
+    """GrammarBudget.parse sets the named fields and refuses unknown or malformed entries."""
+    b = GrammarBudget.parse("max_rules=7, max_compile_seconds=0.5,max_expr_nodes=1_000")
+    assert (b.max_rules, b.max_compile_seconds, b.max_expr_nodes) == (7, 0.5, 1000)
+    with pytest.raises(ValueError, match="unknown grammar budget entry 'max_states=3'"):
+        GrammarBudget.parse("max_states=3")
+    with pytest.raises(ValueError, match="not a number"):
+        GrammarBudget.parse("max_rules=lots")
+    with pytest.raises(ValueError, match="positive"):
+        GrammarBudget(max_rules=0)
+
+
+# -- regex -------------------------------------------------------------------------------------
+REGEXES = [r"[a-c]{1,3}(x|yz)*", r"-?(0|[1-9][0-9]*)(\.[0-9]+)?", r"\d{2}-\w+\s?", r"(ab|a)(bc|c)?", r"[^a-c]+.\."]
+
+
+@pytest.mark.parametrize("pattern", REGEXES)
+def test_regex_grammar_agrees_with_python_re(pattern):
+    """grammar_from_regex accepts exactly what re.fullmatch (ASCII) accepts, on random strings."""
+    rng = random.Random(hash(pattern) & 0xFFFF)
+    g = grammar_from_regex(pattern)
+    oracle = lark_parser_for(g)
+    compiled = re.compile(pattern, re.ASCII)
+    alphabet = "abcxyz019-._ \n"
+    members = [s for s in (sample(g, rng) for _ in range(30)) if s is not None]
+    cases = members + [mutate(s, rng, alphabet) for s in members] + ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6))) for _ in range(60)]
+    seen = set()
+    for s in cases:
+        expected = compiled.fullmatch(s) is not None
+        assert oracle.accepts(s) == expected, (pattern, s)
+        seen.add(expected)
+    assert seen == {True, False}
+    assert parse_gbnf(g.to_ebnf()) == g
+
+
+def test_regex_grammar_refuses_what_the_fsm_refuses():
+    """Lookaround and bad syntax raise the FSM library's errors; big bounds the grammar budget's."""
+    with pytest.raises(UnsupportedRegexError, match="lookahead"):
+        grammar_from_regex("a(?=b)")
+    with pytest.raises(InvalidRegexError):
+        grammar_from_regex("a(b")
+    with pytest.raises(GrammarBudgetError, match="max_repeat_bound"):
+        grammar_from_regex("a{0,50000}")
+    with pytest.raises(GrammarBudgetError, match="max_nesting_depth"):
+        grammar_from_regex("(" * 1000 + ")" * 1000)
+    assert grammar_from_regex("abc").rules == {"root": Literal("abc")}
+    assert isinstance(grammar_from_regex("ab|c").rules["root"], Choice)
+    assert isinstance(grammar_from_regex("a[bc]").rules["root"], Seq)
+    assert Grammar({"root": Literal("x")}).verify()
