@@ -19,9 +19,9 @@ _GREEDY_BELOW = 1e-5
 class _ConstraintFields:
     """The output constraint of a request (after the table's sampling fields).
 
-    - regex / json_schema / fsm: at most one output constraint (a regex; a JSON schema as JSON
-      text, a dict or a pydantic model class; or the ``fsm`` dict the compiler's lower_constraints
-      pass stores on a gen). The engine compiles it once per distinct constraint at submit (a bad
+    - regex / json_schema / fsm / ebnf: at most one output constraint (a regex; a JSON schema as
+      JSON text, a dict or a pydantic model class; the ``fsm`` dict the compiler's
+      lower_constraints pass stores on a gen; or a context-free grammar in GBNF/EBNF text). The engine compiles it once per distinct constraint at submit (a bad
       one raises ValueError there) into ``constraint``. min_new_tokens must be 0 with one: the
       constraint decides where the output ends.
     - constraint: the compiled form, any object with ``new_cursor()`` (set by the engine from the
@@ -35,6 +35,7 @@ class _ConstraintFields:
     regex: str | None = None
     json_schema: object | None = None
     fsm: dict | None = None
+    ebnf: str | None = None
     constraint: object | None = None
     jump_forward: bool = True
     stop_regex_dfas: tuple | None = None
@@ -87,17 +88,17 @@ class _SamplingRules:
         constrained = self.constraint is not None or self.constraint_spec() is not None
         if constrained and self.min_new_tokens:
             raise ValueError("SamplingParams.min_new_tokens must be 0 with a constraint "
-                             "(regex / json_schema / fsm): the constraint decides where the output ends")
+                             "(regex / json_schema / fsm / ebnf): the constraint decides where the output ends")
 
     def constraint_spec(self):  # -> sglc.wire.constraint_spec.ConstraintSpec | None
-        """The regex / json_schema / fsm constraint as a ConstraintSpec (None when none is set);
-        TypeError / ValueError naming the field when it is malformed or several are set."""
-        if self.regex is None and self.json_schema is None and self.fsm is None:
+        """The regex / json_schema / fsm / ebnf constraint as a ConstraintSpec (None when none is
+        set); TypeError / ValueError naming the field when it is malformed or several are set."""
+        if self.regex is None and self.json_schema is None and self.fsm is None and self.ebnf is None:
             return None
         from sglc.wire.constraint_spec import ConstraintSpec  # NOTE: lazy: only constrained requests pay
 
         try:
-            return ConstraintSpec.of(regex=self.regex, json_schema=self.json_schema, fsm=self.fsm)
+            return ConstraintSpec.of(regex=self.regex, json_schema=self.json_schema, fsm=self.fsm, ebnf=self.ebnf)
         except (TypeError, ValueError) as err:
             raise type(err)(f"SamplingParams: {err}") from None
 
