@@ -28,9 +28,11 @@ GREEDY = SamplingParams(temperature=0, max_new_tokens=8)
 
 
 @pytest.fixture(scope="module")
-def engine() -> Engine:
+def engine():
     # NOTE: chunking off: `reference` is the unchunked baseline the other engines are compared to.
-    return Engine(max_running_requests=32, chunked_prefill_size=None)
+    engine = Engine(max_running_requests=32, chunked_prefill_size=None)
+    yield engine
+    engine.shutdown()  # NOTE: its thread holds it: without this the model stays for the whole run
 
 
 @pytest.fixture(scope="module")
