@@ -30,9 +30,9 @@ RUNTIME_PACKAGE = "sglc_runtime"
 LAYERS = {
     "sglc.fsm": set(),  # a leaf library, shared with the runtime
     "sglc.grammar": {"sglc.fsm"},  # context-free grammars over the fsm library, shared with the runtime
-    "sglc.wire": {"sglc.fsm"},  # the contract: imports neither half
-    "sglc.ir": {"sglc.fsm", "sglc.errors", "sglc.wire"},
-    "sglc.passes": {"sglc.ir", "sglc.fsm", "sglc.errors"},
+    "sglc.wire": {"sglc.fsm", "sglc.grammar"},  # the contract: imports neither half
+    "sglc.ir": {"sglc.fsm", "sglc.grammar", "sglc.errors", "sglc.wire"},
+    "sglc.passes": {"sglc.ir", "sglc.fsm", "sglc.grammar", "sglc.errors"},
     "sglc.frontend": {"sglc.ir", "sglc.errors", "sglc.wire"},
 }
 

@@ -49,11 +49,12 @@ def test_each_edge_has_exactly_the_table_rows_it_spells():
     assert set(SAMPLING_ATTRS) == set(GEN_ATTRS) == {row.name for row in BY_DSL.values()}
     assert RUN_SAMPLING_KEYS == {key: row.name for key, row in BY_RUN.items()}
     # NOTE: besides the sampling rows, a gen's constraint and its logprob request (not sampling)
-    assert [f.name for f in dataclasses.fields(GenParams)] == [*GEN_FIELDS, "regex", "json_schema", "fsm", "logprobs"]
+    assert [f.name for f in dataclasses.fields(GenParams)] == [*GEN_FIELDS, "regex", "json_schema", "fsm", "ebnf",
+                                                               "ebnf_from_json_schema", "logprobs"]
     assert all(row.proto in (None, row.name) for row in TABLE)
     # NOTE: every GenParams field reaches every backend: runtime.proto, OpenAI and SGLang spell it
     assert all(row.proto and row.openai and row.sglang for row in GEN_FIELDS.values())
-    proto_fields = {f.name for f in pb.SamplingParams.DESCRIPTOR.fields} - {"regex", "json_schema", "fsm"}
+    proto_fields = {f.name for f in pb.SamplingParams.DESCRIPTOR.fields} - {"regex", "json_schema", "fsm", "ebnf"}
     assert proto_fields == {row.proto for row in PROTO}
     runtime_fields = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
     assert {row.name: row.default for row in RUNTIME}.items() <= runtime_fields.items()

@@ -29,6 +29,7 @@ from .errors import (
     IncompatibleVocabularyError,
     InvalidRegexError,
     InvalidSchemaError,
+    RecursiveSchemaError,
     UnsupportedRegexError,
     UnsupportedSchemaError,
 )
@@ -54,7 +55,7 @@ __all__ = [
     "DTYPE_REGEX", "regex_for_dtype", "regex_for_choices", "compile_dtype", "compile_choices",
     "Vocabulary", "TokenIndex", "build_token_index", "clear_token_index_cache", "Cursor",
     "fsm_to_dict", "fsm_from_dict", "fsm_to_json", "fsm_from_json", "sample",
-    "FSMError", "InvalidRegexError", "UnsupportedRegexError", "UnsupportedSchemaError",
+    "FSMError", "InvalidRegexError", "UnsupportedRegexError", "UnsupportedSchemaError", "RecursiveSchemaError",
     "InvalidSchemaError", "EmptyLanguageError", "IncompatibleVocabularyError",
     "FSMFormatError", "ConstraintViolationError",
 ]

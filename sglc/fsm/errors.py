@@ -60,6 +60,16 @@ class UnsupportedSchemaError(FSMError):
         super().__init__(f"unsupported JSON schema keyword {keyword!r} at {path}{extra}")
 
 
+class RecursiveSchemaError(UnsupportedSchemaError):
+    """A ``$ref`` that refers to a schema it is inside of: not regular, so no FSM; such a schema
+    is a context-free grammar (``sglc.grammar``; the compiler lowers it to one, issue 27)."""
+
+    def __init__(self, ref: str, path: str) -> None:
+        super().__init__("$ref", path, f"recursive reference {ref!r} is not regular")
+        self._args = (ref, path)
+        self.ref = ref
+
+
 class InvalidSchemaError(FSMError):
     """The JSON schema is malformed (wrong value type for a keyword, dangling $ref, ...)."""
 

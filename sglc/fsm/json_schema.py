@@ -33,6 +33,7 @@ from .errors import (
     CompileBudgetError,
     InvalidRegexError,
     InvalidSchemaError,
+    RecursiveSchemaError,
     UnsupportedRegexError,
     UnsupportedSchemaError,
 )
@@ -179,8 +180,7 @@ class _Converter:
             detail = f"only local references are supported, got {ref!r}"
             raise UnsupportedSchemaError("$ref", f"{path}/$ref", detail)
         if ref in self.ref_stack:
-            detail = f"recursive reference {ref!r} is not regular"
-            raise UnsupportedSchemaError("$ref", f"{path}/$ref", detail)
+            raise RecursiveSchemaError(ref, f"{path}/$ref")
         target: Any = self.root
         for part in [p for p in ref[1:].split("/") if p]:
             part = part.replace("~1", "/").replace("~0", "~")

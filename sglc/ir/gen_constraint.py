@@ -1,16 +1,28 @@
-"""A GEN's constraint: which attribute holds it, and the regex it stands for.
+"""A GEN's constraint: which attribute holds it, and what it stands for once lowered.
 
-The lower_constraints pass compiles that regex to the ``fsm`` attribute, and the FSM records it
-as ``fsm["pattern"]``; at run time the ``fsm`` wins over the readable attribute. `verify` uses
-:func:`constraint_pattern` to check that both say the same thing, so what `sglc inspect` shows
-is what runs. Imports :mod:`sglc.fsm` (a leaf library) only when a pattern is asked for.
+Two lowered forms, each an attribute the lower_constraints pass adds beside the readable one:
+
+- ``fsm``: the regex a regular constraint stands for (:func:`constraint_pattern`), compiled; the
+  FSM records it as ``fsm["pattern"]``.
+- ``grammar``: the ``sglc.grammar.Grammar`` a context-free constraint stands for
+  (:func:`constraint_grammar`): ``ebnf`` (GBNF / xgrammar EBNF text), ``lark`` (a lark grammar),
+  or a ``json_schema`` the FSM library refuses because it refers to itself (:func:`is_recursive_schema`).
+
+At run time the lowered form wins over the readable attribute. `verify` uses both functions to
+check that they say the same thing, so what `sglc inspect` shows is what runs. Imports
+:mod:`sglc.fsm` and :mod:`sglc.grammar` (leaf libraries) only when a constraint is asked about.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional
 
 #: The GEN attributes that constrain what may be generated, in the order they are reported.
-CONSTRAINT_ATTRS = ("regex", "json_schema", "dtype", "choices")
+CONSTRAINT_ATTRS = ("regex", "json_schema", "dtype", "choices", "ebnf", "lark")
+#: Constraints written in a grammar syntax: they always lower to a ``grammar``, never an ``fsm``.
+GRAMMAR_ATTRS = ("ebnf", "lark")
+#: The attributes that hold a lowered constraint (at most one per gen).
+LOWERED_ATTRS = ("fsm", "grammar")
 
 
 def constraint_attrs(attrs: dict[str, Any]) -> list[str]:
@@ -21,7 +33,8 @@ def constraint_attrs(attrs: dict[str, Any]) -> list[str]:
 def constraint_pattern(attr: str, value: Any) -> str:
     """The regex that constraint `attr` with `value` stands for (what an FSM is compiled from).
 
-    Raises sglc.fsm.FSMError, TypeError or ValueError for a value that is no valid constraint.
+    Raises sglc.fsm.FSMError, TypeError or ValueError for a value that is no valid constraint
+    (and for a grammar constraint, which has no regex).
     """
     from sglc import fsm
 
@@ -38,7 +51,56 @@ def constraint_pattern(attr: str, value: Any) -> str:
         return fsm.regex_for_dtype(value)
     if attr == "choices":
         return fsm.regex_for_choices(value)
+    if attr in GRAMMAR_ATTRS:
+        raise ValueError(f"{attr} is a grammar constraint: it lowers to a grammar, not to an fsm")
     raise ValueError(f"{attr!r} is not a constraint attribute (one of {', '.join(CONSTRAINT_ATTRS)})")
+
+
+def is_recursive_schema(err: BaseException) -> bool:
+    """Whether ``err`` (from :func:`constraint_pattern` of a ``json_schema``) is the FSM library
+    refusing a ``$ref`` that refers to itself: exactly the schemas that lower to a grammar."""
+    from sglc.fsm.errors import RecursiveSchemaError
+
+    return isinstance(err, RecursiveSchemaError)
+
+
+def constraint_grammar(attr: str, value: Any) -> Any:  # -> sglc.grammar.Grammar
+    """The grammar that constraint `attr` with `value` stands for (what a lowered ``grammar`` is).
+
+    ``ebnf``: GBNF / xgrammar EBNF text; ``lark``: a lark grammar; ``json_schema`` (a JSON string
+    or a dict): the schema's grammar. Raises a ``sglc.grammar`` error (an FSMError, so a
+    ValueError: syntax with line and column, an unsupported construct, a budget), or TypeError.
+    Equal constraints give the same (immutable) Grammar object: parsed once per process.
+    """
+    if attr in GRAMMAR_ATTRS:
+        if not isinstance(value, str):
+            raise TypeError(f"{attr} must be grammar text (a str), got {type(value).__name__}")
+        return _parsed(attr, value)
+    if attr == "json_schema":
+        from sglc.wire.json_schema_text import schema_text
+
+        return _parsed(attr, schema_text(value))
+    raise ValueError(f"{attr!r} is not a grammar constraint (one of {', '.join(GRAMMAR_ATTRS)} or json_schema)")
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(attr: str, text: str) -> Any:
+    import json
+
+    from sglc import grammar
+
+    if attr == "ebnf":
+        return grammar.parse_gbnf(text)
+    if attr == "lark":
+        parse_lark = getattr(grammar, "parse_lark", None)
+        if parse_lark is None:  # TODO(issue 27): drop once sglc.grammar exports parse_lark
+            raise ValueError("lark grammars need sglc.grammar.parse_lark, which this sglc does not have yet")
+        return parse_lark(text)
+    from_schema = getattr(grammar, "grammar_from_json_schema", None)
+    if from_schema is None:  # TODO(issue 27): drop once sglc.grammar exports grammar_from_json_schema
+        raise ValueError("recursive JSON schemas need sglc.grammar.grammar_from_json_schema, which this sglc "
+                         "does not have yet")
+    return from_schema(json.loads(text))
 
 
 def lowered_pattern(lowered: Any) -> Optional[str]:

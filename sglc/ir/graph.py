@@ -8,7 +8,7 @@ from typing import Any, Callable, ClassVar, Iterator, Optional, Sequence
 
 from sglc.ir.node import Guard, Node
 from sglc.ir.ops import Op
-from sglc.ir.types import DEFAULT_TYPE, AttrValue, ValueType, check_attr_value, normalize_attr_value
+from sglc.ir.types import DEFAULT_TYPE, AttrValue, ValueType, check_attr_value, is_grammar_value, normalize_attr_value
 
 _NAME_OK = re.compile(r"[^0-9A-Za-z_]")
 
@@ -151,7 +151,8 @@ class Graph:
             mapping[node] = new.create_node(
                 node.op,
                 [mapping[i] for i in node.inputs],
-                copy.deepcopy(node.attrs),
+                # NOTE: a grammar is immutable (and may be deep): shared, not copied
+                {k: v if is_grammar_value(v) else copy.deepcopy(v) for k, v in node.attrs.items()},
                 node.type,
                 node.stream,
                 guard,

@@ -16,10 +16,16 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from sglc.ir import format_pieces, output_value
-from sglc.ir.gen_constraint import constraint_attrs, constraint_pattern, lowered_pattern
+from sglc.ir.gen_constraint import (
+    GRAMMAR_ATTRS,
+    constraint_attrs,
+    constraint_grammar,
+    constraint_pattern,
+    lowered_pattern,
+)
 from sglc.ir.node import Node
 from sglc.ir.ops import ROLES, VARIABLE_PRODUCING_OPS, Op
-from sglc.ir.types import TEXT_LIKE, ValueType
+from sglc.ir.types import TEXT_LIKE, ValueType, is_grammar_value
 from sglc.wire import sampling_table
 
 Check = Callable[[Any], Optional[str]]
@@ -86,6 +92,12 @@ def _lowered_fsm(v: Any) -> Optional[str]:
     return None
 
 
+def _lowered_grammar(v: Any) -> Optional[str]:
+    if not is_grammar_value(v):
+        return f"must be a lowered grammar (a sglc.grammar.Grammar), got {type(v).__name__}"
+    return None
+
+
 def _any(v: Any) -> Optional[str]:
     return None
 
@@ -139,7 +151,10 @@ ATTR_RULES: dict[Op, dict[str, tuple[bool, Check]]] = {
         "json_schema": (False, _type(str, dict)),
         "dtype": (False, _one_of(GEN_DTYPES)),
         "choices": (False, _list_of(_STRS, "str", nonempty=True)),
+        "ebnf": (False, _type(str, nonempty=True)),
+        "lark": (False, _type(str, nonempty=True)),
         "fsm": (False, _lowered_fsm),
+        "grammar": (False, _lowered_grammar),
     },
     Op.SELECT: {
         "name": _NAME,
@@ -173,23 +188,45 @@ ATTR_RULES: dict[Op, dict[str, tuple[bool, Check]]] = {
 
 # ----- rules over several attributes of one node -----
 def _gen_constraint(node: Node) -> None:
-    """A lowered gen runs its ``fsm``: it must be compiled from the constraint the node shows."""
-    lowered = node.attrs.get("fsm")
-    if lowered is None:
-        return
+    """A gen's grammar parses; a lowered gen runs its ``fsm`` or ``grammar``: it must be compiled
+    from the one constraint the node shows."""
     present = constraint_attrs(node.attrs)
-    if len(present) != 1:
+    for attr in present:
+        if attr in GRAMMAR_ATTRS:
+            _grammar_of(attr, node.attrs[attr])  # NOTE: cached: a grammar is parsed once per text
+    lowered = [key for key in ("fsm", "grammar") if node.attrs.get(key) is not None]
+    if not lowered:
+        return
+    if len(lowered) > 1:
+        raise RuleError("has both a lowered fsm and a lowered grammar; a gen runs one")
+    kinds = "ebnf, lark, json_schema" if lowered == ["grammar"] else "regex, json_schema, dtype, choices"
+    if len(present) != 1 or present[0] not in kinds.split(", "):
         shown = ", ".join(present) or "none"
-        raise RuleError(f"has a lowered fsm, so it takes exactly one of regex, json_schema, dtype, choices "
-                        f"(got {shown})")
+        raise RuleError(f"has a lowered {lowered[0]}, so it takes exactly one of {kinds} (got {shown})")
     attr = present[0]
+    if lowered == ["grammar"]:
+        if node.attrs["grammar"] != _grammar_of(attr, node.attrs[attr]):
+            raise RuleError(f"grammar was not compiled from the {attr} it shows; recompile the program (sglc compile)")
+        return
     try:
         pattern = constraint_pattern(attr, node.attrs[attr])
     except Exception as err:  # NOTE: FSMError, TypeError, ValueError: an invalid constraint
         raise RuleError(f"attribute {attr} is not a valid constraint: {str(err).splitlines()[0][:200]}") from None
-    if lowered_pattern(lowered) != pattern:
-        raise RuleError(f"fsm was compiled from {_short(lowered_pattern(lowered))}, but {attr} gives {_short(pattern)}; "
-                        "recompile the program (sglc compile)")
+    if lowered_pattern(node.attrs["fsm"]) != pattern:
+        raise RuleError(f"fsm was compiled from {_short(lowered_pattern(node.attrs['fsm']))}, but {attr} gives "
+                        f"{_short(pattern)}; recompile the program (sglc compile)")
+
+
+def _grammar_of(attr: str, value: Any) -> Any:
+    try:
+        return constraint_grammar(attr, value)
+    except (TypeError, ValueError) as err:  # NOTE: sglc.grammar's errors are ValueErrors (FSMError)
+        raise RuleError(f"attribute {attr} is not a valid grammar: {_one_line(err)}") from None
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return (text.splitlines()[0] if text else type(err).__name__)[:200]
 
 
 def _short(text: Optional[str], limit: int = 60) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from sglc.ir.graph import Graph
 from sglc.ir.node import Guard, Node
 from sglc.ir.ops import Op
+from sglc.ir.types import is_grammar_value
 
 MAX_STR = 60  # longer strings are cut in listings (the graph itself keeps them whole)
 
@@ -38,10 +39,22 @@ def format_fsm(fsm: Any) -> str:
     return format_value(fsm)
 
 
+def format_grammar(grammar: Any, max_str: int = MAX_STR) -> str:
+    """A lowered grammar in one short token: its size and the start of its GBNF text."""
+    rules = grammar.to_ebnf().replace("\n", "; ")
+    shown = rules if len(rules) <= max_str else rules[: max_str - 3] + "..."
+    return f"<grammar {len(grammar.rules)} rules, {grammar.size()} nodes: {shown}>"
+
+
 def format_attrs(attrs: dict[str, Any], max_str: int = MAX_STR) -> str:
-    # NOTE: the lowered `fsm` attr is the whole transition table; a listing shows its size only.
-    return ", ".join(f"{key}={format_fsm(value) if key == 'fsm' else format_value(value, max_str)}"
-                     for key, value in attrs.items())
+    # NOTE: the lowered `fsm` attr is the whole transition table, a lowered `grammar` every rule;
+    # a listing shows their size (and the grammar's first characters) only.
+    def shown(key: str, value: Any) -> str:
+        if is_grammar_value(value):
+            return format_grammar(value, max_str)
+        return format_fsm(value) if key == "fsm" else format_value(value, max_str)
+
+    return ", ".join(f"{key}={shown(key, value)}" for key, value in attrs.items())
 
 
 def format_node(node: Node) -> str:

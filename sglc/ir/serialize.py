@@ -14,7 +14,10 @@ a lowered FSM as a typed message; 4 spells a gen's sampling attributes by their 
 (``max_new_tokens``, ``min_new_tokens``), where 1-3 used the DSL's (``max_tokens``, ``min_tokens``):
 older files are renamed as they are read; 5 adds ops (``output``, and the formatted-text and loop
 ops of docs/ir.md) that a version 4 reader would refuse one by one as unknown, so such a reader is
-told to upgrade instead. Every version 4 file is a valid version 5 file.
+told to upgrade instead. Every version 4 file is a valid version 5 file. 6 stores a gen's lowered
+context-free ``grammar`` (a ``sglc.grammar.Grammar``) as a typed message (proto/grammar.proto),
+checked against the grammar budget before it is built and verified; every version 5 file is a
+valid version 6 file.
 """
 from __future__ import annotations
 
@@ -27,17 +30,20 @@ from sglc.errors import GraphFormatError, VerifyError
 from sglc.ir.graph import Graph
 from sglc.ir.node import Guard, Node
 from sglc.ir.ops import Op
-from sglc.ir.types import ValueType, check_attr_value
+from sglc.ir.types import ValueType, check_attr_value, is_grammar_value
 from sglc.ir.verify import verify
 from sglc.fsm.errors import FSMFormatError
 from sglc.wire.fsm_message import fsm_from_pb, fsm_to_pb, is_fsm_dict
+from sglc.wire.grammar_message import grammar_from_pb, grammar_to_pb
 from sglc.wire.proto import graph_pb2 as pb
 
 #: The format version this sglc writes; it reads this and every older version. Version 3 writes a
 #: lowered FSM as a typed sglc.fsm.FSM (AttrValue.fsm_value); versions 1 and 2 held it as a map,
 #: which still decodes to the same dict. Version 4 renamed two gen attributes (_RENAMED_IN_4).
 #: Version 5 added ops (output, format, get_item, length, loop_begin/loop_index/loop_end).
-FORMAT_VERSION = 5
+#: Version 6 added a lowered grammar (AttrValue.grammar_value), which a version 5 reader would
+#: read as "no value".
+FORMAT_VERSION = 6
 #: The first version whose files end with a checksum.
 CHECKSUM_SINCE = 2
 #: Gen attributes versions 1-3 spelled as the DSL does -> their name since version 4.
@@ -122,6 +128,8 @@ def _write_value(out: pb.AttrValue, value: Any, where: str, depth: int) -> None:
             _write_value(out.list_value.items.add(), item, f"{where}[{i}]", depth + 1)
     elif is_fsm_dict(value) and _write_fsm(out, value):
         pass
+    elif is_grammar_value(value):
+        out.grammar_value.CopyFrom(grammar_to_pb(value))  # NOTE: ValueError (too deep) -> GraphFormatError
     elif isinstance(value, dict):
         out.map_value.SetInParent()
         _write_map(out.map_value, value, where, depth + 1)
@@ -319,6 +327,11 @@ def _read_value(msg: pb.AttrValue, where: str) -> Any:
             return fsm_from_pb(msg.fsm_value)
         except ValueError as err:  # FSMFormatError, CompileBudgetError
             raise GraphFormatError(f"graph.pb: {where}: invalid fsm: {_one_line(err)}") from None
+    if kind == "grammar_value":
+        try:  # NOTE: sizes against the grammar budget before any expression is built; then verify()
+            return grammar_from_pb(msg.grammar_value)
+        except ValueError as err:  # GrammarFormatError, GrammarBudgetError
+            raise GraphFormatError(f"graph.pb: {where}: invalid grammar: {_one_line(err)}") from None
     raise GraphFormatError(f"graph.pb: {where} has no value (written by a newer sglc?)")
 
 

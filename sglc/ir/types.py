@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 import math
+import sys
 from typing import Any, Union
 
 from sglc.ir.ops import Op
@@ -52,13 +53,22 @@ DEFAULT_TYPE = {
 }
 assert set(DEFAULT_TYPE) == set(Op), "every op needs a default output type"
 
-#: What an attribute may hold: JSON-like values plus bytes (e.g. a serialized FSM).
+#: What an attribute may hold: JSON-like values plus bytes, and a grammar (a gen's lowered
+#: ``grammar``: an immutable ``sglc.grammar.Grammar``, graph.pb's AttrValue.grammar_value).
 AttrValue = Union[None, bool, int, float, str, bytes, list, dict]
+
+
+def is_grammar_value(value: Any) -> bool:
+    """Whether `value` is a ``sglc.grammar.Grammar`` (immutable: copies share it)."""
+    # NOTE: no import of sglc.grammar here (it pulls in the parsers): a value can only be a
+    # Grammar if the module defining the class is already loaded.
+    module = sys.modules.get("sglc.grammar.ir")
+    return module is not None and isinstance(value, module.Grammar)
 
 
 def check_attr_value(value: Any, where: str = "attribute") -> None:
     """Raise TypeError unless `value` is in the attribute domain (so it serializes exactly)."""
-    if value is None or isinstance(value, (bool, int, str, bytes)):
+    if value is None or isinstance(value, (bool, int, str, bytes)) or is_grammar_value(value):
         return
     if isinstance(value, float):
         if math.isnan(value):

@@ -36,14 +36,20 @@ _FIELD_TYPES = {"int": Optional[int], "float": Optional[float], "bool": Optional
 
 #: Sampling parameters of one gen (None = the backend's default) and its constraint. The
 #: sampling fields are the table's (sglc.wire.sampling_table.GEN_FIELDS, by name:
-#: ``max_new_tokens``); at most one constraint: a regex, a JSON schema (JSON text) or a
-#: compiled FSM (dict form).
+#: ``max_new_tokens``); at most one constraint: a regex, a JSON schema (JSON text), a
+#: compiled FSM (dict form) or a context-free grammar (``ebnf``: GBNF/EBNF text, what a lowered
+#: ``grammar`` prints as; ConstraintSpec kind "ebnf"). ``ebnf_from_json_schema`` is no
+#: constraint of its own: beside ``ebnf``, the JSON schema text that grammar was lowered from (a
+#: recursive schema), for backends that take a JSON schema but no grammar (OpenAI's
+#: response_format).
 GenParams = dataclasses.make_dataclass(
     "GenParams",
     [*((p.name, _FIELD_TYPES[p.kind], dataclasses.field(default=None)) for p in sampling_table.GEN_FIELDS.values()),
      ("regex", Optional[str], dataclasses.field(default=None)),
      ("json_schema", Optional[str], dataclasses.field(default=None)),
      ("fsm", Optional[dict], dataclasses.field(default=None)),
+     ("ebnf", Optional[str], dataclasses.field(default=None)),
+     ("ebnf_from_json_schema", Optional[str], dataclasses.field(default=None)),
      # NOTE: what a gen asks back besides its text (gen(return_logprob=True, top_logprobs_num=k,
      # logprob_start_len=n)): a LogprobRequest, or None for no logprobs.
      ("logprobs", Optional["LogprobRequest"], dataclasses.field(default=None))],

@@ -37,13 +37,17 @@ def gen_params_to_pb(params: bk.GenParams) -> pb.SamplingParams:
             getattr(s, row.proto).extend(value)
         else:
             setattr(s, row.proto, value)
-    sampling_table.at_most_one_constraint({n: getattr(params, n) for n in ("regex", "json_schema", "fsm")})
+    sampling_table.at_most_one_constraint({n: getattr(params, n) for n in ("regex", "json_schema", "fsm", "ebnf")})
     if params.regex is not None:
         s.regex = params.regex
     elif params.json_schema is not None:
         s.json_schema = schema_text(params.json_schema)
     elif params.fsm is not None:
         s.fsm.CopyFrom(fsm_to_pb(params.fsm))
+    elif params.ebnf is not None:  # NOTE: a grammar travels as text; the runtime parses it (issue 27)
+        if not isinstance(params.ebnf, str):
+            raise TypeError(f"ebnf must be GBNF/EBNF grammar text (a str), got {type(params.ebnf).__name__}")
+        s.ebnf = params.ebnf
     return s
 
 

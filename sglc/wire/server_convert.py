@@ -31,7 +31,8 @@ def sampling_fields_from_pb(req: pb.GenerateRequest) -> dict[str, Any]:
     """Keyword arguments for SamplingParams: only the fields the request sets.
 
     The constraint becomes ``regex`` / ``json_schema`` (JSON text) / ``fsm`` (the dict form of
-    the FSM message); an FSM over the compile budget or malformed raises ValueError.
+    the FSM message) / ``ebnf`` (GBNF/EBNF text); an FSM over the compile budget or malformed
+    raises ValueError.
     """
     s = req.sampling
     fields: dict[str, Any] = {}
@@ -51,6 +52,8 @@ def sampling_fields_from_pb(req: pb.GenerateRequest) -> dict[str, Any]:
             fields["fsm"] = fsm_from_pb(s.fsm)
         except FSMFormatError as err:
             raise FSMFormatError(f"fsm: {err}") from None
+    elif which == "ebnf":  # NOTE: text; the runtime's grammar cache parses it under its budget
+        fields["ebnf"] = s.ebnf
     lp = req.logprobs
     if lp.return_logprob:
         fields["return_logprob"] = True

@@ -23,31 +23,32 @@ _sym_db = _symbol_database.Default()
 
 
 from . import fsm_pb2 as fsm__pb2
+from . import grammar_pb2 as grammar__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0bgraph.proto\x12\nsglc.graph\x1a\tfsm.proto\"\xbf\x02\n\tAttrValue\x12&\n\nnull_value\x18\x01 \x01(\x0e\x32\x10.sglc.graph.NullH\x00\x12\x14\n\nbool_value\x18\x02 \x01(\x08H\x00\x12\x13\n\tint_value\x18\x03 \x01(\x12H\x00\x12\x17\n\rbig_int_value\x18\x04 \x01(\tH\x00\x12\x15\n\x0b\x66loat_value\x18\x05 \x01(\x01H\x00\x12\x16\n\x0cstring_value\x18\x06 \x01(\tH\x00\x12\x15\n\x0b\x62ytes_value\x18\x07 \x01(\x0cH\x00\x12*\n\nlist_value\x18\x08 \x01(\x0b\x32\x14.sglc.graph.AttrListH\x00\x12(\n\tmap_value\x18\t \x01(\x0b\x32\x13.sglc.graph.AttrMapH\x00\x12\"\n\tfsm_value\x18\n \x01(\x0b\x32\r.sglc.fsm.FSMH\x00\x42\x06\n\x04kind\"0\n\x08\x41ttrList\x12$\n\x05items\x18\x01 \x03(\x0b\x32\x15.sglc.graph.AttrValue\"1\n\x07\x41ttrMap\x12&\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x15.sglc.graph.AttrEntry\">\n\tAttrEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12$\n\x05value\x18\x02 \x01(\x0b\x32\x15.sglc.graph.AttrValue\")\n\x0bStringEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"%\n\x05Guard\x12\x0e\n\x06\x62ranch\x18\x01 \x01(\t\x12\x0c\n\x04\x63\x61se\x18\x02 \x01(\r\"\xca\x01\n\x04Node\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\n\n\x02op\x18\x02 \x01(\t\x12\x0e\n\x06inputs\x18\x03 \x03(\t\x12\"\n\x05\x61ttrs\x18\x04 \x01(\x0b\x32\x13.sglc.graph.AttrMap\x12\x0c\n\x04type\x18\x05 \x01(\t\x12\x0e\n\x06stream\x18\x06 \x01(\r\x12%\n\x05guard\x18\x07 \x01(\x0b\x32\x11.sglc.graph.GuardH\x00\x88\x01\x01\x12%\n\x04meta\x18\x08 \x03(\x0b\x32\x17.sglc.graph.StringEntryB\x08\n\x06_guard\"\xab\x01\n\x05Graph\x12\x16\n\x0e\x66ormat_version\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12!\n\x04meta\x18\x03 \x01(\x0b\x32\x13.sglc.graph.AttrMap\x12\x13\n\x0bnum_streams\x18\x04 \x01(\r\x12\x1f\n\x05nodes\x18\x05 \x03(\x0b\x32\x10.sglc.graph.Node\x12\x11\n\tnum_nodes\x18\x0f \x01(\r\x12\x10\n\x08\x63hecksum\x18\x10 \x01(\x0c*\x16\n\x04Null\x12\x0e\n\nNULL_VALUE\x10\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0bgraph.proto\x12\nsglc.graph\x1a\tfsm.proto\x1a\rgrammar.proto\"\xef\x02\n\tAttrValue\x12&\n\nnull_value\x18\x01 \x01(\x0e\x32\x10.sglc.graph.NullH\x00\x12\x14\n\nbool_value\x18\x02 \x01(\x08H\x00\x12\x13\n\tint_value\x18\x03 \x01(\x12H\x00\x12\x17\n\rbig_int_value\x18\x04 \x01(\tH\x00\x12\x15\n\x0b\x66loat_value\x18\x05 \x01(\x01H\x00\x12\x16\n\x0cstring_value\x18\x06 \x01(\tH\x00\x12\x15\n\x0b\x62ytes_value\x18\x07 \x01(\x0cH\x00\x12*\n\nlist_value\x18\x08 \x01(\x0b\x32\x14.sglc.graph.AttrListH\x00\x12(\n\tmap_value\x18\t \x01(\x0b\x32\x13.sglc.graph.AttrMapH\x00\x12\"\n\tfsm_value\x18\n \x01(\x0b\x32\r.sglc.fsm.FSMH\x00\x12.\n\rgrammar_value\x18\x0b \x01(\x0b\x32\x15.sglc.grammar.GrammarH\x00\x42\x06\n\x04kind\"0\n\x08\x41ttrList\x12$\n\x05items\x18\x01 \x03(\x0b\x32\x15.sglc.graph.AttrValue\"1\n\x07\x41ttrMap\x12&\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x15.sglc.graph.AttrEntry\">\n\tAttrEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12$\n\x05value\x18\x02 \x01(\x0b\x32\x15.sglc.graph.AttrValue\")\n\x0bStringEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"%\n\x05Guard\x12\x0e\n\x06\x62ranch\x18\x01 \x01(\t\x12\x0c\n\x04\x63\x61se\x18\x02 \x01(\r\"\xca\x01\n\x04Node\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\n\n\x02op\x18\x02 \x01(\t\x12\x0e\n\x06inputs\x18\x03 \x03(\t\x12\"\n\x05\x61ttrs\x18\x04 \x01(\x0b\x32\x13.sglc.graph.AttrMap\x12\x0c\n\x04type\x18\x05 \x01(\t\x12\x0e\n\x06stream\x18\x06 \x01(\r\x12%\n\x05guard\x18\x07 \x01(\x0b\x32\x11.sglc.graph.GuardH\x00\x88\x01\x01\x12%\n\x04meta\x18\x08 \x03(\x0b\x32\x17.sglc.graph.StringEntryB\x08\n\x06_guard\"\xab\x01\n\x05Graph\x12\x16\n\x0e\x66ormat_version\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12!\n\x04meta\x18\x03 \x01(\x0b\x32\x13.sglc.graph.AttrMap\x12\x13\n\x0bnum_streams\x18\x04 \x01(\r\x12\x1f\n\x05nodes\x18\x05 \x03(\x0b\x32\x10.sglc.graph.Node\x12\x11\n\tnum_nodes\x18\x0f \x01(\r\x12\x10\n\x08\x63hecksum\x18\x10 \x01(\x0c*\x16\n\x04Null\x12\x0e\n\nNULL_VALUE\x10\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'graph_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_NULL']._serialized_start=986
-  _globals['_NULL']._serialized_end=1008
-  _globals['_ATTRVALUE']._serialized_start=39
-  _globals['_ATTRVALUE']._serialized_end=358
-  _globals['_ATTRLIST']._serialized_start=360
-  _globals['_ATTRLIST']._serialized_end=408
-  _globals['_ATTRMAP']._serialized_start=410
-  _globals['_ATTRMAP']._serialized_end=459
-  _globals['_ATTRENTRY']._serialized_start=461
-  _globals['_ATTRENTRY']._serialized_end=523
-  _globals['_STRINGENTRY']._serialized_start=525
-  _globals['_STRINGENTRY']._serialized_end=566
-  _globals['_GUARD']._serialized_start=568
-  _globals['_GUARD']._serialized_end=605
-  _globals['_NODE']._serialized_start=608
-  _globals['_NODE']._serialized_end=810
-  _globals['_GRAPH']._serialized_start=813
-  _globals['_GRAPH']._serialized_end=984
+  _globals['_NULL']._serialized_start=1049
+  _globals['_NULL']._serialized_end=1071
+  _globals['_ATTRVALUE']._serialized_start=54
+  _globals['_ATTRVALUE']._serialized_end=421
+  _globals['_ATTRLIST']._serialized_start=423
+  _globals['_ATTRLIST']._serialized_end=471
+  _globals['_ATTRMAP']._serialized_start=473
+  _globals['_ATTRMAP']._serialized_end=522
+  _globals['_ATTRENTRY']._serialized_start=524
+  _globals['_ATTRENTRY']._serialized_end=586
+  _globals['_STRINGENTRY']._serialized_start=588
+  _globals['_STRINGENTRY']._serialized_end=629
+  _globals['_GUARD']._serialized_start=631
+  _globals['_GUARD']._serialized_end=668
+  _globals['_NODE']._serialized_start=671
+  _globals['_NODE']._serialized_end=873
+  _globals['_GRAPH']._serialized_start=876
+  _globals['_GRAPH']._serialized_end=1047
 # @@protoc_insertion_point(module_scope)

@@ -1,4 +1,5 @@
 from . import fsm_pb2 as _fsm_pb2
+from . import grammar_pb2 as _grammar_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -14,7 +15,7 @@ class Null(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 NULL_VALUE: Null
 
 class AttrValue(_message.Message):
-    __slots__ = ("null_value", "bool_value", "int_value", "big_int_value", "float_value", "string_value", "bytes_value", "list_value", "map_value", "fsm_value")
+    __slots__ = ("null_value", "bool_value", "int_value", "big_int_value", "float_value", "string_value", "bytes_value", "list_value", "map_value", "fsm_value", "grammar_value")
     NULL_VALUE_FIELD_NUMBER: _ClassVar[int]
     BOOL_VALUE_FIELD_NUMBER: _ClassVar[int]
     INT_VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +26,7 @@ class AttrValue(_message.Message):
     LIST_VALUE_FIELD_NUMBER: _ClassVar[int]
     MAP_VALUE_FIELD_NUMBER: _ClassVar[int]
     FSM_VALUE_FIELD_NUMBER: _ClassVar[int]
+    GRAMMAR_VALUE_FIELD_NUMBER: _ClassVar[int]
     null_value: Null
     bool_value: bool
     int_value: int
@@ -35,7 +37,8 @@ class AttrValue(_message.Message):
     list_value: AttrList
     map_value: AttrMap
     fsm_value: _fsm_pb2.FSM
-    def __init__(self, null_value: _Optional[_Union[Null, str]] = ..., bool_value: _Optional[bool] = ..., int_value: _Optional[int] = ..., big_int_value: _Optional[str] = ..., float_value: _Optional[float] = ..., string_value: _Optional[str] = ..., bytes_value: _Optional[bytes] = ..., list_value: _Optional[_Union[AttrList, _Mapping]] = ..., map_value: _Optional[_Union[AttrMap, _Mapping]] = ..., fsm_value: _Optional[_Union[_fsm_pb2.FSM, _Mapping]] = ...) -> None: ...
+    grammar_value: _grammar_pb2.Grammar
+    def __init__(self, null_value: _Optional[_Union[Null, str]] = ..., bool_value: _Optional[bool] = ..., int_value: _Optional[int] = ..., big_int_value: _Optional[str] = ..., float_value: _Optional[float] = ..., string_value: _Optional[str] = ..., bytes_value: _Optional[bytes] = ..., list_value: _Optional[_Union[AttrList, _Mapping]] = ..., map_value: _Optional[_Union[AttrMap, _Mapping]] = ..., fsm_value: _Optional[_Union[_fsm_pb2.FSM, _Mapping]] = ..., grammar_value: _Optional[_Union[_grammar_pb2.Grammar, _Mapping]] = ...) -> None: ...
 
 class AttrList(_message.Message):
     __slots__ = ("items",)

@@ -34,7 +34,7 @@ class Prompt(_message.Message):
     def __init__(self, text: _Optional[str] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., images: _Optional[_Iterable[str]] = ..., image_mode: _Optional[_Union[ImageMode, str]] = ...) -> None: ...
 
 class SamplingParams(_message.Message):
-    __slots__ = ("max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "seed", "stop", "stop_token_ids", "ignore_eos", "skip_special_tokens", "stop_regex", "regex", "json_schema", "fsm")
+    __slots__ = ("max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "seed", "stop", "stop_token_ids", "ignore_eos", "skip_special_tokens", "stop_regex", "regex", "json_schema", "fsm", "ebnf")
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MIN_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,7 @@ class SamplingParams(_message.Message):
     REGEX_FIELD_NUMBER: _ClassVar[int]
     JSON_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     FSM_FIELD_NUMBER: _ClassVar[int]
+    EBNF_FIELD_NUMBER: _ClassVar[int]
     max_new_tokens: int
     min_new_tokens: int
     temperature: float
@@ -71,7 +72,8 @@ class SamplingParams(_message.Message):
     regex: str
     json_schema: str
     fsm: _fsm_pb2.FSM
-    def __init__(self, max_new_tokens: _Optional[int] = ..., min_new_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., skip_special_tokens: _Optional[bool] = ..., stop_regex: _Optional[_Iterable[str]] = ..., regex: _Optional[str] = ..., json_schema: _Optional[str] = ..., fsm: _Optional[_Union[_fsm_pb2.FSM, _Mapping]] = ...) -> None: ...
+    ebnf: str
+    def __init__(self, max_new_tokens: _Optional[int] = ..., min_new_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., skip_special_tokens: _Optional[bool] = ..., stop_regex: _Optional[_Iterable[str]] = ..., regex: _Optional[str] = ..., json_schema: _Optional[str] = ..., fsm: _Optional[_Union[_fsm_pb2.FSM, _Mapping]] = ..., ebnf: _Optional[str] = ...) -> None: ...
 
 class LogprobOptions(_message.Message):
     __slots__ = ("return_logprob", "top_logprobs_num", "logprob_start_len")

@@ -1,0 +1,182 @@
+"""A grammar on the wire: the typed sglc.grammar.Grammar message (graph.pb's lowered ``grammar``)
+round-trips every expression kind exactly and refuses malformed or oversized messages before
+building anything; runtime.proto carries a grammar as ``ebnf`` text that parses back to the
+same grammar."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from sglc.fsm.charset import CharSet
+from sglc.grammar import (
+    CharClass,
+    Choice,
+    Grammar,
+    GrammarBudget,
+    GrammarBudgetError,
+    GrammarError,
+    Literal,
+    Repeat,
+    RuleRef,
+    Seq,
+    parse_gbnf,
+)
+from sglc.wire import client_convert, server_convert
+from sglc.wire.backend import GenParams
+from sglc.wire.constraint_spec import ConstraintSpec
+from sglc.wire.grammar_message import MAX_EXPR_DEPTH, GrammarFormatError, grammar_from_pb, grammar_to_pb
+from sglc.wire.proto import grammar_pb2, runtime_pb2
+
+DIGITS = CharClass(CharSet.of_ranges([(ord("0"), ord("9"))]))
+
+
+def every_kind() -> Grammar:
+    """A recursive grammar holding every Expr kind and their edge cases."""
+    return Grammar({
+        "root": Choice((Seq((Literal("("), RuleRef("root"), Literal(")"))), RuleRef("num"), Seq(()))),
+        "num": Seq((Repeat(Literal("-"), 0, 1), Repeat(DIGITS, 1, None), Repeat(DIGITS, 2, 5), Repeat(DIGITS, 0, 0))),
+        "odd": Choice((CharClass(CharSet(())), CharClass(CharSet.of_ranges([(0, 0x10FFFF)])), Literal(""),
+                       Literal("é\n\"日本\\"))),
+    }, "root").verify()
+
+
+def round_trip(g: Grammar, budget: GrammarBudget | None = None) -> Grammar:
+    data = grammar_to_pb(g).SerializeToString()
+    return grammar_from_pb(grammar_pb2.Grammar.FromString(data), budget)
+
+
+def test_every_expression_kind_round_trips_exactly():
+    """Literal, CharClass (empty, all, ranges), Seq (empty too), Choice, Repeat (bounded, unbounded,
+    {0,0}) and RuleRef come back equal, rule order and root kept."""
+    g = every_kind()
+    back = round_trip(g)
+    assert back == g and list(back.rules) == list(g.rules) and back.root == "root"
+    kinds = {e.WhichOneof("kind") for e in grammar_to_pb(g).exprs}
+    assert kinds == {"literal", "char_class", "seq", "choice", "repeat", "rule_ref"}
+
+
+def test_a_parsed_grammar_round_trips_and_prints_the_same_text():
+    """A GBNF grammar's message rebuilds the same Grammar; its to_ebnf text is unchanged."""
+    g = parse_gbnf('root ::= "{" ws pair ("," ws pair)* "}"\npair ::= [a-z_]{1,8} ":" ws [0-9]+\nws ::= [ \\t\\n]*')
+    back = round_trip(g)
+    assert back == g and back.to_ebnf() == g.to_ebnf()
+
+
+def test_equal_subexpressions_are_written_once():
+    """Three equal pairs of (digits "x") in different rules are one table entry plus its children."""
+    pair = lambda: Seq((Repeat(DIGITS, 1, None), Literal("x")))  # noqa: E731  (distinct objects, equal values)
+    g = Grammar({"root": Seq((pair(), RuleRef("a"), pair())), "a": pair()})
+    msg = grammar_to_pb(g)
+    assert len(msg.exprs) == 6  # DIGITS, its repeat, "x", the pair, rule_ref a, root's seq
+    assert round_trip(g) == g
+
+
+def test_a_grammar_at_the_depth_limit_round_trips_and_one_level_deeper_is_refused():
+    """MAX_EXPR_DEPTH nested expressions encode, decode and print; one more is refused on write."""
+    expr = Repeat(Literal("x"), 1, None)
+    for _ in range(MAX_EXPR_DEPTH - 2):  # NOTE: each wrap is one level deeper
+        expr = Choice((Literal("b"), expr)) if isinstance(expr, Seq) else Seq((Literal("a"), expr))
+    g = Grammar({"root": expr})
+    back = round_trip(g)
+    assert back == g and back.to_ebnf().startswith("root ::=")
+    with pytest.raises(GrammarError, match="more than 128 deep"):
+        grammar_to_pb(Grammar({"root": Seq((Literal("b"), expr))}))
+
+
+def test_a_shared_doubling_table_is_refused_by_the_budget_before_it_is_built():
+    """60 entries that each use the previous one twice describe 2**60 tree nodes: refused at once by
+    max_expr_nodes (Grammar.size() and verify() walk trees, so building it would never end)."""
+    msg = grammar_pb2.Grammar(root="root")
+    msg.exprs.add(literal="a")
+    for i in range(1, 60):
+        msg.exprs.add().seq.items.extend([i - 1, i - 1])
+    msg.rules.add(name="root", expr=59)
+    t0 = time.perf_counter()
+    with pytest.raises(GrammarBudgetError, match="max_expr_nodes"):
+        grammar_from_pb(msg)
+    assert time.perf_counter() - t0 < 1.0
+
+
+def _msg(*exprs: grammar_pb2.Expr, rules=(("root", None),), root="root") -> grammar_pb2.Grammar:
+    msg = grammar_pb2.Grammar(root=root, exprs=list(exprs))
+    for name, index in rules:
+        msg.rules.add(name=name, expr=len(exprs) - 1 if index is None else index)
+    return msg
+
+
+def _children(kind: str, *items: int) -> grammar_pb2.Expr:
+    e = grammar_pb2.Expr()
+    getattr(e, kind).SetInParent()
+    getattr(e, kind).items.extend(items)
+    return e
+
+
+def _class(*ranges: tuple[int, int]) -> grammar_pb2.Expr:
+    return grammar_pb2.Expr(char_class=grammar_pb2.CharClass(
+        ranges=[grammar_pb2.CharRange(first=a, last=b) for a, b in ranges]))
+
+
+A = grammar_pb2.Expr(literal="a")
+
+
+@pytest.mark.parametrize("msg, needle", [
+    (_msg(A, _children("seq", 0, 1)), "expression 1 refers to entry 1, which is not before it"),
+    (_msg(A, rules=(("root", 5),)), "rule 'root' names expression 5, past the table's 1 entries"),
+    (_msg(A, rules=(("root", 0), ("root", 0))), "rule 'root' is defined twice"),
+    (_msg(A, rules=(("", 0),)), "rule 0 has no name"),
+    (_msg(A, root=""), "names no root rule"),
+    (_msg(A, rules=(("start", 0),)), "no root rule 'root'"),
+    (_msg(grammar_pb2.Expr(rule_ref="nowhere")), "refers to undefined rule 'nowhere'"),
+    (_msg(grammar_pb2.Expr(rule_ref="")), "refers to a rule with no name"),
+    (_msg(_children("choice")), "expression 0 is a choice of no options"),
+    (_msg(A, grammar_pb2.Expr(repeat=grammar_pb2.Repeat(item=0, min=3, max=2))), "max is below min"),
+    (_msg(_class((ord("b"), ord("z")), (ord("a"), ord("c")))), "not sorted, disjoint"),
+    (_msg(_class((ord("a"), ord("b")), (ord("c"), ord("d")))), "non-adjacent"),
+    (_msg(_class((0xD000, 0xE000))), "free of surrogates"),
+    (_msg(_class((5, 3))), "class range 5-3"),
+    (_msg(_class((0, 0x110000))), "class range 0-1114112"),
+    (_msg(grammar_pb2.Expr()), "expression 0 has no kind"),
+    (_msg(A, *[_children("seq", i) for i in range(MAX_EXPR_DEPTH)]), "expression 128 nests more than 128 deep"),
+])
+def test_a_malformed_message_is_a_clear_error_naming_the_entry(msg, needle):
+    """Each malformed table is a GrammarFormatError (a ValueError) whose message names the problem."""
+    with pytest.raises(GrammarFormatError, match="malformed grammar message") as info:
+        grammar_from_pb(msg)
+    assert needle in str(info.value) and isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("msg, budget, limit", [
+    (_msg(A, grammar_pb2.Expr(repeat=grammar_pb2.Repeat(item=0, min=0, max=10**6))), GrammarBudget(), "max_repeat_bound"),
+    (_msg(A, grammar_pb2.Expr(repeat=grammar_pb2.Repeat(item=0, min=20_000))), GrammarBudget(), "max_repeat_bound"),
+    (_msg(*[A] * 11), GrammarBudget(max_expr_nodes=10), "max_expr_nodes"),
+    (_msg(A, rules=[(f"r{i}", 0) for i in range(6)] + [("root", 0)]), GrammarBudget(max_rules=5), "max_rules"),
+    (_msg(grammar_pb2.Expr(literal="x" * 101)), GrammarBudget(max_grammar_chars=100), "max_grammar_chars"),
+])
+def test_sizes_over_the_grammar_budget_are_refused_by_name(msg, budget, limit):
+    """Repeat bounds, table entries, rules and text are held to the GrammarBudget; the error names the limit."""
+    with pytest.raises(GrammarBudgetError, match=limit):
+        grammar_from_pb(msg, budget)
+
+
+# ----- runtime.proto: a grammar travels as GBNF text -----
+
+def test_generate_request_carries_a_grammar_as_ebnf_text_that_parses_to_the_same_grammar():
+    """client_convert puts GenParams.ebnf in SamplingParams.ebnf (the constraint oneof); server_convert
+    gives it back as the runtime's ``ebnf`` keyword, whose text parses to an equal Grammar and makes
+    the contract's ConstraintSpec of kind "ebnf"."""
+    g = parse_gbnf('root ::= "[" (item ("," item)*)? "]"\nitem ::= [0-9]+ | root')
+    request = client_convert.generate_request("Q: ", GenParams(max_new_tokens=8, ebnf=g.to_ebnf()))
+    wire = runtime_pb2.GenerateRequest.FromString(request.SerializeToString())
+    assert wire.sampling.WhichOneof("constraint") == "ebnf"
+    fields = server_convert.sampling_fields_from_pb(wire)
+    assert fields["max_new_tokens"] == 8 and "regex" not in fields and "fsm" not in fields
+    assert parse_gbnf(fields["ebnf"]) == g
+    spec = ConstraintSpec.of(ebnf=fields["ebnf"])
+    assert spec.kind == "ebnf" and parse_gbnf(spec.text) == g
+
+
+def test_a_grammar_and_another_constraint_on_one_request_are_refused():
+    """GenParams with ebnf and a regex is a ValueError naming both, not a silently dropped constraint."""
+    with pytest.raises(ValueError, match="at most one constraint, got regex, ebnf"):
+        client_convert.gen_params_to_pb(GenParams(regex="a+", ebnf='root ::= "a"'))
