@@ -1,8 +1,8 @@
 """An independent acceptance oracle for the grammar IR: the IR translated to a lark grammar and
 parsed with lark's Earley parser.
 
-Each ``Literal`` becomes a string terminal and each ``CharClass`` a one-character regex
-terminal, so the dynamic lexer never has a choice of token lengths to make and lark decides
+Each ``Literal`` becomes a terminal matching exactly its text and each ``CharClass`` a
+one-character regex terminal, so the dynamic lexer never has a choice of token lengths to make and lark decides
 exactly the context-free language of the IR (tests compare the front ends' grammars with it).
 Rule names are renamed ``r0, r1, ...`` (IR names may hold ``-`` or capitals lark reads as
 terminals).
@@ -32,45 +32,60 @@ def _class_terminal(chars: CharSet) -> str:
 
 
 def _string_terminal(text: str) -> str:
-    return '"' + "".join(f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}" for c in text) + '"'
+    # NOTE: a regex terminal, not a "string": lark turns a string literal's "\\\\" into one
+    # backslash after unescaping, so a literal holding two backslashes would change.
+    out = []
+    for ch in text:
+        if ch.isascii() and ch.isalnum():
+            out.append(ch)
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ch in ".^$*+?{}[]|()/-\"' ":
+            out.append("\\" + ch)
+        else:
+            out.append(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
+    return "/" + "".join(out) + "/"
 
 
 class _Printer:
+    # NOTE: every choice and repeat gets a helper rule, so each lark rule is a flat list of
+    # symbols: lark distributes groups inside an expansion into the cross product of their
+    # options (exponential in a long sequence of choices) and expands `x ~ m..n` into every count.
     def __init__(self, grammar: Grammar) -> None:
         self.names = {name: f"r{i}" for i, name in enumerate(grammar.rules)}
         self.extra: list[str] = []
 
+    def helper(self, body: str) -> str:
+        name = f"_h{len(self.extra)}"
+        self.extra.append(f"{name}: {body}")
+        return name
+
     def expr(self, e: Expr) -> str:
         if isinstance(e, Literal):
-            return _string_terminal(e.text) if e.text else "_empty"
+            return _string_terminal(e.text) if e.text else ""
         if isinstance(e, CharClass):
             return _class_terminal(e.chars)
         if isinstance(e, RuleRef):
             return self.names[e.name]
         if isinstance(e, Seq):
-            return "(" + " ".join(self.expr(i) for i in e.items) + ")" if e.items else "_empty"
+            return " ".join(self.expr(i) for i in e.items)
         if isinstance(e, Choice):
-            return "(" + " | ".join(self.expr(o) for o in e.options) + ")"
+            return self.helper(" | ".join(self.expr(o) for o in e.options))
         if isinstance(e, Repeat):
-            inner = self.expr(e.item)
+            inner = self.helper(self.expr(e.item))
+            head = " ".join([inner] * e.min)
             if e.max is None:
-                head = f"({inner} ~ {e.min})" if e.min else "_empty"
-                return f"({head} {inner}*)"
-            if e.max == 0:
-                return "_empty"
-            # NOTE: k optional copies as nested helper rules (x [x [x]]): linear in k, where
-            # lark's own `x ~ m..n` expands every count and makes Earley slow.
-            tail = "_empty"
-            for _ in range(e.max - e.min):
-                name = f"_o{len(self.extra)}"
-                self.extra.append(f"{name}: [{inner} {tail}]")
-                tail = name
-            head = f"({inner} ~ {e.min})" if e.min else "_empty"
-            return f"({head} {tail})"
+                star = f"_h{len(self.extra)}"
+                self.extra.append(f"{star}: | {star} {inner}")
+                return f"{head} {star}"
+            tail = ""
+            for _ in range(e.max - e.min):  # k optional copies as x [x [x]]: linear in k
+                tail = self.helper(f"| {inner} {tail}")
+            return f"{head} {tail}"
         raise TypeError(e)
 
     def grammar(self, grammar: Grammar) -> str:
-        lines = [f"start: {self.names[grammar.root]}", "_empty: "]
+        lines = [f"start: {self.names[grammar.root]}"]
         lines += [f"{self.names[n]}: {self.expr(e)}" for n, e in grammar.rules.items()]
         return "\n".join(lines + self.extra) + "\n"
 

@@ -1,9 +1,10 @@
 """Building grammar IR under a budget, in the normal form every front end produces.
 
 The normal form is what the GBNF parser reads back from ``Grammar.to_ebnf()``, so the printed
-grammar of any front end parses back to an equal grammar: a :class:`Seq` has two or more items
-and none is a Seq; a :class:`Choice` has two or more options and none is a Choice; the empty
-string is ``Literal("")``. :class:`Builder` makes nodes in that form and counts each against the
+grammar of any front end parses back to an equal grammar: a :class:`Seq` has two or more
+items, none is a Seq and no two neighbours are Literals (``"a" "b"`` is ``"ab"``); a
+:class:`Choice` has two or more distinct options and none is a Choice; the empty string is
+``Literal("")``. :class:`Builder` makes nodes in that form and counts each against the
 meter's ``max_expr_nodes`` as it is made (so a schema or a grammar that would build a million
 nodes stops at the limit, not after).
 """
@@ -41,10 +42,13 @@ class Builder:
     def seq(self, items: Iterable[Expr]) -> Expr:
         flat: list[Expr] = []
         for item in items:
-            if isinstance(item, Seq):
-                flat.extend(item.items)
-            elif item != EMPTY:
-                flat.append(item)
+            for i in item.items if isinstance(item, Seq) else (item,):
+                if i == EMPTY:
+                    continue
+                if isinstance(i, Literal) and flat and isinstance(flat[-1], Literal):
+                    flat[-1] = Literal(flat[-1].text + i.text)  # NOTE: "a" "b" is "ab"
+                else:
+                    flat.append(i)
         if not flat:
             return self.lit("")
         if len(flat) == 1:
