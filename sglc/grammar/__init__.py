@@ -14,10 +14,11 @@ from .errors import GrammarBudgetError, GrammarError, GrammarSyntaxError, Unsupp
 from .gbnf import parse_ebnf, parse_gbnf
 from .ir import CharClass, Choice, Expr, Grammar, Literal, Repeat, RuleRef, Seq
 from .regex_grammar import grammar_from_regex
+from .lark_grammar import parse_lark
 from .json_schema_grammar import grammar_from_json_schema
 
 __all__ = [
     "Grammar", "GrammarError", "Expr", "Literal", "CharClass", "Seq", "Choice", "Repeat", "RuleRef",
     "GrammarBudget", "DEFAULT_GRAMMAR_BUDGET", "GrammarBudgetError", "GrammarSyntaxError",
-    "UnsupportedGrammarError", "parse_gbnf", "parse_ebnf", "grammar_from_regex", "grammar_from_json_schema",
+    "UnsupportedGrammarError", "parse_gbnf", "parse_ebnf", "grammar_from_regex", "parse_lark", "grammar_from_json_schema",
 ]
