@@ -23,6 +23,7 @@ from typing import Any, Callable, ContextManager, Optional, Sequence
 from sglc.executor import select_methods
 from sglc.executor.results import CallRecord
 from sglc.executor.stream_state import StreamState
+from sglc.ir.gen_constraint import constraint_grammar
 from sglc.wire import sampling_table
 from sglc.wire.backend import Backend, ChatTemplate, GenParams, LogprobRequest, ModelInfo
 from sglc.wire.json_schema_text import schema_text
@@ -134,9 +135,17 @@ class Semantics:
             if isinstance(value, str) and sampling_table.GEN_FIELDS[key].kind == "str_list":
                 values[key] = [value]
         params = GenParams(**values)
-        fsm = attrs.get("fsm")
+        fsm, grammar = attrs.get("fsm"), attrs.get("grammar")
         if fsm is not None:
             params.fsm = fsm
+        elif grammar is not None:  # NOTE: lowered at compile time; sent as GBNF text (ConstraintSpec "ebnf")
+            params.ebnf = grammar.to_ebnf()
+            if attrs.get("json_schema") is not None:  # a recursive schema: API backends send the schema
+                params.ebnf_from_json_schema = schema_text(attrs["json_schema"])
+        elif attrs.get("ebnf") is not None:  # NOTE: not lowered (eager run(), a cache() graph): as written
+            params.ebnf = attrs["ebnf"]
+        elif attrs.get("lark") is not None:
+            params.ebnf = constraint_grammar("lark", attrs["lark"]).to_ebnf()
         elif attrs.get("regex") is not None:
             params.regex = attrs["regex"]
         elif attrs.get("json_schema") is not None:

@@ -9,6 +9,8 @@ import re
 from typing import Any, Union
 
 from sglc.frontend.errors import user_source
+from sglc.ir.gen_constraint import constraint_grammar
+from sglc.ir.types import is_grammar_value
 from sglc.wire import sampling_table
 from sglc.wire.json_schema_text import schema_text
 
@@ -42,6 +44,34 @@ def check_regex(regex: Any) -> str:
     except re.error as err:
         raise ValueError(f"{user_source()}: gen regex {regex!r} is not a valid regular expression: {err}") from None
     return regex
+
+
+def check_grammar(key: str, value: Any) -> dict[str, str]:
+    """gen(ebnf= / grammar= / lark=...) as the gen's constraint attribute: ``{"ebnf": text}`` (a
+    ``sglc.grammar.Grammar`` given as ``grammar=`` is stored as its GBNF text) or ``{"lark": text}``.
+    The text is parsed now (and the parse cached for lowering), so errors name `key` at the call."""
+    if key == "grammar" and is_grammar_value(value):
+        try:
+            text = value.verify().to_ebnf()
+            constraint_grammar("ebnf", text)  # NOTE: what the compiler and the runtime will read back
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{user_source()}: gen grammar: this Grammar does not print as a grammar that "
+                             f"parses back: {err}") from None
+        return {"ebnf": text}
+    if not isinstance(value, str):
+        also = " or a sglc.grammar.Grammar" if key == "grammar" else ""
+        raise TypeError(f"{user_source()}: gen {key} must be grammar text (a str){also}, got {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{user_source()}: gen {key} is empty; it needs at least a root rule")
+    attr = "lark" if key == "lark" else "ebnf"
+    try:
+        constraint_grammar(attr, value)
+    except ValueError as err:  # NOTE: sglc.grammar's errors (syntax with line/column, budget) are ValueErrors
+        raise ValueError(f"{user_source()}: gen {key} is not a valid {_SYNTAX[attr]} grammar: {err}") from None
+    return {attr: value}
+
+
+_SYNTAX = {"ebnf": "GBNF/EBNF", "lark": "lark"}
 
 
 def _table_check(key: str, value: Any) -> Any:

@@ -15,6 +15,7 @@ from sglc.frontend.formatted import FormattedText
 from sglc.frontend.params import (
     SAMPLING_CHECKS,
     canonical_json_schema,
+    check_grammar,
     check_regex,
     dtype_name,
 )
@@ -112,19 +113,27 @@ def gen(
     choices_method: Optional[ChoicesSamplingMethod] = None,
     regex: Optional[str] = None,
     json_schema: Any = None,
+    ebnf: Optional[str] = None,
+    grammar: Any = None,
+    lark: Optional[str] = None,
     **sampling: Any,
 ) -> Union[Gen, Select]:
     """Call the model to generate into variable `name` (SGLang's `gen`).
 
     With `choices` it is a :func:`select` (temperature defaults to 0). At most one constraint of
     `regex`, `json_schema` (a JSON string, a dict, a bool or a pydantic model class), `dtype`
-    (int/float/bool/str) may be given; a typed gen's value is the generated string, as in SGLang.
+    (int/float/bool/str), `ebnf` (a context-free grammar in GBNF / xgrammar EBNF text, SGLang's
+    field), `grammar` (such text, or a ``sglc.grammar.Grammar``) or `lark` (a lark grammar) may be
+    given; a typed gen's value is the generated string, as in SGLang. A grammar is parsed here, so
+    a syntax error names the argument, line and column at your call.
     Sampling parameters (`max_tokens`, `stop`, `temperature`, ...) are the DSL rows of
     sglc.wire.sampling_table (listed below); unknown ones are a TypeError.
     """
     sampling = {"max_tokens": max_tokens, "stop": stop, **sampling}
     _check_typed_kwargs("gen", sampling)
-    params = dict(name=name, dtype=dtype, choices=choices, regex=regex, json_schema=json_schema, **sampling)
+    grammars = {"ebnf": ebnf, "grammar": grammar, "lark": lark}
+    params = dict(name=name, dtype=dtype, choices=choices, regex=regex, json_schema=json_schema, **grammars,
+                  **sampling)
     for key, value in params.items():
         if key != "choices":  # NOTE: select() accepts choices given as a program argument
             _reject_symbolic("gen", key, value)
@@ -134,7 +143,8 @@ def gen(
                       token_length_normalized if choices_method is None else choices_method)
     _check_name("gen", name)
     try:
-        sampling_table.at_most_one_constraint({"regex": regex, "json_schema": json_schema, "dtype": dtype}, "gen")
+        sampling_table.at_most_one_constraint({"regex": regex, "json_schema": json_schema, "dtype": dtype, **grammars},
+                                              "gen")
     except ValueError as err:
         raise ValueError(f"{user_source()}: {err}") from None
     # NOTE: stored under the table's name (the DSL's max_tokens is the IR's max_new_tokens)
@@ -146,6 +156,9 @@ def gen(
         attrs["json_schema"] = canonical_json_schema(json_schema)
     if dtype is not None:
         attrs["dtype"] = dtype_name(dtype)
+    for key, value in grammars.items():
+        if value is not None:
+            attrs.update(check_grammar(key, value))
     return Gen(name, attrs, ValueType.STR)
 
 

@@ -85,8 +85,6 @@ def constraint_grammar(attr: str, value: Any) -> Any:  # -> sglc.grammar.Grammar
 
 @functools.lru_cache(maxsize=256)
 def _parsed(attr: str, text: str) -> Any:
-    import json
-
     from sglc import grammar
 
     if attr == "ebnf":
@@ -100,7 +98,7 @@ def _parsed(attr: str, text: str) -> Any:
     if from_schema is None:  # TODO(issue 27): drop once sglc.grammar exports grammar_from_json_schema
         raise ValueError("recursive JSON schemas need sglc.grammar.grammar_from_json_schema, which this sglc "
                          "does not have yet")
-    return from_schema(json.loads(text))
+    return from_schema(text)
 
 
 def lowered_pattern(lowered: Any) -> Optional[str]:

@@ -18,7 +18,7 @@ When nothing matches (the model's surplus left the template), the gen falls back
 State: one :class:`SpeculativeCache` per program run (the executor makes it through the
 backend's ``new_speculation(n)``), so programs with different ``num_api_spec_tokens`` share one
 backend without seeing each other's surplus. Within a run it is keyed by prompt text (one lock:
-fork branches may call at once). Constrained gens (regex / schema / FSM) never speculate.
+fork branches may call at once). Constrained gens (regex / schema / FSM / grammar) never speculate.
 """
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ class SpeculativeCache:
     def _unconstrained(params: GenParams) -> bool:
         """Gens whose answer a surplus can give: cut by stop strings and a token budget only (a
         constraint, a stop regex or a minimum length would need the model's own run)."""
-        return (params.regex is None and params.json_schema is None and params.fsm is None
+        return (params.regex is None and params.json_schema is None and params.fsm is None and params.ebnf is None
                 and not params.stop_regex and not params.min_new_tokens)
 
     def generate(self, prompt_text: str, params: GenParams, call: SpecCall) -> GenResult:

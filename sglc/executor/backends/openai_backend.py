@@ -16,8 +16,10 @@ completion otherwise. ``select`` scores each choice with prompt logprobs (``echo
 logprobs=1, max_tokens=0`` on prompt+choice, all choices in one call); chat endpoints return no
 prompt logprobs, so select raises a BackendError saying so. Constraints: a JSON schema goes as
 ``response_format`` json_schema; a regex (or a compiled FSM, by its pattern) goes as the
-``regex`` extension field, which only sglc/SGLang servers understand — elsewhere the call
-raises a BackendError naming the unsupported constraint.
+``regex`` extension field and a grammar (gen ``ebnf`` / ``grammar`` / ``lark``, as GBNF text) as
+the ``ebnf`` one, which only sglc/SGLang servers understand — elsewhere the call raises a
+BackendError naming the unsupported constraint. A recursive JSON schema (lowered to a grammar at
+compile time) goes to other endpoints as the schema, in ``response_format``.
 
 API speculative execution (api_speculative.py; completion and chat models): per program run.
 The executor asks ``new_speculation(n)`` for a fresh state when a run starts (``n`` from
@@ -182,15 +184,17 @@ class OpenAIBackend(Backend):
         regex = params.regex if params.regex is not None else (params.fsm or {}).get("pattern")
         if params.fsm is not None and regex is None:
             raise BackendError("openai backend: a compiled FSM constraint without its pattern cannot be sent")
-        if params.json_schema is not None:
-            fmt = {"type": "json_schema", "json_schema": {"name": "output", "schema": json.loads(params.json_schema)}}
-            if self.model_type == "chat":
-                fields["response_format"] = fmt
-            elif self.is_sglc:  # NOTE: OpenAI's completions API has no response_format; sglc's does
-                extra["response_format"] = fmt
-            else:
-                raise BackendError(f"openai backend {self.base_url}: a completions endpoint takes no JSON schema "
-                                   "constraint (only chat models or sglc/SGLang servers do)")
+        if params.ebnf is not None:
+            if self.is_sglc:
+                extra["ebnf"] = params.ebnf
+            elif params.ebnf_from_json_schema is not None:  # NOTE: a recursive schema goes as the schema
+                self._json_schema_format(params.ebnf_from_json_schema, fields, extra)
+            else:  # NOTE: never dropped silently: the output would not match the grammar
+                raise BackendError(f"openai backend {self.base_url}: this endpoint takes no grammar constraint "
+                                   "(gen ebnf= / grammar= / lark=; only sglc/SGLang servers understand the `ebnf` "
+                                   "extension)")
+        elif params.json_schema is not None:
+            self._json_schema_format(params.json_schema, fields, extra)
         elif regex is not None:
             if not self.is_sglc:
                 raise BackendError(f"openai backend {self.base_url}: this endpoint takes no regex constraint "
@@ -199,6 +203,17 @@ class OpenAIBackend(Backend):
         if extra:
             fields["extra_body"] = extra
         return fields
+
+    def _json_schema_format(self, schema: str, fields: dict[str, Any], extra: dict[str, Any]) -> None:
+        """A JSON schema (text) as ``response_format``: a chat field, or sglc's completions extension."""
+        fmt = {"type": "json_schema", "json_schema": {"name": "output", "schema": json.loads(schema)}}
+        if self.model_type == "chat":
+            fields["response_format"] = fmt
+        elif self.is_sglc:  # NOTE: OpenAI's completions API has no response_format; sglc's does
+            extra["response_format"] = fmt
+        else:
+            raise BackendError(f"openai backend {self.base_url}: a completions endpoint takes no JSON schema "
+                               "constraint (only chat models or sglc/SGLang servers do)")
 
     @staticmethod
     def prompt_text(prompt: Prompt) -> str:

@@ -14,8 +14,9 @@ deployment unchanged:
   (sglang-router refuses a batch ``text`` list, so no batch request). The choice's tokens are those
   after the longest run of ids shared with the prompt's last two (a choice's first characters can
   merge into the prompt's last token: " yes" after "? "); their logprobs are the choice's.
-- constraints: ``regex`` / ``json_schema`` as SGLang's sampling params; a constraint lowered at
-  compile time (``fsm``) goes as our ``fsm`` extension only when the endpoint is one sglc server
+- constraints: ``regex`` / ``json_schema`` / ``ebnf`` (a grammar, as GBNF text) as SGLang's
+  sampling params; a constraint lowered at compile time to an FSM (``fsm``) goes as our ``fsm``
+  extension only when the endpoint is one sglc server
   (``/get_server_info`` says ``version: sglc``); otherwise (a router, which drops fields SGLang
   lacks, or a real SGLang server) its source pattern goes as ``regex``.
 - fork hints: ``/generate`` with ``max_new_tokens: 0`` (the prompt is prefilled and cached; the
@@ -145,7 +146,7 @@ class SGLangBackend(Backend):
         sp: dict[str, Any] = {sampling_table.GEN_FIELDS[name].sglang: value
                               for name, value in sampling_table.set_fields(params).items()}
         sp.setdefault("max_new_tokens", sampling_table.BY_NAME["max_new_tokens"].default)
-        for constraint in ("regex", "json_schema"):
+        for constraint in ("regex", "json_schema", "ebnf"):  # NOTE: SGLang's own sampling_params fields
             if getattr(params, constraint) is not None:
                 sp[constraint] = getattr(params, constraint)
         if params.fsm is not None:
