@@ -163,6 +163,7 @@ def test_left_recursion_through_anyof_adds_nothing():
         ({"$defs": {"N": {"if": {}}}, "type": "array", "items": {"$ref": "#/$defs/N"}}, "if", "#/$defs/N/if"),
         ({"type": "string", "pattern": "(?=a)b"}, "pattern", "#/pattern"),
         ({"$ref": "other.json#/x"}, "$ref", "#/$ref"),
+        ({"type": "integer", "maximum": 10**50}, "maximum", "#/maximum"),
     ],
 )
 def test_unsupported_keywords_raise_naming_keyword_and_path(schema, keyword, path):
@@ -185,6 +186,7 @@ def test_unsupported_keywords_raise_naming_keyword_and_path(schema, keyword, pat
         ({"enum": []}, "non-empty list"),
         ("{not json", "not valid JSON"),
         ({"type": "string", "pattern": "(unclosed"}, "not a valid regex"),
+        ({"type": "integer", "minimum": float("inf")}, "finite number"),
     ],
 )
 def test_malformed_schemas_raise_invalid_schema_error(schema, message):
@@ -204,6 +206,8 @@ def test_schema_budgets_are_named():
         grammar_from_json_schema("[" * 100_000 + "]" * 100_000)
     with pytest.raises(GrammarBudgetError, match="max_grammar_chars"):
         grammar_from_json_schema(json.dumps({"enum": ["x" * 300_000]}))
+    with pytest.raises(GrammarBudgetError, match="literal characters"):
+        grammar_from_json_schema({"enum": ["x" * 150_000, "y" * 150_000]})
     with pytest.raises(GrammarBudgetError, match="max_repeat_bound"):
         grammar_from_json_schema({"type": "array", "maxItems": 10**9})
     wide = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(300)}}

@@ -26,9 +26,13 @@ class Builder:
     def __init__(self, meter: GrammarMeter) -> None:
         self.meter = meter
         self.rules: dict[str, Expr] = {}
+        self.literal_chars = 0
 
     def lit(self, text: str) -> Expr:
         self.meter.add_nodes()
+        self.literal_chars += len(text)  # NOTE: a schema's enum or const holds text of its own
+        if self.literal_chars > self.meter.budget.max_grammar_chars:
+            self.meter.check("max_grammar_chars", self.literal_chars, "literal characters in the grammar")
         return Literal(text)
 
     def chars(self, chars: CharSet) -> Expr:

@@ -56,6 +56,7 @@ KEYWORDS = frozenset({
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "items", "prefixItems", "minItems", "maxItems", "uniqueItems",
 })
+_MAX_BOUND = 10**40
 _TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
 # Rules every schema may share, defined on first use: name -> regex (None: built by a method).
 _SHARED_REGEX = {"json-char": STRING_CHAR, "json-integer": INTEGER, "json-number": NUMBER}
@@ -271,16 +272,16 @@ class _Converter:
             return self.common("json-integer")
         if lo is not None and hi is not None and lo > hi:
             return NOTHING
-        for bound in (lo, hi):  # NOTE: int_range's text grows with the digits of the bounds
-            if bound is not None and len(str(bound)) > 40:
-                raise GrammarBudgetError("max_repeat_bound", self.meter.budget.max_repeat_bound,
-                                         f"an integer bound of {len(str(bound))} digits at {_short(path)}")
         return expr_from_regex(int_range_regex(lo, hi), self.build)
 
     def _bound(self, schema: dict, key: str, path: str) -> float:
         v = schema[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise InvalidSchemaError(f"{key} must be a number, got {v!r}", f"{path}/{key}")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise InvalidSchemaError(f"{key} must be a finite number, got {v!r}", f"{path}/{key}")
+        if abs(v) >= _MAX_BOUND:  # NOTE: int_range's grammar grows with the bound's digits
+            raise UnsupportedSchemaError(key, f"{path}/{key}", "integer bounds of 10^40 or more")
         return v
 
     def type_number(self, schema: dict, path: str) -> Expr:
