@@ -344,6 +344,8 @@ def test_lark_refusals_name_the_construct():
         parse_lark("start: A\nA: /a b/x")
     with pytest.raises(GrammarError, match="'b' used but not defined"):
         parse_lark('start: "a" b')
+    with pytest.raises(GrammarError, match="lark grammar error: .*missing \\)"):
+        parse_lark("start: A\nA: /a(/")  # lark compiles the regex: its error, not a traceback
     with pytest.raises(GrammarSyntaxError) as info:
         parse_lark('start: "a"\nfoo: "b" )')
     assert (info.value.line, info.value.column) == (2, 10)
@@ -351,6 +353,8 @@ def test_lark_refusals_name_the_construct():
         parse_lark('start: "a"~1..100000')
     with pytest.raises(GrammarBudgetError, match="max_nesting_depth"):
         parse_lark("start: " + "(" * 5000 + '"a"' + ")" * 5000)
+    g = parse_lark('start: "é"i "ü"')  # lark names these terminals É and Ü: renamed for GBNF
+    assert parse_gbnf(g.to_ebnf(), root=g.root) == g and lark_parser_for(g).accepts("Éü")
     g = parse_lark("start: ESCAPED_STRING\n%import common.ESCAPED_STRING")
     ours, reference = lark_parser_for(g), lark_reference("start: ESCAPED_STRING\n%import common.ESCAPED_STRING")
     for s in ['""', '"a\\"b"', '"a\\\\"', '"a\\\\"b"', '"a"b"', '"\\', '"x\ny"', '"\\\\\\""']:

@@ -96,6 +96,8 @@ def _compile(text: str, start: str, meter: GrammarMeter) -> lark.Lark:
         raise GrammarBudgetError("max_nesting_depth", limit, "lark grammar nested too deeply to compile") from None
     except (LarkGrammarError, LarkError) as err:
         raise GrammarError(f"lark grammar error: {err}") from None
+    except Exception as err:  # NOTE: lark compiles terminal regexes: re/regex errors and the like
+        raise GrammarError(f"lark grammar error: {type(err).__name__}: {err}") from None
 
 
 def _fold_case(chars: CharSet) -> CharSet:
@@ -156,6 +158,7 @@ class _Lowering:
         self.meter = meter
         self.terminals = {t.name: t for t in parser.terminals}
         self.ignore = list(parser.ignore_tokens)
+        self.names: dict[str, str] = {}
 
     def terminal(self, name: str) -> Expr:
         """The IR of terminal ``name``'s pattern."""
@@ -189,6 +192,15 @@ class _Lowering:
         single = chars.single()
         return self.build.lit(single) if single is not None else self.build.chars(chars)
 
+    def name(self, lark_name: str) -> str:
+        """A rule name for a lark symbol: lark's own where GBNF and xgrammar can read it (anonymous
+        terminals of non-ASCII strings are named after the string, e.g. ``É``), else a new one
+        with a ``-``, which no lark name holds."""
+        if lark_name not in self.names:
+            ok = lark_name.isascii() and lark_name.replace("_", "a").isalnum()
+            self.names[lark_name] = lark_name if ok else f"lark-symbol-{len(self.names)}"
+        return self.names[lark_name]
+
     def grammar(self, start: str) -> Grammar:
         b = self.build
         expansions: dict[str, list[Expr]] = {}
@@ -200,19 +212,19 @@ class _Lowering:
                 if sym.is_term:
                     if sym.name not in used_terminals:
                         used_terminals.append(sym.name)
-                    items += [b.ref(sym.name), *after]
+                    items += [b.ref(self.name(sym.name)), *after]
                 else:
-                    items.append(b.ref(sym.name))
-            expansions.setdefault(rule.origin.name, []).append(b.seq(items))
+                    items.append(b.ref(self.name(sym.name)))
+            expansions.setdefault(self.name(rule.origin.name), []).append(b.seq(items))
             self.meter.check_time("lowering the lark grammar")
         for name, options in expansions.items():
             b.add_rule(name, remove_direct_left_recursion(name, b.choice(options), b))
         for name in used_terminals + [t for t in self.ignore if t not in used_terminals]:
-            b.add_rule(name, self.terminal(name))
+            b.add_rule(self.name(name), self.terminal(name))
         if not self.ignore:
-            return b.grammar(start)
-        b.add_rule(IGNORE_RULE, b.repeat(b.choice(b.ref(t) for t in self.ignore)))
-        b.add_rule(ROOT_RULE, b.seq([b.ref(IGNORE_RULE), b.ref(start)]))
+            return b.grammar(self.name(start))
+        b.add_rule(IGNORE_RULE, b.repeat(b.choice(b.ref(self.name(t)) for t in self.ignore)))
+        b.add_rule(ROOT_RULE, b.seq([b.ref(IGNORE_RULE), b.ref(self.name(start))]))
         return b.grammar(ROOT_RULE)
 
 
