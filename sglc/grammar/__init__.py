@@ -12,6 +12,10 @@ from __future__ import annotations
 from .budget import DEFAULT_GRAMMAR_BUDGET, GrammarBudget
 from .errors import GrammarBudgetError, GrammarError, GrammarSyntaxError, UnsupportedGrammarError
 from .gbnf import parse_ebnf, parse_gbnf
+from .automaton import LeftRecursionError
+from .automaton_budget import EngineBudget
+from .matcher import GrammarMatcher
+from .token_masks_compile import CompiledGrammar, compile_grammar
 from .ir import CharClass, Choice, Expr, Grammar, Literal, Repeat, RuleRef, Seq
 from .regex_grammar import grammar_from_regex
 from .lark_grammar import parse_lark
@@ -22,3 +26,4 @@ __all__ = [
     "GrammarBudget", "DEFAULT_GRAMMAR_BUDGET", "GrammarBudgetError", "GrammarSyntaxError",
     "UnsupportedGrammarError", "parse_gbnf", "parse_ebnf", "grammar_from_regex", "parse_lark", "grammar_from_json_schema",
 ]
+__all__ += ["compile_grammar", "CompiledGrammar", "GrammarMatcher", "EngineBudget", "LeftRecursionError"]
