@@ -94,6 +94,9 @@ def test_recursive_schema_members_validate_and_random_texts_agree(name):
             assert not canonical(s), s  # valid but not in the one layout we emit
         agreed[ours] += 1
     assert agreed[True] and agreed[False]
+    assert parse_gbnf(g.to_ebnf()) == g
+    xgrammar = pytest.importorskip("xgrammar")
+    xgrammar.Grammar.from_ebnf(g.to_ebnf())  # the printed grammar is one xgrammar reads
 
 
 def test_recursive_schemas_accept_hand_written_deep_values():
