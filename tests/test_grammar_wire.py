@@ -159,6 +159,24 @@ def test_sizes_over_the_grammar_budget_are_refused_by_name(msg, budget, limit):
         grammar_from_pb(msg, budget)
 
 
+def test_graph_pb_format_6_stores_a_lowered_grammar_as_the_typed_message():
+    """encode() writes a gen's grammar as AttrValue.grammar_value; decode gives back an equal Grammar."""
+    from sglc.ir import Graph, Op
+    from sglc.ir.serialize import FORMAT_VERSION, decode, encode
+    from sglc.passes.lower_constraints import lower_constraints
+    from sglc.wire.proto import graph_pb2
+
+    g = Graph("lowered")
+    g.create_node(Op.GEN, attrs={"name": "x", "ebnf": 'root ::= "(" root ")" | [0-9]+'}, meta={"source": "p.py:3"})
+    g = lower_constraints(g).graph
+    data = encode(g)
+    msg = graph_pb2.Graph.FromString(data)
+    (entry,) = [e for e in msg.nodes[0].attrs.entries if e.key == "grammar"]
+    assert FORMAT_VERSION == msg.format_version == 6 and entry.value.WhichOneof("kind") == "grammar_value"
+    assert grammar_from_pb(entry.value.grammar_value) == g.find("x").attrs["grammar"]
+    assert decode(data) == g
+
+
 # ----- runtime.proto: a grammar travels as GBNF text -----
 
 def test_generate_request_carries_a_grammar_as_ebnf_text_that_parses_to_the_same_grammar():

@@ -144,7 +144,8 @@ def test_the_fsm_attr_round_trips_through_graph_pb_exactly():
 
 
 def test_every_gen_of_a_graph_is_lowered_and_printing_stays_readable():
-    """Several constrained gens in several streams each get their own FSM; str(graph) works."""
+    """Several constrained gens in several streams each get their own FSM (a grammar gen its grammar);
+    str(graph) works."""
     g = Graph("many")
     fork = g.create_node(Op.FORK, attrs={"n": 2})
     s1, s2 = g.new_stream(), g.new_stream()
@@ -153,12 +154,15 @@ def test_every_gen_of_a_graph_is_lowered_and_printing_stays_readable():
     g.create_node(Op.GEN, attrs={"name": "a", "regex": "[a-z]+"}, stream=s1)
     g.create_node(Op.GEN, attrs={"name": "b", "dtype": "int"}, type=ValueType.INT, stream=s2)
     g.create_node(Op.GEN, attrs={"name": "c", "max_new_tokens": 4})
+    g.create_node(Op.GEN, attrs={"name": "d", "ebnf": 'root ::= "(" root ")" | "x"'}, stream=s2)
     lowered = lower_constraints(g).graph
     assert lowered_fsm(lowered, "a").accepts("abc")
     assert lowered_fsm(lowered, "b").accepts("-12")
-    assert "fsm" not in lowered.find("c").attrs
+    assert "fsm" not in lowered.find("c").attrs and "grammar" not in lowered.find("c").attrs
+    # NOTE: a context-free constraint gets a grammar (tests/test_grammar_compile.py), never an fsm
+    assert "fsm" not in lowered.find("d").attrs and lowered.find("d").attrs["grammar"].root == "root"
     verify(lowered)
-    assert "%a" in str(lowered)
+    assert "%a" in str(lowered) and "grammar=<grammar 1 rules" in str(lowered)
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """sglc.wire: the contract between the compiler half (sglc.frontend / ir / passes / executor) and
-the runtime (sglc_runtime). Both import it; it imports neither (only sglc.fsm, the shared FSM
-library). tests/test_import_graph.py fails on any import between the halves that bypasses it.
+the runtime (sglc_runtime). Both import it; it imports neither (only sglc.fsm and sglc.grammar,
+the shared constraint libraries). tests/test_import_graph.py fails on any import between the
+halves that bypasses it.
 
 - proto/: the generated runtime.proto / graph.proto / fsm.proto modules (scripts/gen_proto.py).
 - sampling_table.py: THE sampling parameters (name, type, range, default, each edge's spelling);
@@ -14,6 +15,8 @@ library). tests/test_import_graph.py fails on any import between the halves that
 - service_results.py: what the runtime service answers (ScoreOutcome, RuntimeModelInfo).
 - pb_values.py, server_convert.py, client_convert.py: every runtime.proto <-> Python conversion;
   fsm_message.py: a lowered FSM <-> the typed sglc.fsm.FSM message (graph.pb and GenerateRequest).
+- grammar_message.py: a lowered grammar (sglc.grammar.Grammar) <-> the typed sglc.grammar.Grammar
+  message (graph.pb); requests carry a grammar as GBNF text (SamplingParams.ebnf).
 
 Nothing here imports torch; importing the package imports none of its modules.
 """
