@@ -15,6 +15,7 @@ import lark
 
 from sglc.fsm.charset import CharSet
 from sglc.grammar import CharClass, Choice, Expr, Grammar, Literal, Repeat, RuleRef, Seq
+from sglc.grammar.ir import walk
 
 
 def _regex_char(cp: int) -> str:
@@ -158,7 +159,6 @@ def sample(grammar: Grammar, rng, max_depth: int = 12) -> str | None:
 
 def _weight(e: Expr) -> int:
     """Prefer options without rule references (they end a derivation sooner)."""
-    from sglc.grammar.ir import walk
     return sum(1 for n in walk(e) if isinstance(n, RuleRef))
 
 

@@ -9,13 +9,17 @@ import re
 import time
 from pathlib import Path
 
+import lark
 import pytest
 
+from sglc.fsm.charset import CharSet
 from sglc.fsm.errors import FSMError, InvalidRegexError, UnsupportedRegexError
 from sglc.grammar import (
     CharClass, Choice, Grammar, GrammarBudget, GrammarBudgetError, GrammarError, GrammarSyntaxError, Literal,
-    Repeat, RuleRef, Seq, UnsupportedGrammarError, grammar_from_regex, parse_ebnf, parse_gbnf,
+    Repeat, RuleRef, Seq, UnsupportedGrammarError, grammar_from_regex, parse_ebnf, parse_gbnf, parse_lark,
 )
+from sglc.grammar.budget import GrammarMeter
+from sglc.grammar.build import Builder
 from grammar_oracle import lark_parser_for, mutate, sample
 
 xgrammar = pytest.importorskip("xgrammar")
@@ -256,8 +260,6 @@ def test_regex_grammar_refuses_what_the_fsm_refuses():
 
 
 # -- lark ----------------------------------------------------------------------------------------
-from sglc.grammar import parse_lark  # noqa: E402
-import lark  # noqa: E402
 
 LARK_CASES = {
     "sql_subset.lark": (
@@ -388,9 +390,6 @@ def test_lark_refusals_name_the_construct():
 
 
 # -- the printer ---------------------------------------------------------------------------------
-from sglc.fsm.charset import CharSet  # noqa: E402
-from sglc.grammar.budget import GrammarMeter  # noqa: E402
-from sglc.grammar.build import Builder  # noqa: E402
 
 TRICKY = ['"', "\\", "]", "[", "-", "^", "\n", "\t", "\r", "\x00", "\x7f", "#", "|", " ", "é", "\u2028", "\U0001F600", "a", "z", "0"]
 
