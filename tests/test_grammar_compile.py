@@ -12,14 +12,13 @@ from grpc_helpers import runtime_fixture
 from test_executor_support import ScriptedBackend
 
 import sglc as sgl
-import sglc.grammar as grammar_lib
 from sglc import fsm
 from sglc.cli import main as sglc_main
 from sglc.errors import VerifyError
 from sglc.executor.backends.openai_backend import OpenAIBackend
 from sglc.executor.backends.sglang_http import SGLangBackend
 from sglc.executor.errors import BackendError
-from sglc.grammar import Grammar, Literal, RuleRef, Seq, parse_gbnf
+from sglc.grammar import Grammar, Literal, RuleRef, Seq, grammar_from_json_schema, parse_gbnf, parse_lark
 from sglc.ir import Graph, Op
 from sglc.ir.gen_constraint import constraint_grammar, is_recursive_schema
 from sglc.ir.serialize import decode, encode, load
@@ -43,14 +42,6 @@ def gen_graph(**attrs) -> Graph:
     return g
 
 
-def needs(name: str):
-    """The sglc.grammar front end ``name`` (parse_lark, grammar_from_json_schema: being written for issue 27)."""
-    found = getattr(grammar_lib, name, None)
-    if found is None:
-        pytest.skip(f"sglc.grammar.{name} is not there yet")
-    return found
-
-
 # ----- the DSL -----
 
 def test_gen_ebnf_and_grammar_text_are_stored_as_the_ebnf_constraint():
@@ -66,6 +57,14 @@ def test_gen_grammar_takes_a_grammar_object_as_its_gbnf_text():
     assert parse_gbnf(text) == g
 
 
+def test_a_grammar_object_starting_elsewhere_is_sent_starting_at_root():
+    """A Grammar whose start rule is 'start' (and which has another rule called 'root') is stored as
+    text starting at root: the start rule becomes root, the old root becomes root-1, references follow."""
+    g = Grammar({"start": Seq((Literal("<"), RuleRef("root"), Literal(">"))), "root": Literal("hi")}, "start")
+    back = parse_gbnf(sgl.gen("a", grammar=g.verify()).attrs["ebnf"])
+    assert back.rules == {"root": Seq((Literal("<"), RuleRef("root-1"), Literal(">"))), "root-1": Literal("hi")}
+
+
 @pytest.mark.parametrize("kwargs, error, needle", [
     (dict(ebnf='root ::= "(" root ")'), ValueError, r"gen ebnf is not a valid GBNF/EBNF grammar: grammar syntax error "
                                                     r"at line 1, column 19"),
@@ -74,6 +73,7 @@ def test_gen_grammar_takes_a_grammar_object_as_its_gbnf_text():
     (dict(grammar=42), TypeError, r"gen grammar must be grammar text \(a str\) or a sglc.grammar.Grammar, got int"),
     (dict(ebnf=["root ::= x"]), TypeError, r"gen ebnf must be grammar text \(a str\), got list"),
     (dict(lark=b"start: 'a'"), TypeError, r"gen lark must be grammar text \(a str\), got bytes"),
+    (dict(lark="start: ( 'a'"), ValueError, r"gen lark is not a valid lark grammar"),
     (dict(ebnf="  "), ValueError, r"gen ebnf is empty"),
     (dict(ebnf=NESTED, regex="x+"), ValueError, r"gen takes at most one constraint, got regex, ebnf"),
     (dict(grammar=NESTED, ebnf=NESTED), ValueError, r"gen takes at most one constraint, got ebnf, grammar"),
@@ -97,12 +97,15 @@ def test_a_traced_argument_as_grammar_is_a_trace_error():
         prog.trace()
 
 
-def test_gen_lark_parses_the_lark_grammar_at_the_call():
-    """gen(lark=text) stores attr lark; its grammar is the lark front end's."""
-    parse_lark = needs("parse_lark")
+def test_gen_lark_parses_the_lark_grammar_at_the_call_and_lowers_it_starting_at_root():
+    """gen(lark=text) stores attr lark; its lowered grammar is the lark front end's with the start rule
+    named root (lark's is lark-root), whose GBNF text reads back as the same grammar."""
     text = 'start: "(" start ")" | "x"'
     assert sgl.gen("a", lark=text).attrs == {"lark": text}
-    assert constraint_grammar("lark", text) == parse_lark(text)
+    lowered = lower_constraints(gen_graph(lark=text)).graph.find("answer").attrs["grammar"]
+    assert parse_lark(text).root != "root" and lowered.root == "root"
+    assert lowered == constraint_grammar("lark", text) == parse_gbnf(lowered.to_ebnf())
+    assert len(lowered.rules) == len(parse_lark(text).rules)
 
 
 # ----- the IR and verify -----
@@ -196,11 +199,10 @@ def test_a_regular_json_schema_still_lowers_to_an_fsm():
 
 def test_a_recursive_json_schema_is_lowered_to_the_schemas_grammar():
     """A self-referring schema (which the FSM refuses) gets grammar == grammar_from_json_schema(schema)."""
-    from_schema = needs("grammar_from_json_schema")
     text = json.dumps(TREE, separators=(",", ":"))
     g = lower_constraints(gen_graph(json_schema=text)).graph
     node = g.find("answer")
-    assert "fsm" not in node.attrs and node.attrs["grammar"] == from_schema(text)
+    assert "fsm" not in node.attrs and node.attrs["grammar"] == grammar_from_json_schema(text)
     verify(g)
     assert decode(encode(g)) == g
 
@@ -277,7 +279,6 @@ def test_compiled_and_eager_runs_send_the_grammar_as_ebnf_text():
 
 def test_a_gen_lowered_from_a_recursive_schema_sends_the_grammar_and_keeps_the_schema_for_api_backends():
     """gen_params of a schema lowered to a grammar: ebnf is the grammar's text, ebnf_from_json_schema the schema."""
-    needs("grammar_from_json_schema")
     from sglc.executor.semantics import Semantics
 
     node = lower_constraints(gen_graph(json_schema=json.dumps(TREE))).graph.find("answer")

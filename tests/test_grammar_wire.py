@@ -4,6 +4,7 @@ building anything; runtime.proto carries a grammar as ``ebnf`` text that parses 
 same grammar."""
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -192,6 +193,33 @@ def test_generate_request_carries_a_grammar_as_ebnf_text_that_parses_to_the_same
     assert parse_gbnf(fields["ebnf"]) == g
     spec = ConstraintSpec.of(ebnf=fields["ebnf"])
     assert spec.kind == "ebnf" and parse_gbnf(spec.text) == g
+
+
+LARK_SUM = 'start: expr\nexpr: expr "+" term | term\nterm: /[0-9]+/ | "(" expr ")"\n'
+TREE = {"$defs": {"n": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {
+    "type": "array", "items": {"$ref": "#/$defs/n"}}}, "required": ["v", "kids"]}}, "$ref": "#/$defs/n"}
+
+
+@pytest.mark.parametrize("attr, value", [("ebnf", 'root ::= "(" root ")" | "x"'), ("lark", LARK_SUM),
+                                         ("json_schema", json.dumps(TREE))])
+def test_a_lowered_gens_request_carries_text_that_parses_to_its_lowered_grammar(attr, value):
+    """Every grammar syntax, lowered by the pass and turned into a request by the executor
+    (Semantics.gen_params -> client_convert -> bytes -> server_convert), arrives as ebnf text whose
+    parse equals the gen's lowered grammar (its start rule named root)."""
+    from test_executor_support import ScriptedBackend
+
+    from sglc.executor.semantics import Semantics
+    from sglc.ir import Graph, Op
+    from sglc.passes.lower_constraints import lower_constraints
+
+    g = Graph("one")
+    g.create_node(Op.GEN, attrs={"name": "x", attr: value}, meta={"source": "p.py:1"})
+    lowered = lower_constraints(g).graph.find("x").attrs["grammar"]
+    params = Semantics(ScriptedBackend()).gen_params(lower_constraints(g).graph.find("x").attrs)
+    wire = runtime_pb2.GenerateRequest.FromString(client_convert.generate_request("p", params).SerializeToString())
+    fields = server_convert.sampling_fields_from_pb(wire)
+    assert lowered.root == "root" and parse_gbnf(fields["ebnf"]) == lowered
+    assert "json_schema" not in fields and "fsm" not in fields
 
 
 def test_a_grammar_and_another_constraint_on_one_request_are_refused():

@@ -10,6 +10,7 @@ from typing import Any, Union
 
 from sglc.frontend.errors import user_source
 from sglc.ir.gen_constraint import constraint_grammar
+from sglc.ir.grammar_root import rooted
 from sglc.ir.types import is_grammar_value
 from sglc.wire import sampling_table
 from sglc.wire.json_schema_text import schema_text
@@ -52,7 +53,7 @@ def check_grammar(key: str, value: Any) -> dict[str, str]:
     The text is parsed now (and the parse cached for lowering), so errors name `key` at the call."""
     if key == "grammar" and is_grammar_value(value):
         try:
-            text = value.verify().to_ebnf()
+            text = rooted(value.verify()).to_ebnf()  # NOTE: GBNF text starts at the rule named root
             constraint_grammar("ebnf", text)  # NOTE: what the compiler and the runtime will read back
         except (TypeError, ValueError) as err:
             raise ValueError(f"{user_source()}: gen grammar: this Grammar does not print as a grammar that "

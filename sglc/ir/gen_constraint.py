@@ -17,6 +17,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Optional
 
+from sglc.ir.grammar_root import rooted
+
 #: The GEN attributes that constrain what may be generated, in the order they are reported.
 CONSTRAINT_ATTRS = ("regex", "json_schema", "dtype", "choices", "ebnf", "lark")
 #: Constraints written in a grammar syntax: they always lower to a ``grammar``, never an ``fsm``.
@@ -70,7 +72,9 @@ def constraint_grammar(attr: str, value: Any) -> Any:  # -> sglc.grammar.Grammar
     ``ebnf``: GBNF / xgrammar EBNF text; ``lark``: a lark grammar; ``json_schema`` (a JSON string
     or a dict): the schema's grammar. Raises a ``sglc.grammar`` error (an FSMError, so a
     ValueError: syntax with line and column, an unsupported construct, a budget), or TypeError.
-    Equal constraints give the same (immutable) Grammar object: parsed once per process.
+    The start rule is named ``root`` (grammar_root.py), so ``to_ebnf()`` is text any GBNF reader
+    starts where the grammar does. Equal constraints give the same (immutable) Grammar object:
+    parsed once per process.
     """
     if attr in GRAMMAR_ATTRS:
         if not isinstance(value, str):
@@ -83,22 +87,15 @@ def constraint_grammar(attr: str, value: Any) -> Any:  # -> sglc.grammar.Grammar
     raise ValueError(f"{attr!r} is not a grammar constraint (one of {', '.join(GRAMMAR_ATTRS)} or json_schema)")
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=64)
 def _parsed(attr: str, text: str) -> Any:
     from sglc import grammar
 
     if attr == "ebnf":
         return grammar.parse_gbnf(text)
-    if attr == "lark":
-        parse_lark = getattr(grammar, "parse_lark", None)
-        if parse_lark is None:  # TODO(issue 27): drop once sglc.grammar exports parse_lark
-            raise ValueError("lark grammars need sglc.grammar.parse_lark, which this sglc does not have yet")
-        return parse_lark(text)
-    from_schema = getattr(grammar, "grammar_from_json_schema", None)
-    if from_schema is None:  # TODO(issue 27): drop once sglc.grammar exports grammar_from_json_schema
-        raise ValueError("recursive JSON schemas need sglc.grammar.grammar_from_json_schema, which this sglc "
-                         "does not have yet")
-    return from_schema(text)
+    if attr == "lark":  # NOTE: lark's start rule is lark-root; GBNF text starts at root
+        return rooted(grammar.parse_lark(text))
+    return rooted(grammar.grammar_from_json_schema(text))  # NOTE: the FSM path's separators: the same JSON
 
 
 def lowered_pattern(lowered: Any) -> Optional[str]:

@@ -114,9 +114,15 @@ def lowering_of(node: Node) -> Optional[tuple[str, Any]]:
 
 def _grammar(node: Node, attr: str) -> Any:
     try:
-        return constraint_grammar(attr, node.attrs[attr])  # NOTE: cached: equal texts parse once
+        grammar = constraint_grammar(attr, node.attrs[attr])  # NOTE: cached: equal texts parse once
+        # NOTE: the executor sends grammar.to_ebnf(); it must mean this grammar to the runtime
+        sent = constraint_grammar("ebnf", grammar.to_ebnf()) if attr != "ebnf" else grammar
     except (TypeError, ValueError) as err:  # sglc.grammar's errors are FSMErrors (ValueErrors)
         raise ConstraintLoweringError(node, attr, str(err).strip().splitlines()[0]) from None
+    if sent != grammar:
+        raise ConstraintLoweringError(node, attr, "its grammar's GBNF text (what a request carries) reads back as "
+                                                  "a different grammar; please report this sglc.grammar bug")
+    return grammar
 
 
 def _compile_fsm(node: Node, attr: str, pattern: str) -> dict[str, Any]:
