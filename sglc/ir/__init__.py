@@ -1,8 +1,8 @@
 """The typed IR of LM programs: ops, nodes, graphs, verification, printing, serialization.
 
 Modules, bottom-up (each imports only modules before it; docs/ir.md): ops, types, node, graph,
-printing, dot, gen_constraint, op_rules, verify, serialize. This __init__ is the top: it sets
-the hook behind str(graph), since graph.py sits below printing.py and cannot import it.
+printing, dot, grammar_root, gen_constraint, op_rules, verify, serialize. This __init__ is the
+top: it sets the hook behind str(graph), since graph.py sits below printing.py and cannot import it.
 """
 from sglc.ir.graph import Graph
 from sglc.ir.node import Guard, Node
