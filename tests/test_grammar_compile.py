@@ -177,6 +177,18 @@ def test_a_bad_grammar_is_a_one_line_lowering_error_naming_node_and_source():
     assert "\n" not in message
 
 
+@pytest.mark.parametrize("text, needle", [
+    ('root ::= "(" root', "root rule 'root' matches no string"),
+    ('root ::= a\na ::= b "x" | "y"\nb ::= a "z"', "left recursion in rule 'a'"),
+])
+def test_a_grammar_no_request_could_run_is_refused_at_compile_time(text, needle):
+    """A grammar that parses but matches nothing, or recurses on the left through another rule, is a
+    lowering error naming the gen (the engine's own refusal), not a failure of every request later."""
+    with pytest.raises(ConstraintLoweringError, match=r"p.py:7: gen %answer: cannot lower ebnf=") as info:
+        lower_constraints(gen_graph(ebnf=text))
+    assert needle in str(info.value)
+
+
 def test_the_fsm_refuses_exactly_a_recursive_ref_as_recursive():
     """The recursive $ref is fsm's RecursiveSchemaError; other unsupported schemas are not routed to grammars."""
     with pytest.raises(fsm.RecursiveSchemaError) as info:

@@ -25,7 +25,8 @@ is recompiled, and a lowered attribute of the other kind is dropped.
 
 Errors: a constraint that cannot be compiled (invalid or unsupported regex, an unsupported JSON
 schema keyword, a language with no string at all, grammar text that does not parse, a grammar
-over its budget) raises :class:`ConstraintLoweringError`, a one-line
+over its budget, left recursion the grammar engine refuses: the pass builds each new grammar's
+vocabulary-free automaton once to find out) raises :class:`ConstraintLoweringError`, a one-line
 :class:`~sglc.errors.SglcError` naming the node, its constraint and the user's line.
 """
 from __future__ import annotations
@@ -168,5 +169,19 @@ def lower_constraints(graph: Graph) -> PassResult:
     for i, (kind, value) in todo:
         node = graph.nodes[i]
         node.attrs.pop("grammar" if kind == "fsm" else "fsm", None)
+        if kind == "grammar":
+            _check_grammar_compiles(node, constraint_attr(node), value)  # type: ignore[arg-type]
         node.attrs[kind] = _compile_fsm(node, constraint_attr(node), value) if kind == "fsm" else value  # type: ignore[arg-type]
     return PassResult(graph, True)
+
+
+def _check_grammar_compiles(node: Node, attr: str, grammar: Any) -> None:
+    """Build the grammar's pushdown automaton once (vocabulary-free; the runtime builds its own with
+    the tokenizer), so what no request could run is refused now, naming the gen: a language with no
+    string at all, left recursion through another rule, a grammar over the engine's budget."""
+    from sglc.grammar.automaton import build_automaton
+
+    try:
+        build_automaton(grammar)
+    except fsm.FSMError as err:  # EmptyLanguageError, GrammarError (LeftRecursionError), budget errors
+        raise ConstraintLoweringError(node, attr, str(err).strip().splitlines()[0]) from None
