@@ -19,6 +19,7 @@ Per grammar:
 from __future__ import annotations
 
 import argparse
+import importlib
 import platform
 import sys
 import time
@@ -26,13 +27,16 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from test_grammar_engine_cases import (  # noqa: E402
-    arithmetic_grammar, decode, json_grammar, sample_tokens, smollm2_vocab, sql_grammar, to_lark, tree_schema_grammar,
-)
+from sglc.grammar import GrammarMatcher, compile_grammar
 
-from sglc.grammar import GrammarMatcher, compile_grammar  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+# NOTE: the grammars, the sampler and the IR -> lark printer are the engine tests' helpers (one
+# definition for tests and bench); a repository module, not a dependency, so imported by path.
+sys.path.insert(0, str(ROOT / "tests"))
+_cases = importlib.import_module("test_grammar_engine_cases")
+arithmetic_grammar, decode, json_grammar = _cases.arithmetic_grammar, _cases.decode, _cases.json_grammar
+sample_tokens, smollm2_vocab, sql_grammar = _cases.sample_tokens, _cases.smollm2_vocab, _cases.sql_grammar
+to_lark, tree_schema_grammar = _cases.to_lark, _cases.tree_schema_grammar
 
 
 def _gbnf_grammar():
@@ -77,8 +81,10 @@ class _Engines:
             print(f"xgrammar not installed ({err.msg})")
         try:
             import llguidance
+            import llguidance.numpy
 
             self.llg = llguidance
+            self.llnp = llguidance.numpy
             self.llg_tok = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_LLGTokenizer(vocab)), slices=None)
         except ImportError as err:
             print(f"llguidance not installed ({err.msg})")
@@ -171,8 +177,7 @@ def bench_grammar(name: str, grammar, eng: _Engines, paths: int, repeats: int) -
             row["xgr_error"] = f"{type(err).__name__}: {err}"[:100]
     if eng.llg is not None:
         try:
-            import llguidance.numpy as llnp
-
+            llnp = eng.llnp
             lark = to_lark(grammar)
             row["llg_compile"] = _best(lambda: eng.llg_matcher(lark), repeats)
             bitmask = llnp.allocate_token_bitmask(1, vocab.size)

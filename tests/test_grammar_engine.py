@@ -211,11 +211,20 @@ def test_forced_bytes_follow_the_grammar():
     assert m.forced_bytes() == b"" and m.is_finished
 
 
-def test_left_recursion_is_refused_by_name():
-    """Direct, indirect and nullable-prefix left recursion raise LeftRecursionError naming the cycle."""
+def test_direct_left_recursion_is_rewritten():
+    """``e ::= e "+" t | e "-" t | t`` matches what lark's Earley parser matches on the same grammar."""
+    vocab = _tiny_vocab([])
+    g = Grammar({"root": R("e"), "e": A(S(R("e"), L("+"), R("t")), S(R("e"), L("-"), R("t")), R("t")),
+                 "t": A(L("1"), S(L("("), R("e"), L(")")))})
+    compiled, parser = compile_grammar(g, vocab), lark_parser(g)
+    for text in ["1", "1+1", "1-(1+1)-1", "(((1)))+1", "", "+1", "1+", "(1", "1)", "11", "((1)-(1+(1)))"]:
+        assert _accepts(compiled, text.encode()) == lark_accepts(parser, text), text
+
+
+def test_indirect_left_recursion_is_refused_by_name():
+    """Indirect and nullable-prefix left recursion raise LeftRecursionError naming the cycle."""
     vocab = _tiny_vocab([])
     cases = [
-        {"root": R("e"), "e": A(S(R("e"), L("+"), L("1")), L("1"))},
         {"root": R("a"), "a": A(S(R("b"), L("x")), L("y")), "b": S(R("a"), L("z"))},
         {"root": R("a"), "a": A(S(R("n"), R("a"), L("x")), L("y")), "n": opt(L("-"))},
     ]

@@ -15,9 +15,10 @@ Nodes of all rules share one numbering. For node ``n``:
 - ``follow[rule, byte]``: bytes that may come right after the rule ends (its FOLLOW set). The
   token precompute uses it to drop tokens that leave a rule with a byte no caller can take.
 
-Refused: a left-recursive rule (``expr ::= expr "+" term``, also through nullable prefixes):
-the matcher's stacks would grow without consuming input. :class:`LeftRecursionError` names the
-cycle; rewrite it with repetition (``expr ::= term ("+" term)*``). Ambiguous grammars are fine:
+Direct left recursion (``expr ::= expr "+" term | term``, lark's usual style) is rewritten to
+repetition first (``expr ::= term ("+" term)*``: the same language). Other left recursion
+(through another rule, or a nullable prefix) is refused: the matcher's stacks would grow
+without consuming input. :class:`LeftRecursionError` names the cycle. Ambiguous grammars are fine:
 the matcher keeps a set of stacks. A grammar whose root matches nothing raises
 :class:`~sglc.fsm.errors.EmptyLanguageError`; references to rules that match nothing are
 dropped (they cannot be taken).
@@ -29,6 +30,7 @@ from functools import cached_property
 
 import numpy as np
 
+from sglc.fsm.charset import CharSet
 from sglc.fsm.errors import EmptyLanguageError
 from sglc.fsm.utf8 import utf8_sequences
 
@@ -83,6 +85,36 @@ class Automaton:
     def ref_count(self) -> np.ndarray:
         """int64 [N]: rule references out of each node."""
         return np.diff(self.ref_offsets)
+
+
+# --- direct left recursion ------------------------------------------------------------------
+
+def _split_left(expr: Expr, name: str) -> Expr | None:
+    """``rest`` when ``expr`` is ``name rest`` (through leading nested sequences), else None."""
+    if isinstance(expr, RuleRef):
+        return Seq(()) if expr.name == name else None
+    if isinstance(expr, Seq) and expr.items:
+        rest = _split_left(expr.items[0], name)
+        if rest is not None:
+            return Seq((rest,) + expr.items[1:])
+    return None
+
+
+def remove_direct_left_recursion(grammar: Grammar) -> Grammar:
+    """``a ::= a x | a y | b | c`` -> ``a ::= (b | c) (x | y)*`` for every such rule (the same
+    language); other rules unchanged."""
+    rules = dict(grammar.rules)
+    for name, expr in grammar.rules.items():
+        options = expr.options if isinstance(expr, Choice) else (expr,)
+        tails = [_split_left(o, name) for o in options]
+        if all(t is None for t in tails):
+            continue
+        heads = [o for o, t in zip(options, tails) if t is None]
+        loops = [t for t in tails if t is not None]
+        # NOTE: with no other option the rule matches nothing (an empty class, trimmed later).
+        head: Expr = Choice(tuple(heads)) if heads else CharClass(CharSet())
+        rules[name] = Seq((head, Repeat(Choice(tuple(loops)), 0, None)))
+    return Grammar(rules, grammar.root)
 
 
 # --- inlining ------------------------------------------------------------------------------
@@ -271,7 +303,16 @@ class _RuleDFA:
 def _determinize(nfa: _NFA, start: int, end: int, meter: EngineMeter, used: int) -> _RuleDFA:
     closure_memo: dict[int, frozenset[int]] = {}
 
+    set_memo: dict[frozenset[int], frozenset[int]] = {}
+
     def closure(nodes) -> frozenset[int]:
+        key = frozenset(nodes)
+        got = set_memo.get(key)
+        if got is None:
+            got = set_memo[key] = closure_of(key)
+        return got
+
+    def closure_of(nodes) -> frozenset[int]:
         out: set[int] = set()
         for n in nodes:
             got = closure_memo.get(n)
@@ -302,12 +343,24 @@ def _determinize(nfa: _NFA, start: int, end: int, meter: EngineMeter, used: int)
         row = np.full(256, -1, dtype=np.int32)
         edges = [e for n in cur for e in nfa.bytes[n]]
         if edges:
-            cuts = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
+            # Sweep the byte axis: at each cut, edges starting there join, edges ending leave.
+            starts: dict[int, list[int]] = {}
+            ends: dict[int, list[int]] = {}
+            for lo, hi, t in edges:
+                starts.setdefault(lo, []).append(t)
+                ends.setdefault(hi + 1, []).append(t)
+            cuts = sorted(starts.keys() | ends.keys())
+            active: dict[int, int] = {}
             for a, b in zip(cuts, cuts[1:]):
-                targets = [t for lo, hi, t in edges if lo <= a and b - 1 <= hi]
-                if not targets:
+                for t in ends.get(a, ()):
+                    active[t] -= 1
+                    if not active[t]:
+                        del active[t]
+                for t in starts.get(a, ()):
+                    active[t] = active.get(t, 0) + 1
+                if not active:
                     continue
-                key = closure(targets)
+                key = closure(active)
                 got = ids.get(key)
                 if got is None:
                     got = ids[key] = len(order)
@@ -375,14 +428,17 @@ def _minimize(dfa: _RuleDFA) -> _RuleDFA:
     for i, r in enumerate(dfa.refs):
         for j, name in enumerate(names):
             ref_cols[i, j] = r.get(name, -1)
+    # NOTE: bytes whose columns are equal in every row behave alike: refine on one of each.
+    _, distinct = np.unique(dfa.table, axis=1, return_index=True)
+    moves = np.concatenate([dfa.table[:, np.sort(distinct)], ref_cols], axis=1).astype(np.int64)
     block = dfa.final.astype(np.int64)
-    num = -1
+    num = int(block.max()) + 1 if n else 0
     while True:
         ext = np.append(block, -1)  # target -1 -> block -1
-        sig = np.concatenate([block[:, None], ext[dfa.table], ext[ref_cols]], axis=1)
-        _, new_block = np.unique(sig, axis=0, return_inverse=True)
-        new_block = new_block.reshape(-1)
-        count = int(new_block.max()) + 1
+        sig = np.ascontiguousarray(np.concatenate([block[:, None], ext[moves]], axis=1))
+        ids: dict[bytes, int] = {}
+        new_block = np.array([ids.setdefault(row.tobytes(), len(ids)) for row in sig], dtype=np.int64)
+        count = len(ids)
         block = new_block
         if count == num:
             break
@@ -405,7 +461,7 @@ def _minimize(dfa: _RuleDFA) -> _RuleDFA:
 def build_automaton(grammar: Grammar, meter: EngineMeter | None = None) -> Automaton:
     """Compile ``grammar`` (verified here) into byte-level rule automata."""
     meter = meter if meter is not None else EngineMeter()
-    grammar.verify()
+    grammar = remove_direct_left_recursion(grammar.verify())
     recursive = _recursive_rules(grammar)
     # Kept rules: the root and the recursive rules the root reaches (through inlined ones).
     kept = {grammar.root}

@@ -154,7 +154,7 @@ class _InnerStacks:
         return ids[inverse.reshape(-1)]
 
 
-def _close(cols: list[np.ndarray], auto: Automaton, stacks: _InnerStacks) -> list[np.ndarray]:
+def _close(cols: list[np.ndarray], auto: Automaton, stacks: _InnerStacks, num_trie: int) -> list[np.ndarray]:
     """Follow rule calls (push the callee's start, remember the return node) and ends of called
     rules (pop) for frontier entries ``[origin, trie node, node, inner stack]``; entries that
     end the origin's own rule (empty inner stack) are left for the exit check."""
@@ -163,7 +163,7 @@ def _close(cols: list[np.ndarray], auto: Automaton, stacks: _InnerStacks) -> lis
     if not need.any():
         return cols
     work = [c[need] for c in cols]
-    seen = set(zip(*(c.tolist() for c in work)))
+    seen = _pair_keys(work, num_trie)
     generated: list[list[np.ndarray]] = []
     while len(work[0]):
         wo, wt, wd, ws = work
@@ -179,19 +179,44 @@ def _close(cols: list[np.ndarray], auto: Automaton, stacks: _InnerStacks) -> lis
         parent_arr = np.array(stacks.parent, dtype=np.int64)
         popped = [wo[sel], wt[sel], node_arr[popped_from], parent_arr[popped_from]]
         cand = [np.concatenate([a, b]) for a, b in zip(pushed, popped)]
-        keep = []
-        for i, key in enumerate(zip(*(c.tolist() for c in cand))):
-            if key not in seen:
-                seen.add(key)
-                keep.append(i)
-        work = [c[keep] for c in cand]
-        if keep:
+        keys = _pair_keys(cand, num_trie)
+        fresh = _new_keys(seen, keys)
+        work = [c[fresh] for c in cand]
+        seen = (np.concatenate([seen[0], keys[0][fresh]]), np.concatenate([seen[1], keys[1][fresh]]))
+        if len(work[0]):
             generated.append(work)
     if not generated:
         return cols
-    allc = np.stack([np.concatenate([c] + [g[k] for g in generated]) for k, c in enumerate(cols)], axis=1)
-    allc = np.unique(allc, axis=0)
-    return [allc[:, k].copy() for k in range(4)]
+    gen = [np.concatenate([g[k] for g in generated]) for k in range(4)]
+    # Drop generated entries the frontier already holds (two derivations of one configuration);
+    # only entries at the same trie nodes can be equal, so the check stays near-linear.
+    same = np.isin(t, np.unique(gen[1]))
+    if same.any():
+        fresh = _new_keys(_pair_keys([c[same] for c in cols], num_trie), _pair_keys(gen, num_trie))
+        gen = [c[fresh] for c in gen]
+    return [np.concatenate([c, g]) for c, g in zip(cols, gen)]
+
+
+def _pair_keys(cols: list[np.ndarray], num_trie: int) -> tuple[np.ndarray, np.ndarray]:
+    """Two int64 keys identifying frontier entries ``[origin, trie node, node, stack]``."""
+    o, t, d, s = cols
+    # NOTE: origin x trie nodes is at most max_precompute_cells; node and stack ids < 2**31.
+    return o * num_trie + t, (d << 32) + (s + 1)
+
+
+def _new_keys(seen: tuple[np.ndarray, np.ndarray], keys: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """bool per entry of ``keys``: not in ``seen`` and the first of its value in ``keys``."""
+    n_seen = len(seen[0])
+    k1 = np.concatenate([seen[0], keys[0]])
+    k2 = np.concatenate([seen[1], keys[1]])
+    order = np.lexsort((np.arange(len(k1)), k2, k1))  # equal keys: seen ones first
+    a, b = k1[order], k2[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    out = np.zeros(len(keys[0]), dtype=bool)
+    pick = order[first & (order >= n_seen)] - n_seen
+    out[pick] = True
+    return out
 
 
 def classify_tokens(auto: Automaton, vocab: Vocabulary, meter: EngineMeter) -> TokenClasses:
@@ -228,7 +253,7 @@ def classify_tokens(auto: Automaton, vocab: Vocabulary, meter: EngineMeter) -> T
         level = 0
         while len(cols[0]):
             if level >= 1:
-                cols = _close(cols, auto, stacks)
+                cols = _close(cols, auto, stacks, trie.num_nodes)
             f_origin, f_node, f_state, f_stack = cols
             counts = trie.child_count[f_node]
             total = int(counts.sum())
