@@ -372,6 +372,36 @@ def test_a_grammar_gen_over_grpc_generates_text_the_grammar_accepts(runtime):
     assert all(oracle.accepts(text) for text in outputs), outputs
 
 
+#: A recursive schema (a tree of digits, at most two children a node): the FSM refuses it, so it is a grammar.
+DIGIT_TREE = {"$defs": {"node": {"type": "object", "properties": {
+    "value": {"type": "integer", "minimum": 0, "maximum": 9},
+    "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}},
+    "required": ["value", "children"]}}, "$ref": "#/$defs/node"}
+
+
+@pytest.mark.model
+def test_a_recursive_json_schema_gen_over_grpc_generates_valid_json(runtime):
+    """gen(json_schema=<recursive schema>) compiles to a grammar and, greedily on the real model over
+    gRPC, ends by the grammar with JSON that jsonschema validates against the schema."""
+    import jsonschema
+
+    from sglc.executor.backends.srt import SrtBackend
+
+    @sgl.function
+    def tree(s):
+        s += "A small tree as JSON: " + sgl.gen("tree", json_schema=DIGIT_TREE, max_tokens=200)
+
+    program = tree.compile()
+    assert "grammar" in program.graph.find("tree").attrs and "fsm" not in program.graph.find("tree").attrs
+    backend = SrtBackend(runtime.frontends[0].address, timeout=300)
+    try:
+        state = program.run(backend=backend, temperature=0)
+    finally:
+        backend.close()
+    assert state.get_meta_info("tree")["finish_reason"]["type"] == "stop", state["tree"]
+    jsonschema.validate(json.loads(state["tree"]), DIGIT_TREE)
+
+
 @pytest.mark.model
 @pytest.mark.xfail(strict=False, reason="the runtime's EngineBackend._sampling_fields does not forward "
                                         "GenParams.ebnf yet (runtime/server/engine_backend.py, the runtime side of "
