@@ -150,14 +150,23 @@ def bench_grammar(name: str, grammar, eng: _Engines, paths: int, repeats: int) -
     row["chars"] = sum(len(decode(vocab, p)) for p in token_paths)
 
     times: list[float] = []
+    fresh: list[float] = []  # steps whose state the matcher had not seen (its mask cache missed)
+    advance: list[float] = []
     for path in token_paths:
         m = GrammarMatcher(compiled)
         for t in path:
+            seen = m._states[-1] in m._pool.masks
             start = time.perf_counter()
             m.mask()
             times.append(time.perf_counter() - start)
+            if not seen:
+                fresh.append(times[-1])
+            start = time.perf_counter()
             m.advance(t)
+            advance.append(time.perf_counter() - start)
     row["sglc_mask"] = _percentiles(times)
+    row["sglc_new_state"] = _percentiles(fresh)
+    row["sglc_advance"] = _percentiles(advance)
 
     if eng.xgr is not None:
         try:
@@ -255,6 +264,9 @@ def main() -> None:
         print(f"{r['name']:12} {r['steps']:6d} | {_fmt_ms(r['sglc_compile']):>16} {_fmt_ms(r.get('xgr_compile'))} "
               f"{_fmt_ms(r.get('llg_compile'))} | {_fmt_us(r['sglc_mask']):>22} {_fmt_us(r.get('xgr_mask')):>16} "
               f"{_fmt_us(r.get('llg_mask')):>16}")
+    print("\nsglc detail, us p50/p99: mask on states new to the matcher (its per-state cache missed), advance")
+    for r in rows:
+        print(f"  {r['name']:12} new-state mask {_fmt_us(r['sglc_new_state'])}   advance {_fmt_us(r['sglc_advance'])}")
     if ref is not None:
         print(f"{'(reference) xgrammar on its builtin JSON grammar: compile':60} {_fmt_ms(ref['xgr_compile'])} ms, "
               f"mask p50/p99 {_fmt_us(ref['xgr_mask'])} us")
