@@ -100,8 +100,8 @@ class GrammarMatcher:
             return base
         out = base.copy() if base is not None else np.zeros(compiled.vocab_size, dtype=bool)
         if extra:
-            offs, toks = compiled.classes.token_offsets, compiled.classes.group_tokens
-            out[np.concatenate([toks[offs[g]:offs[g + 1]] for g in extra])] = True
+            arrays = compiled.group_token_arrays
+            out[np.concatenate([arrays[g] for g in extra])] = True
         if st.can_end and len(self._eos):
             out[self._eos] = True
         out.setflags(write=False)

@@ -11,7 +11,9 @@ stack: leaving ``n``'s own rule.
   holds, the token is allowed when ``n`` is a live stack top. Stored as packed bits, one row of
   ``ceil(vocab / 8)`` bytes per position;
 - **context-dependent**: after ``k >= 1`` bytes it reaches a node ``m`` where ``n``'s rule may
-  end (inner stack empty) and its next byte is in the rule's FOLLOW set. Whether it is allowed
+  end (inner stack empty), its next byte is in the rule's FOLLOW set and some stack context
+  could take the rest (``_SomeContext``: a walk whose pops past the bottom go to every call
+  site of the rule, run once per (exit node, suffix) at compile time). Whether it is allowed
   depends on the stack below, so the matcher checks it at run time: from the stack ``(m,
   parent)``, can the suffix ``token[k:]`` be consumed? Entries are grouped by ``(m, suffix)``
   so one run-time walk decides every token of a group;
@@ -287,7 +289,7 @@ def classify_tokens(auto: Automaton, vocab: Vocabulary, meter: EngineMeter) -> T
             level += 1
             meter.check_time("classifying tokens at grammar positions")
     _add_duplicates(vocab, accepted)
-    groups = _group_exits(vocab, pre, accepted, exits, len(positions), meter)
+    groups = _group_exits(vocab, pre, accepted, exits, len(positions), meter, auto)
     packed = np.packbits(accepted, axis=1)
     return TokenClasses(V, position_of, packed, *groups)
 
@@ -299,8 +301,61 @@ def _add_duplicates(vocab: Vocabulary, accepted: np.ndarray) -> None:
         accepted[:, dup[:, 1]] = accepted[:, dup[:, 0]]
 
 
+class _SomeContext:
+    """Whether *some* stack below could take a suffix after leaving a rule at node ``m``: the
+    matcher's walk with an open bottom (a pop past it continues at the return node of every
+    call site of the rule). Suffixes no context takes (``")["`` after a number) are dropped at
+    compile time instead of being checked at every step."""
+
+    def __init__(self, auto: Automaton) -> None:
+        self.rows = auto.table.tolist()
+        self.final = auto.final.tolist()
+        self.has_bytes = auto.has_bytes.tolist()
+        self.node_rule = auto.node_rule.tolist()
+        starts = auto.rule_start.tolist()
+        self.refs = [[(starts[c], t) for c, t in auto.refs(n)] for n in range(auto.num_nodes)]
+        self.callers: dict[int, list[int]] = {}
+        for n in range(auto.num_nodes):
+            for c, t in auto.refs(n):
+                self.callers.setdefault(c, []).append(t)
+        self._memo: dict[tuple[int, bytes], bool] = {}
+
+    def _close(self, configs: set[tuple[int, ...]]) -> set[tuple[int, ...]]:
+        out: set[tuple[int, ...]] = set()
+        seen = set(configs)
+        work = list(configs)
+        while work:
+            st = work.pop()
+            n = st[-1]
+            if self.has_bytes[n]:
+                out.add(st)
+            nxt = [st[:-1] + (t, start) for start, t in self.refs[n]]
+            if self.final[n]:
+                nxt += [st[:-1]] if len(st) > 1 else [(t,) for t in self.callers.get(self.node_rule[n], ())]
+            for new in nxt:
+                if new not in seen:
+                    seen.add(new)
+                    work.append(new)
+        return out
+
+    def accepts(self, m: int, suffix: bytes) -> bool:
+        key = (m, suffix)
+        got = self._memo.get(key)
+        if got is None:
+            configs = self._close({(m,)})
+            got = True
+            for b in suffix:
+                moved = {st[:-1] + (self.rows[st[-1]][b],) for st in configs if self.rows[st[-1]][b] >= 0}
+                if not moved:
+                    got = False
+                    break
+                configs = self._close(moved)
+            self._memo[key] = got
+        return got
+
+
 def _group_exits(vocab: Vocabulary, pre: _TriePreorder, accepted: np.ndarray, exits, num_positions: int,
-                 meter: EngineMeter):
+                 meter: EngineMeter, auto: Automaton):
     """Context-dependent entries grouped by (position, exit node, suffix), tokens sorted."""
     by_dup: dict[int, list[int]] = {}
     for a, b in vocab.trie.duplicate_tokens.tolist():
@@ -315,7 +370,9 @@ def _group_exits(vocab: Vocabulary, pre: _TriePreorder, accepted: np.ndarray, ex
                     if not row[tt]:
                         groups.setdefault((o, m, vocab.token_bytes(tt)[k:]), set()).add(tt)
     meter.check_time("grouping context-dependent tokens")
-    keys = sorted(groups)
+    possible = _SomeContext(auto)
+    keys = sorted(k for k in groups if possible.accepts(k[1], k[2]))
+    meter.check_time("pruning context-dependent tokens")
     group_offsets = np.zeros(num_positions + 1, dtype=np.int64)
     np.add.at(group_offsets, np.array([k[0] + 1 for k in keys], dtype=np.int64), 1)
     group_offsets = np.cumsum(group_offsets)

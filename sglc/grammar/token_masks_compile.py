@@ -106,6 +106,13 @@ class CompiledGrammar:
             out.append(() if p < 0 else tuple((g, gnode[g]) for g in range(offs[p], offs[p + 1])))
         return out
 
+    @cached_property
+    def group_token_arrays(self) -> list[np.ndarray]:
+        """The token ids of each context-dependent group (views into ``classes.group_tokens``)."""
+        c = self.classes
+        offs = c.token_offsets.tolist()
+        return [c.group_tokens[offs[g]:offs[g + 1]] for g in range(len(offs) - 1)]
+
     @property
     def initial_node(self) -> int:
         return int(self.automaton.rule_start[self.automaton.root])
