@@ -48,12 +48,12 @@ def regex(pattern: str) -> ConstraintSpec:
 
 
 class BlockingCompile:
-    """Stands in for compile_index: counts calls and holds each until ``release()``."""
+    """Stands in for compile_constraint: counts calls and holds each until ``release()``."""
 
     def __init__(self) -> None:
         self.calls = 0
         self.released = threading.Event()
-        self._real = grammar_module.compile_index
+        self._real = grammar_module.compile_constraint
 
     def __call__(self, spec, vocab, meter):
         self.calls += 1
@@ -100,7 +100,7 @@ def run_threads(fn, n: int) -> tuple[list[threading.Thread], list]:
 def test_identical_constraints_arriving_together_compile_once(monkeypatch):
     """Eight requests for one constraint while its compile runs: one compile, one shared grammar."""
     blocking = BlockingCompile()
-    monkeypatch.setattr(grammar_module, "compile_index", blocking)
+    monkeypatch.setattr(grammar_module, "compile_constraint", blocking)
     cache = GrammarCache(ByteTokenizer(), config=inline())
     threads, results = run_threads(lambda: cache.get(regex("(ab|cd)+e")), 8)
     wait_until(lambda: cache.num_shared == 7)  # seven wait on the first one's compile
@@ -115,7 +115,7 @@ def test_identical_constraints_arriving_together_compile_once(monkeypatch):
 def test_a_failed_compile_is_reported_to_every_request_waiting_on_it(monkeypatch):
     """Waiters on a compile that fails get its error too (and nothing stays pending)."""
     blocking = BlockingCompile()
-    monkeypatch.setattr(grammar_module, "compile_index", blocking)
+    monkeypatch.setattr(grammar_module, "compile_constraint", blocking)
     cache = GrammarCache(ByteTokenizer(), config=inline(budget=CompileBudget(max_dfa_states=5)))
     threads, results = run_threads(lambda: cache.get(regex("[a-c]{10}")), 3)
     wait_until(lambda: cache.num_shared == 2)
@@ -130,7 +130,7 @@ def test_distinct_compiles_past_max_pending_are_refused_at_once(monkeypatch):
     """With max_pending compiles in flight, one more distinct constraint is refused at once
     (ConstraintCompilerBusy naming the limit); identical ones still share; later ones compile."""
     blocking = BlockingCompile()
-    monkeypatch.setattr(grammar_module, "compile_index", blocking)
+    monkeypatch.setattr(grammar_module, "compile_constraint", blocking)
     cache = GrammarCache(ByteTokenizer(), config=inline(max_pending=2))
     threads, results = run_threads(lambda: cache.get(regex("a+")), 1)
     more, more_results = run_threads(lambda: cache.get(regex("b+")), 1)
@@ -174,13 +174,13 @@ def test_refused_constraints_are_remembered_but_time_outs_are_not(monkeypatch):
     """A constraint refused for what it is (invalid, over a structural limit) is refused again
     without compiling; a time-limit refusal depends on the moment, so it is retried."""
     calls = []
-    real = grammar_module.compile_index
+    real = grammar_module.compile_constraint
 
     def counting(spec, vocab, meter):
         calls.append(spec.text)
         return real(spec, vocab, meter)
 
-    monkeypatch.setattr(grammar_module, "compile_index", counting)
+    monkeypatch.setattr(grammar_module, "compile_constraint", counting)
     cache = GrammarCache(ByteTokenizer(), config=inline(budget=CompileBudget(max_dfa_states=5)))
     for _ in range(3):
         with pytest.raises(CompileBudgetError, match="max_dfa_states"):

@@ -8,6 +8,8 @@ Built on :mod:`sglc.fsm` (which never imports the runtime):
   forced bytes for jump-forward (over any grammar with the :class:`~.state.GrammarTables`).
 - :class:`CompiledGrammar` (grammar.py): an FSM and its token index over one vocabulary, with
   cached torch masks per state; ``new_cursor()`` starts a ConstraintState.
+- :class:`CompiledCFG` (cfg_grammar.py) and :class:`CFGConstraintState` (cfg_state.py): the same
+  for a context-free grammar (``sglc.grammar``: GBNF/EBNF, recursive JSON schemas).
 - :class:`GrammarCache` (grammar_cache.py): one compile and one token index per distinct
   constraint and tokenizer, under a compile budget, shared in flight, bounded by bytes.
 - :class:`ConstraintCompilerConfig` (compiler_config.py): the budget, workers, in-flight and
@@ -15,8 +17,8 @@ Built on :mod:`sglc.fsm` (which never imports the runtime):
   (compile_worker.py); errors.py: busy / worker failure.
 - :func:`plan_jump` (jump_forward.py): the retokenized tail that appends the forced text.
 
-Bottom-up: errors, compiler_config -> compile_worker -> compile_pool -> state -> grammar
--> grammar_cache -> jump_forward. The engine, model runner and sampler use these; nothing here
+Bottom-up: errors, compiler_config -> compile_worker -> compile_pool -> state, cfg_state ->
+grammar, cfg_grammar -> grammar_cache -> jump_forward. The engine, model runner and sampler use these; nothing here
 imports them (or any other runtime package).
 
 NOTE: names are imported on first use (PEP 562), so a compile worker process can import
@@ -32,17 +34,20 @@ _EXPORTS = {
     "DEFAULT_WINDOW": "jump_forward", "JumpPlan": "jump_forward", "plan_jump": "jump_forward",
     "ConstraintSpec": "sglc.wire.constraint_spec", "ConstraintState": "state", "ConstraintCompilerConfig": "compiler_config",
     "CompilePool": "compile_pool", "ConstraintCompilerBusy": "errors", "ConstraintCompilerFailed": "errors",
+    "CompiledCFG": "cfg_grammar", "CFGConstraintState": "cfg_state", "JUMPABLE_STATES": "jump_forward",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
+    from .cfg_grammar import CompiledCFG
+    from .cfg_state import CFGConstraintState
     from .compile_pool import CompilePool
     from .compiler_config import ConstraintCompilerConfig
     from .errors import ConstraintCompilerBusy, ConstraintCompilerFailed
     from .grammar import CompiledGrammar
     from .grammar_cache import GrammarCache, vocabulary_for
-    from .jump_forward import DEFAULT_WINDOW, JumpPlan, plan_jump
+    from .jump_forward import DEFAULT_WINDOW, JUMPABLE_STATES, JumpPlan, plan_jump
     from sglc.wire.constraint_spec import ConstraintSpec
     from .state import ConstraintState
 

@@ -6,7 +6,10 @@ the caches decoding will read (fingerprint, forced bytes), all under one
 that a compile never holds the server's GIL, can be killed at a hard deadline and cannot grow
 the server's memory; :func:`encode` / :func:`decode` carry the result back as flat arrays.
 A :class:`~.stop_regex.StopRegexSpec` job compiles to its search DFA instead (no token index),
-which crosses the socket pickled as itself.
+which crosses the socket pickled as itself. A grammar (kind "ebnf", and a JSON schema the FSM
+path refuses as recursive) compiles with ``sglc.grammar`` (:func:`compile_cfg`): its automaton
+and token classes cross as a :class:`CFGPayload` and meet the parent's vocabulary in
+:func:`decode`. One engine decides per constraint: regular ones keep the FSM path.
 
 The worker (:func:`main`) speaks over one socket (``multiprocessing.connection`` framing):
 
@@ -34,6 +37,16 @@ from sglc.wire.constraint_spec import ConstraintSpec
 from .stop_regex import StopRegexSpec
 
 
+class CFGPayload(NamedTuple):
+    """A compiled context-free grammar as it crosses the process boundary (pickled without the
+    vocabulary, which the parent has)."""
+
+    grammar: Any
+    automaton: Any
+    classes: Any
+    budget: Any
+
+
 class CompiledPayload(NamedTuple):
     """A compiled constraint as it crosses the process boundary (pickled: the FSM with its
     byte DFA and caches, the index as four flat arrays)."""
@@ -59,8 +72,38 @@ def compile_index(spec: ConstraintSpec, vocab: fsm.Vocabulary, meter: fsm.Compil
     return index
 
 
-def encode(index: fsm.TokenIndex) -> CompiledPayload:
-    return CompiledPayload(index.fsm, index.to_arrays())
+def compile_cfg(spec: ConstraintSpec, vocab: fsm.Vocabulary, meter: fsm.CompileMeter) -> Any:
+    """``spec``'s grammar compiled by ``sglc.grammar`` (a CompiledGrammar) over ``vocab``. The
+    front end and the engine keep their own structural limits (GrammarBudget, EngineBudget:
+    docs/grammars.md); the wall clock is the constraint budget's, so the pool's hard deadline
+    and theirs agree. Raises the grammar library's FSMErrors naming the problem."""
+    from sglc.grammar import EngineBudget, GrammarBudget, compile_grammar, grammar_from_json_schema, parse_gbnf
+
+    seconds = meter.budget.max_compile_seconds
+    if spec.kind == "ebnf":
+        grammar = parse_gbnf(spec.text, GrammarBudget(max_compile_seconds=seconds))
+    else:
+        grammar = grammar_from_json_schema(spec.text, GrammarBudget(max_compile_seconds=seconds))
+    return compile_grammar(grammar, vocab, EngineBudget(max_compile_seconds=seconds))
+
+
+def compile_constraint(spec: ConstraintSpec, vocab: fsm.Vocabulary, meter: fsm.CompileMeter) -> Any:
+    """The index of ``spec`` when it is regular, else its compiled grammar: "ebnf" always goes
+    to the grammar engine, a JSON schema only when the FSM path refuses it as recursive."""
+    if spec.kind == "ebnf":
+        return compile_cfg(spec, vocab, meter)
+    try:
+        return compile_index(spec, vocab, meter)
+    except fsm.RecursiveSchemaError:
+        if spec.kind != "json_schema":
+            raise
+        return compile_cfg(spec, vocab, meter)
+
+
+def encode(compiled: Any) -> CompiledPayload | CFGPayload:
+    if isinstance(compiled, fsm.TokenIndex):
+        return CompiledPayload(compiled.fsm, compiled.to_arrays())
+    return CFGPayload(compiled.grammar, compiled.automaton, compiled.classes, compiled.budget)
 
 
 def compile_job(spec: ConstraintSpec | StopRegexSpec, vocab: fsm.Vocabulary, meter: fsm.CompileMeter) -> Any:
@@ -68,12 +111,16 @@ def compile_job(spec: ConstraintSpec | StopRegexSpec, vocab: fsm.Vocabulary, met
     stop_regex's DFA."""
     if isinstance(spec, StopRegexSpec):
         return spec.compile(meter)
-    return encode(compile_index(spec, vocab, meter))
+    return encode(compile_constraint(spec, vocab, meter))
 
 
 def decode(payload: Any, vocab: fsm.Vocabulary) -> Any:
-    """The index :func:`encode` sent, over the parent's own ``vocab`` (the same vocabulary: the
-    worker's fingerprint was checked at start); a stop_regex's DFA as it came."""
+    """The index or grammar :func:`encode` sent, over the parent's own ``vocab`` (the same
+    vocabulary: the worker's fingerprint was checked at start); a stop_regex's DFA as it came."""
+    if isinstance(payload, CFGPayload):
+        from sglc.grammar import CompiledGrammar
+
+        return CompiledGrammar(payload.grammar, vocab, payload.automaton, payload.classes, payload.budget)
     if not isinstance(payload, CompiledPayload):
         return payload
     return fsm.TokenIndex.from_arrays(payload.fsm, vocab, payload.arrays)

@@ -38,7 +38,8 @@ import torch
 from sglc import fsm
 
 from .compile_pool import CompilePool
-from .compile_worker import compile_index
+from .cfg_grammar import CompiledCFG
+from .compile_worker import compile_constraint
 from .compiler_config import ConstraintCompilerConfig
 from .errors import ConstraintCompilerBusy
 from .grammar import CompiledGrammar
@@ -97,9 +98,10 @@ class GrammarCache:
     def budget(self) -> fsm.CompileBudget:
         return self.config.budget
 
-    def get(self, spec: ConstraintSpec) -> CompiledGrammar:
-        """The compiled grammar for ``spec``: from the cache, from an identical compile in
-        flight, or compiled now (blocking the calling thread, not the server)."""
+    def get(self, spec: ConstraintSpec) -> CompiledGrammar | CompiledCFG:
+        """The compiled constraint for ``spec`` (an FSM's CompiledGrammar, or a CompiledCFG for a
+        context-free grammar): from the cache, from an identical compile in flight, or compiled
+        now (blocking the calling thread, not the server)."""
         return self._get(spec, self._lookup_grammar, self._compile)
 
     def get_stop_regex(self, pattern: str) -> Any:  # -> sglc.fsm.dfa.DFA
@@ -165,7 +167,7 @@ class GrammarCache:
                 return self._pool.compile(spec, self.config.budget)
             if isinstance(spec, StopRegexSpec):
                 return spec.compile(self.config.budget.start())
-            return compile_index(spec, self.vocab, self.config.budget.start())
+            return compile_constraint(spec, self.vocab, self.config.budget.start())
         except fsm.FSMError as err:
             if not (isinstance(err, fsm.CompileBudgetError) and err.limit in _UNREPEATABLE):
                 with self._lock:
@@ -190,8 +192,15 @@ class GrammarCache:
                 self._stop_nbytes -= n
         return dfa
 
-    def _compile(self, spec: ConstraintSpec) -> CompiledGrammar:
+    def _compile(self, spec: ConstraintSpec) -> CompiledGrammar | CompiledCFG:
         index = self._run(spec)
+        if not isinstance(index, fsm.TokenIndex):  # a context-free grammar (sglc.grammar)
+            cfg = CompiledCFG(index, spec.key, self.device)
+            with self._lock:
+                self.num_misses += 1
+                self._by_key[spec.key] = cfg
+                self._evict()
+            return cfg
         with self._lock:
             grammar = self._by_fingerprint.get(index.fsm.fingerprint)
         if grammar is None:
@@ -212,7 +221,8 @@ class GrammarCache:
             _, old = self._by_key.popitem(last=False)
             if not any(g is old for g in self._by_key.values()):
                 total -= sizes.pop(id(old), 0)
-                self._by_fingerprint.pop(old.fsm.fingerprint, None)
+                if isinstance(old, CompiledGrammar):
+                    self._by_fingerprint.pop(old.fsm.fingerprint, None)
 
     @property
     def nbytes(self) -> int:

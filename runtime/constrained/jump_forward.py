@@ -22,7 +22,11 @@ from typing import Any, NamedTuple, Sequence
 
 from sglc import fsm
 
+from .cfg_state import CFGConstraintState
 from .state import ConstraintState
+
+#: The constraint states that plan_jump takes (an FSM's and a context-free grammar's).
+JUMPABLE_STATES = (ConstraintState, CFGConstraintState)
 
 #: Output tokens before the forced text that are retokenized with it.
 DEFAULT_WINDOW = 2
@@ -36,7 +40,7 @@ class JumpPlan(NamedTuple):
     start: int
     token_ids: list[int]
     forced: bytes
-    state: ConstraintState
+    state: ConstraintState | CFGConstraintState
 
     def apply_to(self, output_ids: Sequence[int]) -> list[int]:
         """The output after the jump."""
@@ -62,7 +66,7 @@ def _window_start(vocab: fsm.Vocabulary, output_ids: Sequence[int], window: int)
 
 
 def plan_jump(
-    state: ConstraintState,
+    state: ConstraintState | CFGConstraintState,
     output_ids: Sequence[int],
     tokenizer: Any,
     *,
@@ -81,7 +85,7 @@ def plan_jump(
     forced = state.jump_bytes()
     if not forced:
         return None
-    vocab = state.grammar.index.vocab
+    vocab = state.vocab
     start = _window_start(vocab, output_ids, window)
     if start is None:
         return None

@@ -48,6 +48,10 @@ class ConstraintState:
         return self.cursor.state
 
     @property
+    def vocab(self) -> fsm.Vocabulary:
+        return self.grammar.index.vocab
+
+    @property
     def num_tokens(self) -> int:
         """Output tokens taken so far (sampled or jumped)."""
         return self.cursor.num_steps

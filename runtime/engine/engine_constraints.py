@@ -17,7 +17,7 @@ import threading
 
 from sglc import fsm
 
-from ..constrained import ConstraintCompilerConfig, ConstraintState, GrammarCache, plan_jump
+from ..constrained import JUMPABLE_STATES, ConstraintCompilerConfig, GrammarCache, plan_jump
 from ..constrained.stop_regex import refusal
 from ..sampling.sampling_params import SamplingParams
 from ..scheduling.request import Req
@@ -48,7 +48,7 @@ class EngineConstraints:
             return self._grammars
 
     def compile(self, params: SamplingParams) -> SamplingParams:
-        """Params with ``constraint`` compiled from regex / json_schema / fsm (cached per constraint)
+        """Params with ``constraint`` compiled from regex / json_schema / fsm / ebnf (cached per constraint)
         and ``stop_regex_dfas`` from stop_regex (cached per pattern). A constraint or pattern that
         cannot be compiled (or is over the compile budget) raises ValueError naming it; too many
         compiles in flight raise ConstraintCompilerBusy."""
@@ -89,7 +89,7 @@ class EngineConstraints:
         reuses the radix cache up to the first changed token. ``queued``: not yet scheduled.
         """
         cursor = req.sampling_state.cursor
-        if not (self.jump_forward and req.sampling_params.jump_forward and isinstance(cursor, ConstraintState)) \
+        if not (self.jump_forward and req.sampling_params.jump_forward and isinstance(cursor, JUMPABLE_STATES)) \
                 or cursor.is_finished():
             return False
         plan = plan_jump(cursor, req.output_ids, self._tokenizer, max_new_tokens=req.max_new_tokens - 1)

@@ -216,7 +216,7 @@ class EngineBackend(Backend):
         """The runtime SamplingParams fields of a gen, its constraint included (the engine compiles
         a constraint once: its GrammarCache)."""
         fields = sampling_table.set_fields(params)
-        fields.update({k: getattr(params, k) for k in ("regex", "json_schema", "fsm") if getattr(params, k) is not None})
+        fields.update({k: getattr(params, k) for k in ("regex", "json_schema", "fsm", "ebnf") if getattr(params, k) is not None})
         if params.logprobs is not None:  # NOTE: the SamplingParams fields of a gen's logprob request
             fields.update(return_logprob=True, top_logprobs_num=params.logprobs.top_logprobs_num,
                           logprob_start_len=params.logprobs.logprob_start_len)

@@ -6,8 +6,8 @@ checked by the row's own range check under the name the client sent. The other f
 OpenAI's, in three kinds, as in sglang_request.py:
 
 - honoured (``prompt``, ``messages``, ``n``, ``stream``, ``stream_options.include_usage``,
-  ``logprobs``, ``echo``, ``top_logprobs``, ``response_format``, and sglc's / SGLang's ``regex``
-  extension);
+  ``logprobs``, ``echo``, ``top_logprobs``, ``response_format``, sglc's / SGLang's ``regex`` and
+  ``ebnf`` extensions, and llama-server's ``grammar`` (a GBNF grammar: what its users send));
 - harmless no-ops accepted with any value (``user``: an end-user id for the provider's abuse
   monitoring);
 - not supported: accepted only at OpenAI's default (``null`` / empty / ``best_of`` 1 / a
@@ -66,6 +66,10 @@ class _OpenAIRequest(sampling_model("_OpenAISampling", sampling_table.BY_OPENAI,
     stream_options: Optional[StreamOptions] = None
     #: sglc's and SGLang's extension: the output matches this regular expression.
     regex: Optional[str] = None
+    #: SGLang's extension: the output matches this GBNF/EBNF grammar.
+    ebnf: Optional[str] = None
+    #: llama-server's spelling of the same (GBNF).
+    grammar: Optional[str] = None
     response_format: Optional[ResponseFormat] = None
     user: Optional[str] = None  # NOTE: a no-op: an end-user id for abuse monitoring
     # Not supported: only OpenAI's default is accepted.
@@ -98,12 +102,14 @@ class _OpenAIRequest(sampling_model("_OpenAISampling", sampling_table.BY_OPENAI,
                 raise FieldError(key, str(err)) from None
             spelled[row.name] = key
         schema = self._json_schema()
-        if self.regex is not None and schema is not None:
-            raise FieldError("response_format", "give at most one constraint: 'regex' or 'response_format' json_schema")
-        if self.regex is not None:
-            fields["regex"] = self.regex
-        if schema is not None:
-            fields["json_schema"] = schema
+        given = [(key, field, value) for key, field, value in (
+            ("regex", "regex", self.regex), ("ebnf", "ebnf", self.ebnf), ("grammar", "ebnf", self.grammar),
+            ("response_format", "json_schema", schema)) if value is not None]
+        if len(given) > 1:
+            names = " and ".join(f"'{key}'" for key, _, _ in given)
+            raise FieldError(given[1][0], f"give at most one constraint, got {names}")
+        for _, field, value in given:
+            fields[field] = value
         return fields
 
     def _json_schema(self) -> str | None:

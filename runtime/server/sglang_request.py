@@ -45,10 +45,11 @@ class SglangSamplingParams(sampling_model("_SglangSampling", sampling_table.BY_S
     #: sglc's extension: a constraint already lowered by `sglc compile` (sglc.fsm's dict form), so a
     #: graph's constrained gen is not recompiled from its regex. SGLang servers do not take it.
     fsm: dict | None = None
+    #: A GBNF/EBNF grammar the output matches (SGLang's field; compiled by sglc.grammar).
+    ebnf: str | None = None
     # NOTE: a no-op here: it only sets how often SGLang flushes stream chunks.
     stream_interval: int | None = None
     # Not supported: only SGLang's default (null) is accepted.
-    ebnf: Any = None
     structural_tag: Any = None
     beam_width: Any = None
     logit_bias: Any = None
@@ -57,7 +58,7 @@ class SglangSamplingParams(sampling_model("_SglangSampling", sampling_table.BY_S
 
     def refusal(self, where: str = "sampling_params") -> FieldError | None:
         """Why this server cannot honour these parameters (naming the field), or None."""
-        for name in ("ebnf", "structural_tag", "beam_width", "logit_bias", "custom_params", "watermark"):
+        for name in ("structural_tag", "beam_width", "logit_bias", "custom_params", "watermark"):
             if getattr(self, name) not in (None, {}, []):
                 return FieldError(f"{where}.{name}", f"'{where}.{name}' is not supported by this server "
                                                      "(only null is accepted)")
@@ -84,7 +85,7 @@ class SglangSamplingParams(sampling_model("_SglangSampling", sampling_table.BY_S
             # NOTE: SGLang's client sends [] for "no stop strings"
             if value is not None and not (row.kind in ("str_list", "token_ids") and not value):
                 fields[row.name] = list(value) if row.kind == "token_ids" else value
-        for name in ("regex", "json_schema", "fsm"):
+        for name in ("regex", "json_schema", "fsm", "ebnf"):
             if getattr(self, name) is not None:
                 fields[name] = getattr(self, name)
         return fields
