@@ -141,8 +141,10 @@ def show(expr: Expr) -> str:
 
 
 def _grouped(expr: Expr, tight: bool = False) -> str:
-    needs = isinstance(expr, Choice) or (tight and isinstance(expr, (Seq, Repeat)) and show(expr) != '""')
-    return f"({show(expr)})" if needs else show(expr)
+    # NOTE: show() once: called twice, nested repeats doubled the work per level (2^depth).
+    text = show(expr)
+    needs = isinstance(expr, Choice) or (tight and isinstance(expr, (Seq, Repeat)) and text != '""')
+    return f"({text})" if needs else text
 
 
 def show_class(chars: CharSet) -> str:
