@@ -69,13 +69,15 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--quantization", default="auto", help="the engine's (auto: what `sglc serve` runs)")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "grammar_decode.json")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    engine = Engine(max_running_requests=max(64, args.streams))
+    engine = Engine(max_running_requests=max(64, args.streams), quantization=args.quantization)
     n, t = args.streams, args.tokens
-    print(f"cpu: {cpu_flags()}; torch threads {torch.get_num_threads()}; {n} streams x {t} tokens")
+    print(f"cpu: {cpu_flags()}; torch threads {torch.get_num_threads()}; quantization {args.quantization}; "
+          f"{n} streams x {t} tokens")
     results: dict = {"streams": n, "tokens": t, "cpu_flags": cpu_flags()}
 
     texts = prompts(engine, n, "Answer in prose.")

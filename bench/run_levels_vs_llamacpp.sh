@@ -2,13 +2,14 @@
 # sglc serve against llama-server at each CPU level, one server at a time, alternating:
 # llama-server then sglc, for the native level and the forced-AVX2 one, REPEATS times over.
 #
-#   LLAMA_DIR=/work/llamacpp [FIRST_RUN=1] bash bench/run_levels_vs_llamacpp.sh [REPEATS] [WORKLOADS]
+#   LLAMA_DIR=/work/llamacpp [FIRST_RUN=1] [LEVELS="native avx2"] [OUT=bench/out/levels] \
+#       bash bench/run_levels_vs_llamacpp.sh [REPEATS] [WORKLOADS]
 #
 # LLAMA_DIR holds native/ and avx2/ (each a llama-server with its libggml-cpu-*.so variants; see
 # docs/benchmarks.md for the build). The forced-AVX2 sglc runs with SGLC_CPU_LEVEL=avx2 and torch's
 # own kernels held to AVX2 too (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS:
 # capabilities.torch_env_for), so an AVX512 machine runs what an AVX2 one would. Each run's JSON
-# goes to bench/out/levels/<level>-<server>-<run>.json; a table is printed per run.
+# goes to $OUT/<level>-<server>-<run>.json (`python bench/levels_table.py $OUT` tabulates them).
 # Run it alone on a quiet machine (uptime); every server gets 2 threads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,7 @@ repeats="${1:-2}"
 workloads="${2:-1,2,3,4,5,6,7,8}"
 llama_dir="${LLAMA_DIR:?set LLAMA_DIR to the folder holding native/ and avx2/ llama-server builds}"
 gguf="$(python -c 'from sglc_runtime.model.default_model import find_default_gguf; print(find_default_gguf())')"
-out=bench/out/levels
+out="${OUT:-bench/out/levels}"
 mkdir -p "$out"
 llama_port=8080
 sglc_port=30001
@@ -42,7 +43,7 @@ run_bench() {  # name, url, json, note
 
 first="${FIRST_RUN:-1}"
 for run in $(seq "$first" $((first + repeats - 1))); do
-    for level in native avx2; do
+    for level in ${LEVELS:-native avx2}; do
         echo "=== run $run, level $level: llama-server ($(uptime))"
         # NOTE: -c 131072 / -np 32 = 4,096 tokens per slot: workload 8's ~4k-token prompt fits.
         (cd "$llama_dir/$level" && exec ./llama-server -m "$gguf" --port "$llama_port" -t 2 -np 32 -c 131072 \
