@@ -217,3 +217,17 @@ def test_schema_given_as_json_string_equals_dict_form():
     """SGLang passes json_schema as a string; it lowers exactly like the dict."""
     schema = SCHEMAS["enum_const"]
     assert regex_from_json_schema(json.dumps(schema)) == regex_from_json_schema(schema)
+
+
+@pytest.mark.parametrize("schema,message", [
+    ({"type": "integer", "maximum": 10**5000}, "integer bounds of 10\\^40 or more"),
+    ({"type": "integer", "minimum": -(10**40)}, "integer bounds of 10\\^40 or more"),
+    ({"type": "integer", "exclusiveMaximum": float("inf")}, "finite number"),
+    ({"type": "integer", "minimum": float("nan")}, "finite number"),
+])
+def test_huge_or_non_finite_integer_bounds_are_refused_by_name(schema, message):
+    """Python's own int -> str (past 4,300 digits) or math.ceil(inf) never reaches the client:
+    the bound is refused naming the keyword, as the grammar path does."""
+    with pytest.raises((UnsupportedSchemaError, InvalidSchemaError), match=message):
+        regex_from_json_schema(schema)
+    assert regex_from_json_schema({"type": "integer", "maximum": 10**39})  # just under the limit

@@ -53,6 +53,9 @@ NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 BOOLEAN = r"(?:true|false)"
 NULL = "null"
 NOTHING = r"[^\s\S]"  # the empty language (schema `false`)
+#: Integer bounds from here on are refused by name (the range regex grows with their digits; at
+#: 4,300 digits Python's int -> str itself refuses). The grammar path shares it.
+MAX_INTEGER_BOUND = 10**40
 
 _DATE = r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
 _TIME = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])?"
@@ -237,6 +240,10 @@ class _Converter:
         v = schema[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise InvalidSchemaError(f"{key} must be a number, got {v!r}", f"{path}/{key}")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise InvalidSchemaError(f"{key} must be a finite number, got {v!r}", f"{path}/{key}")
+        if abs(v) >= MAX_INTEGER_BOUND:  # NOTE: the range regex grows with the bound's digits
+            raise UnsupportedSchemaError(key, f"{path}/{key}", "integer bounds of 10^40 or more")
         return v
 
     def type_number(self, schema: dict, path: str) -> str:

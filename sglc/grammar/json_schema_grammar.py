@@ -34,7 +34,7 @@ from sglc.fsm.budget import nesting_depth
 from sglc.fsm.charset import CharSet
 from sglc.fsm.errors import InvalidRegexError, InvalidSchemaError, UnsupportedRegexError, UnsupportedSchemaError
 from sglc.fsm.int_range import int_range_regex
-from sglc.fsm.json_schema import FORMATS, INTEGER, NUMBER, STRING_CHAR
+from sglc.fsm.json_schema import FORMATS, INTEGER, MAX_INTEGER_BOUND, NUMBER, STRING_CHAR
 from sglc.fsm.json_string_escape import json_escaped
 
 from .budget import GrammarBudget, GrammarMeter, as_meter
@@ -56,7 +56,6 @@ KEYWORDS = frozenset({
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "items", "prefixItems", "minItems", "maxItems", "uniqueItems",
 })
-_MAX_BOUND = 10**40
 _TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
 # Rules every schema may share, defined on first use: name -> regex (None: built by a method).
 _SHARED_REGEX = {"json-char": STRING_CHAR, "json-integer": INTEGER, "json-number": NUMBER}
@@ -280,7 +279,7 @@ class _Converter:
             raise InvalidSchemaError(f"{key} must be a number, got {v!r}", f"{path}/{key}")
         if isinstance(v, float) and not math.isfinite(v):
             raise InvalidSchemaError(f"{key} must be a finite number, got {v!r}", f"{path}/{key}")
-        if abs(v) >= _MAX_BOUND:  # NOTE: int_range's grammar grows with the bound's digits
+        if abs(v) >= MAX_INTEGER_BOUND:  # NOTE: int_range's grammar grows with the bound's digits
             raise UnsupportedSchemaError(key, f"{path}/{key}", "integer bounds of 10^40 or more")
         return v
 
