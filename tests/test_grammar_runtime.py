@@ -7,6 +7,7 @@ forces; bad grammars are refused at submit naming the problem and the engine kee
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jsonschema
@@ -14,6 +15,8 @@ import pytest
 
 from grammar_oracle import lark_parser_for
 from sglc.grammar import parse_gbnf
+from sglc.grammar.regular import regex_of
+from sglc_runtime.constrained import CompiledCFG, CompiledGrammar, ConstraintSpec
 from sglc_runtime.constrained.cfg_state import whole_characters
 from sglc_runtime.engine import Engine
 from sglc_runtime.sampling.sampling_params import SamplingParams
@@ -95,7 +98,8 @@ def test_a_recursive_json_schema_takes_the_grammar_engine_and_validates(engine):
 def test_jump_forward_appends_the_text_a_grammar_forces(engine):
     """A grammar that forces a long literal: the output carries it whole, with and without
     jump-forward, and with it the engine made jumps."""
-    grammar = 'root ::= "The final answer, after careful thought, is: " [0-9]{1,4} "."'
+    # NOTE: recursive (n), so the grammar engine runs it: a regular grammar takes the FSM path
+    grammar = 'root ::= "The final answer, after careful thought, is: " n "."\nn ::= [0-9]{1,4} | "(" n ")"'
     before = engine.jump_counts["jumps"]
     on = sample(engine, "What is 6 times 7?", n=2, ebnf=grammar, max_new_tokens=40)
     off = sample(engine, "What is 6 times 7?", n=2, ebnf=grammar, max_new_tokens=40, jump_forward=False)
@@ -128,10 +132,23 @@ def test_a_grammar_and_a_regex_in_one_batch_each_match_their_own(engine):
     rid_r = engine.submit(prompt(engine, "Give a year."), SamplingParams(temperature=1.0, seed=4, regex="(19|20)[0-9]{2}",
                                                                         max_new_tokens=8))
     g, r = engine.wait(rid_g), engine.wait(rid_r)
-    import re
-
     assert re.fullmatch("(19|20)[0-9]{2}", r.text), r.text
     if g.finish_reason["type"] == "stop":
         assert lark_parser_for(parse_gbnf(NESTED)).accepts(g.text), g.text
     else:
         assert g.text.startswith("[")
+
+
+@pytest.mark.model
+def test_a_regular_grammar_runs_on_the_fsm_path(engine):
+    """One engine decides: a GBNF grammar without recursion compiles to the FSM path (its regex's
+    token index); a recursive one to the grammar engine. Both keep their outputs in the grammar."""
+    grammar = 'root ::= answer ", because " [a-z ]{1,24} "."\nanswer ::= "yes" | "no"'
+    assert isinstance(engine.grammars.get(ConstraintSpec.of(ebnf=grammar)), CompiledGrammar)
+    assert isinstance(engine.grammars.get(ConstraintSpec.of(ebnf=NESTED)), CompiledCFG)
+    regex = regex_of(parse_gbnf(grammar))
+    for o in sample(engine, "Is the sky blue?", n=4, ebnf=grammar, max_new_tokens=40):
+        if o.finish_reason["type"] == "stop":
+            assert re.fullmatch(regex, o.text), o.text
+        else:
+            assert re.match("yes|no", o.text), o.text

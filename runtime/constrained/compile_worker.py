@@ -73,23 +73,33 @@ def compile_index(spec: ConstraintSpec, vocab: fsm.Vocabulary, meter: fsm.Compil
 
 
 def compile_cfg(spec: ConstraintSpec, vocab: fsm.Vocabulary, meter: fsm.CompileMeter) -> Any:
-    """``spec``'s grammar compiled by ``sglc.grammar`` (a CompiledGrammar) over ``vocab``. The
+    """``spec``'s grammar compiled by ``sglc.grammar`` (a CompiledGrammar) over ``vocab``, or,
+    for a regular "ebnf" grammar, the FSM token index of its regex (``sglc.grammar.regular``). The
     front end and the engine keep their own structural limits (GrammarBudget, EngineBudget:
     docs/grammars.md); the wall clock is the constraint budget's, so the pool's hard deadline
     and theirs agree. Raises the grammar library's FSMErrors naming the problem."""
     from sglc.grammar import EngineBudget, GrammarBudget, compile_grammar, grammar_from_json_schema, parse_gbnf
+    from sglc.grammar.regular import regex_of
 
     seconds = meter.budget.max_compile_seconds
     if spec.kind == "ebnf":
         grammar = parse_gbnf(spec.text, GrammarBudget(max_compile_seconds=seconds))
+        regex = regex_of(grammar, meter.budget.max_pattern_chars)
+        if regex is not None:  # a regular grammar: the FSM path, unless its automaton is too big
+            try:
+                return compile_index(ConstraintSpec("regex", regex), vocab, meter)
+            except fsm.CompileBudgetError as err:
+                if err.limit == "max_compile_seconds":
+                    raise
     else:
         grammar = grammar_from_json_schema(spec.text, GrammarBudget(max_compile_seconds=seconds))
     return compile_grammar(grammar, vocab, EngineBudget(max_compile_seconds=seconds))
 
 
 def compile_constraint(spec: ConstraintSpec, vocab: fsm.Vocabulary, meter: fsm.CompileMeter) -> Any:
-    """The index of ``spec`` when it is regular, else its compiled grammar: "ebnf" always goes
-    to the grammar engine, a JSON schema only when the FSM path refuses it as recursive."""
+    """``spec``'s token index (FSM path) or compiled grammar (sglc.grammar): one engine decides.
+    An "ebnf" grammar whose language is regular (no recursive rule) takes the FSM path; a JSON
+    schema takes the grammar engine only when the FSM path refuses it as recursive."""
     if spec.kind == "ebnf":
         return compile_cfg(spec, vocab, meter)
     try:
