@@ -12,7 +12,7 @@ from __future__ import annotations
 from .budget import DEFAULT_GRAMMAR_BUDGET, GrammarBudget
 from .errors import GrammarBudgetError, GrammarError, GrammarSyntaxError, UnsupportedGrammarError
 from .gbnf import parse_ebnf, parse_gbnf
-from .automaton import LeftRecursionError
+from .left_recursion import LeftRecursionError
 from .automaton_budget import EngineBudget
 from .matcher import GrammarMatcher
 from .token_masks_compile import CompiledGrammar, compile_grammar

@@ -18,7 +18,7 @@ Nodes of all rules share one numbering. For node ``n``:
 Direct left recursion (``expr ::= expr "+" term | term``, lark's usual style) is rewritten to
 repetition first (``expr ::= term ("+" term)*``: the same language). Other left recursion
 (through another rule, or a nullable prefix) is refused: the matcher's stacks would grow
-without consuming input. :class:`LeftRecursionError` names the cycle. Ambiguous grammars are fine:
+without consuming input. :class:`LeftRecursionError` names the cycle (both in left_recursion.py). Ambiguous grammars are fine:
 the matcher keeps a set of stacks. A grammar whose root matches nothing raises
 :class:`~sglc.fsm.errors.EmptyLanguageError`; references to rules that match nothing are
 dropped (they cannot be taken).
@@ -30,26 +30,13 @@ from functools import cached_property
 
 import numpy as np
 
-from sglc.fsm.charset import CharSet
 from sglc.fsm.errors import EmptyLanguageError
 from sglc.fsm.utf8 import utf8_sequences
 
 from .automaton_budget import EngineMeter
-from .errors import GrammarError, UnsupportedGrammarError
+from .errors import GrammarError
 from .ir import CharClass, Choice, Expr, Grammar, Literal, Repeat, RuleRef, Seq
-
-
-class LeftRecursionError(UnsupportedGrammarError):
-    """A rule reaches itself without consuming input (left recursion): the engine refuses it.
-    ``cycle`` is the rule names along the cycle, first == last."""
-
-    def __init__(self, cycle: list[str]) -> None:
-        path = " -> ".join(cycle)
-        super().__init__("left recursion", f"rule {cycle[0]!r}",
-                         f"{path} calls itself before consuming input; rewrite it with repetition, "
-                         f"e.g. a ::= b (\"+\" b)*")
-        self._args = (list(cycle),)
-        self.cycle = tuple(cycle)
+from .left_recursion import check_left_recursion, rewrite_direct_left_recursion
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,36 +72,6 @@ class Automaton:
     def ref_count(self) -> np.ndarray:
         """int64 [N]: rule references out of each node."""
         return np.diff(self.ref_offsets)
-
-
-# --- direct left recursion ------------------------------------------------------------------
-
-def _split_left(expr: Expr, name: str) -> Expr | None:
-    """``rest`` when ``expr`` is ``name rest`` (through leading nested sequences), else None."""
-    if isinstance(expr, RuleRef):
-        return Seq(()) if expr.name == name else None
-    if isinstance(expr, Seq) and expr.items:
-        rest = _split_left(expr.items[0], name)
-        if rest is not None:
-            return Seq((rest,) + expr.items[1:])
-    return None
-
-
-def remove_direct_left_recursion(grammar: Grammar) -> Grammar:
-    """``a ::= a x | a y | b | c`` -> ``a ::= (b | c) (x | y)*`` for every such rule (the same
-    language); other rules unchanged."""
-    rules = dict(grammar.rules)
-    for name, expr in grammar.rules.items():
-        options = expr.options if isinstance(expr, Choice) else (expr,)
-        tails = [_split_left(o, name) for o in options]
-        if all(t is None for t in tails):
-            continue
-        heads = [o for o, t in zip(options, tails) if t is None]
-        loops = [t for t in tails if t is not None]
-        # NOTE: with no other option the rule matches nothing (an empty class, trimmed later).
-        head: Expr = Choice(tuple(heads)) if heads else CharClass(CharSet())
-        rules[name] = Seq((head, Repeat(Choice(tuple(loops)), 0, None)))
-    return Grammar(rules, grammar.root)
 
 
 # --- inlining ------------------------------------------------------------------------------
@@ -461,7 +418,7 @@ def _minimize(dfa: _RuleDFA) -> _RuleDFA:
 def build_automaton(grammar: Grammar, meter: EngineMeter | None = None) -> Automaton:
     """Compile ``grammar`` (verified here) into byte-level rule automata."""
     meter = meter if meter is not None else EngineMeter()
-    grammar = remove_direct_left_recursion(grammar.verify())
+    grammar = rewrite_direct_left_recursion(grammar.verify())
     recursive = _recursive_rules(grammar)
     # Kept rules: the root and the recursive rules the root reaches (through inlined ones).
     kept = {grammar.root}
@@ -529,7 +486,7 @@ def _assemble(names: list[str], dfas: dict[str, _RuleDFA]) -> Automaton:
     nodes_rule = np.concatenate(node_rule)
 
     nullable = _nullable(rule_start, table, final, ref_lists)
-    _check_left_recursion(names, rule_start, table, ref_lists, nullable)
+    check_left_recursion(names, rule_start, table, ref_lists, nullable)
     follow = _follow_bytes(rule_start, nodes_rule, table, final, ref_lists, nullable)
     return Automaton(tuple(names), 0, rule_start, nodes_rule, table, final, ref_offsets, ref_callee,
                      ref_return, nullable, follow)
@@ -555,42 +512,6 @@ def _nullable(rule_start, table, final, ref_lists) -> np.ndarray:
         if (new == nullable).all():
             return nullable
         nullable = new
-
-
-def _check_left_recursion(names, rule_start, table, ref_lists, nullable) -> None:
-    """Raise LeftRecursionError if some rule can call itself before consuming a byte."""
-    corners: list[set[int]] = []
-    for r, start in enumerate(rule_start.tolist()):
-        seen = {start}
-        stack = [start]
-        callees: set[int] = set()
-        while stack:
-            for c, t in ref_lists[stack.pop()]:
-                callees.add(c)
-                if nullable[c] and t not in seen:
-                    seen.add(t)
-                    stack.append(t)
-        corners.append(callees)
-    # A cycle in the left-corner graph (depth-first, with the path for the message).
-    state = [0] * len(names)  # 0 new, 1 on path, 2 done
-    for root in range(len(names)):
-        if state[root]:
-            continue
-        path = [root]
-        iters = [iter(sorted(corners[root]))]
-        state[root] = 1
-        while iters:
-            nxt = next(iters[-1], None)
-            if nxt is None:
-                state[path.pop()] = 2
-                iters.pop()
-            elif state[nxt] == 1:
-                cycle = path[path.index(nxt):] + [nxt]
-                raise LeftRecursionError([names[i] for i in cycle])
-            elif state[nxt] == 0:
-                state[nxt] = 1
-                path.append(nxt)
-                iters.append(iter(sorted(corners[nxt])))
 
 
 def _follow_bytes(rule_start, node_rule, table, final, ref_lists, nullable) -> np.ndarray:
