@@ -34,6 +34,37 @@ from dataclasses import dataclass, fields
 from .errors import CompileBudgetError
 
 
+def check_limits(budget: object) -> None:
+    """Every field of a budget dataclass is a positive number (``max_compile_seconds`` a float
+    > 0, the rest ints >= 1); ValueError naming the field otherwise. Shared by the budgets of
+    sglc.fsm and sglc.grammar."""
+    for f in fields(budget):  # type: ignore[arg-type]
+        v = getattr(budget, f.name)
+        if f.name == "max_compile_seconds":
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+        else:
+            ok = isinstance(v, int) and not isinstance(v, bool) and v >= 1
+        if not ok:
+            raise ValueError(f"{type(budget).__name__}.{f.name} must be a positive number, got {v!r}")
+
+
+def parse_limits(cls: type, text: str, what: str) -> dict[str, int | float]:
+    """The fields of budget class ``cls`` that ``"name=value,..."`` sets; ValueError naming an
+    unknown or malformed entry (``what`` names the budget in the message)."""
+    known = [f.name for f in fields(cls)]
+    values: dict[str, int | float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, raw = item.partition("=")
+        name = name.strip()
+        if not sep or name not in known:
+            raise ValueError(f"unknown {what} entry {item!r}; known: {', '.join(known)}")
+        try:
+            values[name] = float(raw) if name == "max_compile_seconds" else int(raw.replace("_", ""))
+        except ValueError:
+            raise ValueError(f"{what} entry {item!r} is not a number") from None
+    return values
+
+
 @dataclass(frozen=True, slots=True)
 class CompileBudget:
     """Limits on compiling one constraint (see the module docstring for where each is checked).
@@ -62,14 +93,7 @@ class CompileBudget:
     max_compile_seconds: float = 5.0
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name == "max_compile_seconds":
-                ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-            else:
-                ok = isinstance(v, int) and not isinstance(v, bool) and v >= 1
-            if not ok:
-                raise ValueError(f"CompileBudget.{f.name} must be a positive number, got {v!r}")
+        check_limits(self)
 
     def start(self) -> CompileMeter:
         """A meter for one compile under this budget; its clock starts now."""
@@ -79,22 +103,13 @@ class CompileBudget:
     def parse(cls, text: str) -> CompileBudget:
         """A budget from ``"max_dfa_states=20000,max_compile_seconds=10"`` (the rest default);
         ValueError naming an unknown or malformed entry."""
-        known = {f.name: f for f in fields(cls)}
-        values: dict[str, int | float] = {}
-        for item in filter(None, (part.strip() for part in text.split(","))):
-            name, sep, raw = item.partition("=")
-            name = name.strip()
-            if not sep or name not in known:
-                raise ValueError(f"unknown constraint budget entry {item!r}; known: {', '.join(known)}")
-            try:
-                values[name] = float(raw) if name == "max_compile_seconds" else int(raw.replace("_", ""))
-            except ValueError:
-                raise ValueError(f"constraint budget entry {item!r} is not a number") from None
+        values = parse_limits(cls, text, "constraint budget")
         return cls(**values)  # type: ignore[arg-type]
 
 
 #: The budget used when a caller gives none.
 DEFAULT_BUDGET = CompileBudget()
+
 
 
 class CompileMeter:

@@ -19,7 +19,9 @@ OpenAI-style recursive schemas while refusing a megabyte of text or a million ru
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+
+from sglc.fsm.budget import check_limits, parse_limits
 
 from .errors import GrammarBudgetError
 
@@ -46,30 +48,13 @@ class GrammarBudget:
     max_compile_seconds: float = 5.0
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name == "max_compile_seconds":
-                ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-            else:
-                ok = isinstance(v, int) and not isinstance(v, bool) and v >= 1
-            if not ok:
-                raise ValueError(f"GrammarBudget.{f.name} must be a positive number, got {v!r}")
+        check_limits(self)
 
     @classmethod
     def parse(cls, text: str) -> "GrammarBudget":
         """A budget from ``"max_rules=100,max_compile_seconds=2"`` (the rest default);
         ValueError naming an unknown or malformed entry."""
-        known = {f.name for f in fields(cls)}
-        values: dict[str, int | float] = {}
-        for item in filter(None, (part.strip() for part in text.split(","))):
-            name, sep, raw = item.partition("=")
-            name = name.strip()
-            if not sep or name not in known:
-                raise ValueError(f"unknown grammar budget entry {item!r}; known: {', '.join(sorted(known))}")
-            try:
-                values[name] = float(raw) if name == "max_compile_seconds" else int(raw.replace("_", ""))
-            except ValueError:
-                raise ValueError(f"grammar budget entry {item!r} is not a number") from None
+        values = parse_limits(cls, text, "grammar budget")
         return cls(**values)  # type: ignore[arg-type]
 
     def start(self) -> "GrammarMeter":
