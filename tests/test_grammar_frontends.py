@@ -6,7 +6,6 @@ from __future__ import annotations
 import pickle
 import random
 import re
-import time
 from pathlib import Path
 
 import lark
@@ -176,22 +175,20 @@ def test_grammar_errors_are_fsm_errors_and_pickle():
 
 
 # -- budgets --------------------------------------------------------------------------------------
+@pytest.mark.timeout(60)  # NOTE: a guard against a hang, not a timing (timings belong in bench/)
 def test_budget_refuses_long_text_before_parsing():
-    """Over-long text is refused at once, naming max_grammar_chars."""
+    """Over-long text is refused before parsing, naming max_grammar_chars."""
     text = 'root ::= "' + "a" * 5_000_000 + '"'
-    started = time.monotonic()
     with pytest.raises(GrammarBudgetError, match="max_grammar_chars"):
         parse_gbnf(text)
-    assert time.monotonic() - started < 1.0
 
 
+@pytest.mark.timeout(60)  # NOTE: a guard against a hang, not a timing
 def test_budget_refuses_deep_nesting_before_parsing():
     """Deep groups are refused by the linear scan (no RecursionError), naming max_nesting_depth;
     brackets inside strings and classes do not count."""
-    started = time.monotonic()
     with pytest.raises(GrammarBudgetError, match="max_nesting_depth"):
         parse_gbnf("root ::= " + "(" * 50_000 + '"a"' + ")" * 50_000)
-    assert time.monotonic() - started < 1.0
     parse_gbnf('root ::= "' + "(" * 500 + '" [' + "(" * 500 + "] # " + "(" * 500)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 
 import pytest
 
@@ -86,6 +85,7 @@ def test_a_grammar_at_the_depth_limit_round_trips_and_one_level_deeper_is_refuse
         grammar_to_pb(Grammar({"root": Seq((Literal("b"), expr))}))
 
 
+@pytest.mark.timeout(60)  # NOTE: a guard against a hang (building it would never end), not a timing
 def test_a_shared_doubling_table_is_refused_by_the_budget_before_it_is_built():
     """60 entries that each use the previous one twice describe 2**60 tree nodes: refused at once by
     max_expr_nodes (Grammar.size() and verify() walk trees, so building it would never end)."""
@@ -94,10 +94,8 @@ def test_a_shared_doubling_table_is_refused_by_the_budget_before_it_is_built():
     for i in range(1, 60):
         msg.exprs.add().seq.items.extend([i - 1, i - 1])
     msg.rules.add(name="root", expr=59)
-    t0 = time.perf_counter()
     with pytest.raises(GrammarBudgetError, match="max_expr_nodes"):
         grammar_from_pb(msg)
-    assert time.perf_counter() - t0 < 1.0
 
 
 def _msg(*exprs: grammar_pb2.Expr, rules=(("root", None),), root="root") -> grammar_pb2.Grammar:
@@ -209,15 +207,15 @@ def _mutant(base: grammar_pb2.Grammar, rng: random.Random) -> grammar_pb2.Gramma
     return msg
 
 
-def test_randomly_damaged_messages_decode_or_fail_cleanly_and_fast():
+@pytest.mark.timeout(300)  # NOTE: a guard against a hang, not a timing
+def test_randomly_damaged_messages_decode_or_fail_cleanly():
     """500 seeded mutants of a real grammar's message: each decodes to a verified Grammar or raises a
-    ValueError (format, budget or grammar error) within a second; never another exception."""
+    ValueError (format, budget or grammar error); never another exception."""
     rng = random.Random(20261126)
     base = grammar_to_pb(parse_gbnf('root ::= "[" (item ("," item)*)? "]"\nitem ::= [0-9]{1,3} | root | [^\\"]'))
     outcomes = {"ok": 0, "refused": 0}
     for _ in range(500):
         msg = _mutant(base, rng)
-        t0 = time.perf_counter()
         try:
             g = grammar_from_pb(grammar_pb2.Grammar.FromString(msg.SerializeToString()))
         except ValueError:
@@ -225,7 +223,6 @@ def test_randomly_damaged_messages_decode_or_fail_cleanly_and_fast():
         else:
             assert g.verify() is g
             outcomes["ok"] += 1
-        assert time.perf_counter() - t0 < 1.0
     assert outcomes["refused"] > 100 and outcomes["ok"] > 10, outcomes
 
 
