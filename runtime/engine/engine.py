@@ -20,6 +20,8 @@ import time
 import uuid
 from typing import Callable, Iterator, Sequence
 
+from sglc.wire.program_hint import ProgramHint, check_program_id
+
 from ..cache.kv_buffer import KVBuffer
 from ..constrained import GrammarCache
 from ..model.cuda_graph import DecodeGraphs
@@ -141,14 +143,19 @@ class Engine:
 
     # --- requests in ---------------------------------------------------------------------
     def submit(self, prompt: Prompt, params: SamplingParams | dict | None = None, *, rid: str | None = None,
-               stream: bool = False, callback: Callable[[StreamChunk], None] | None = None) -> str:
+               stream: bool = False, callback: Callable[[StreamChunk], None] | None = None,
+               hint: ProgramHint | None = None) -> str:
         """Queue a request and return its id. Invalid input raises here, never later.
 
         stream=True queues StreamChunks for ``chunks(rid)``; callback receives each chunk on the
         stepping thread while it holds the engine lock (keep it short; it may call the engine).
         Otherwise the final output waits for ``wait(rid)``. A constraint (regex / json_schema /
         fsm) is compiled here; the text it forces at the start is appended at once (jump-forward).
+        ``hint``: the call's place in its program (issue 28): retention and admission use it; it
+        never changes the output.
         """
+        if hint is not None and not isinstance(hint, ProgramHint):
+            raise TypeError(f"hint must be a ProgramHint, got {type(hint).__name__}")
         params = self._constraints.compile(as_params(params))
         ids = to_token_ids(prompt, self.tokenizer, self.runner.vocab_size)
         if len(ids) + max(params.max_new_tokens, 1) > self.max_context:
@@ -166,6 +173,7 @@ class Engine:
         if not params.stop and not params.stop_regex:  # NOTE: forced text cannot end a request before it is queued
             self._constraints.jump(req, queued=True)
         req.num_forced_at_submit = len(req.output_ids)
+        req.hint = hint
         with self._lock:
             self.scheduler.add_request(req)  # ValueError on a duplicate id
             if stream:
@@ -361,9 +369,17 @@ class Engine:
         """
         return self.score_job(prompt, continuations).results()
 
-    def score_job(self, prompt: Prompt, continuations: Sequence[Prompt]) -> ScoreJob:
+    def score_job(self, prompt: Prompt, continuations: Sequence[Prompt], *,
+                  hint: ProgramHint | None = None) -> ScoreJob:
         """A score as a ScoreJob (validated now): ``results()`` runs it, ``abort()`` stops it."""
-        return ScoreJob(self, prompt, continuations)
+        return ScoreJob(self, prompt, continuations, hint=hint)
+
+    def end_program(self, program_id: str) -> int:
+        """A program run ended: release what the cache holds for its hints (evicted first from
+        now on). Returns the cached tokens released; 0 for a program it holds nothing for."""
+        check_program_id(program_id)
+        with self._lock:
+            return self.scheduler.end_program(program_id)
 
     # --- control -------------------------------------------------------------------------
     def start(self) -> None:

@@ -18,6 +18,8 @@ import threading
 from collections import deque
 from typing import Protocol, Sequence
 
+from sglc.wire.program_hint import NEVER, ProgramHint
+
 from ..model.model_runner import ModelRunner
 from ..model.tokenizer import Tokenizer
 from ..output.outputs import GenerateOutput, ScoreResult
@@ -37,7 +39,8 @@ class ScoringEngine(Protocol):
     tokenizer: Tokenizer
     max_context: int
 
-    def submit(self, prompt: Prompt, params: SamplingParams | dict | None = None) -> str: ...
+    def submit(self, prompt: Prompt, params: SamplingParams | dict | None = None, *,
+               hint: ProgramHint | None = None) -> str: ...
 
     def wait(self, rid: str, timeout: float | None = None) -> GenerateOutput: ...
 
@@ -52,10 +55,15 @@ class ScoreJob:
     """Scores continuations after a prompt; build it (validation raises here), then ``results()``."""
 
     def __init__(self, engine: ScoringEngine, prompt: Prompt, continuations: Sequence[Prompt], *,
-                 window: int = DEFAULT_WINDOW) -> None:
-        """Tokenize and validate everything (ValueError / TypeError) before any engine work."""
+                 window: int = DEFAULT_WINDOW, hint: ProgramHint | None = None) -> None:
+        """Tokenize and validate everything (ValueError / TypeError) before any engine work.
+        ``hint``: the select's place in its program; the prompt's prefill carries it, the
+        choices' prefills carry the same program with next use "never" (one of them is appended
+        and extended later, but its tokens are few: the prompt is what is worth keeping)."""
         assert window >= 1, f"ScoreJob window must be >= 1, got {window}"
         self._engine = engine
+        self._hint = hint
+        self._choice_hint = None if hint is None else ProgramHint(hint.program_id, NEVER, hint.lease_ms)
         self.window = window
         vocab = engine.runner.vocab_size
         self.prompt_ids = to_token_ids(prompt, engine.tokenizer, vocab)
@@ -104,7 +112,7 @@ class ScoreJob:
     def _run(self) -> list[ScoreResult]:
         cached = 0
         if not self._engine.config.disable_radix_cache:
-            cached = self._collect(self._submit(self.prompt_ids, SamplingParams(max_new_tokens=0))).cached_tokens
+            cached = self._collect(self._submit(self.prompt_ids, SamplingParams(max_new_tokens=0), self._hint)).cached_tokens
         outs: list[GenerateOutput | None] = [None] * len(self.spans)
         pending: deque[tuple[int, str]] = deque()
         for i, (full, start) in enumerate(self.spans):
@@ -112,18 +120,18 @@ class ScoreJob:
                 j, rid = pending.popleft()
                 outs[j] = self._collect(rid)
             params = SamplingParams(max_new_tokens=0, return_logprob=True, logprob_start_len=start)
-            pending.append((i, self._submit(full, params)))
+            pending.append((i, self._submit(full, params, self._choice_hint)))
         while pending:
             j, rid = pending.popleft()
             outs[j] = self._collect(rid)
         return [ScoreResult(full[start:], out.input_logprobs, len(self.prompt_ids), cached)
                 for (full, start), out in zip(self.spans, outs)]
 
-    def _submit(self, ids: list[int], params: SamplingParams) -> str:
+    def _submit(self, ids: list[int], params: SamplingParams, hint: ProgramHint | None) -> str:
         with self._lock:  # NOTE: abort() either sees this rid in flight or makes us refuse it
             if self._abort_message is not None:
                 raise ScoreAborted(self._abort_message)
-            rid = self._engine.submit(ids, params)
+            rid = self._engine.submit(ids, params, hint=hint)
             self._in_flight.add(rid)
             return rid
 

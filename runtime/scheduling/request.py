@@ -46,7 +46,7 @@ class Req:
         "rid", "origin_input_ids", "output_ids", "sampling_params", "status", "req_row",
         "prefix_indices", "last_node", "kv_len", "extend_input_len", "prefill_done",
         "finished_reason", "cached_tokens", "num_retractions", "num_admissions", "arrival",
-        "sampling_state", "output", "num_forced_at_submit",
+        "sampling_state", "output", "num_forced_at_submit", "hint",
     )
 
     def __init__(self, rid: str, origin_input_ids: list[int], sampling_params: SamplingParams):
@@ -72,6 +72,9 @@ class Req:
         self.sampling_state: SamplingState | None = None  # read and updated by the model runner
         self.output: RequestOutput | None = None  # the request's text, logprobs and delivery
         self.num_forced_at_submit = 0  # output tokens a constraint forced before it was queued
+        #: Its place in its program (sglc.wire.program_hint.ProgramHint), or None: read by the
+        #: scheduler's program-aware admission and by the cache's retention when it finishes.
+        self.hint: Any = None
 
     @property
     def max_new_tokens(self) -> int:

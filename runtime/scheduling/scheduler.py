@@ -108,6 +108,10 @@ class Scheduler:
         req.output_ids = list(output_ids)
         self.waiting.insert(0, req)
 
+    def end_program(self, program_id: str) -> int:
+        """A program ended: what the cache keeps for its hints loses them. Returns those tokens."""
+        return 0  # TODO(#28): retention lands next
+
     @property
     def batch_in_flight(self) -> ScheduleBatch | None:
         """The batch schedule() returned whose process_results() has not run yet."""

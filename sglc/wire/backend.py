@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from sglc.wire import sampling_table
 from sglc.wire.chat_template import ChatTemplate
+from sglc.wire.program_hint import ProgramHint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,11 +25,16 @@ class ModelInfo:
 
 @dataclasses.dataclass
 class Prompt:
-    """What the model sees: the stream's text, and the same content as chat messages."""
+    """What the model sees: the stream's text, and the same content as chat messages.
+
+    ``hint`` is not something the model sees: the call's place in its program (issue 28,
+    sglc.wire.program_hint), for backends that pass it on (srt, the embedded engine, SGLang-wire
+    /generate); others ignore it. It never changes a call's result."""
 
     text: str
     messages: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     images: list[str] = dataclasses.field(default_factory=list)
+    hint: Optional[ProgramHint] = None
 
 
 _FIELD_TYPES = {"int": Optional[int], "float": Optional[float], "bool": Optional[bool],
@@ -170,6 +176,12 @@ class Backend(abc.ABC):
         result = self.generate(prompt, params)
         on_text(result.text)
         return result
+
+    def end_program(self, program_id: str) -> int:
+        """A program run ended: the runtime may drop what it keeps for its hints. Returns the
+        cached tokens released (0 for backends that take no hints). Advice only: never raises
+        for a runtime that is gone (a hint cannot fail a program)."""
+        return 0
 
     def metrics(self) -> dict[str, Any]:
         return {}

@@ -118,18 +118,20 @@ class FinishReason(_message.Message):
     def __init__(self, type: _Optional[_Union[FinishReason.Type, str]] = ..., matched_text: _Optional[str] = ..., matched_token_id: _Optional[int] = ..., length: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("rid", "prompt", "sampling", "logprobs", "stream")
+    __slots__ = ("rid", "prompt", "sampling", "logprobs", "stream", "hint")
     RID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
+    HINT_FIELD_NUMBER: _ClassVar[int]
     rid: str
     prompt: Prompt
     sampling: SamplingParams
     logprobs: LogprobOptions
     stream: bool
-    def __init__(self, rid: _Optional[str] = ..., prompt: _Optional[_Union[Prompt, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., logprobs: _Optional[_Union[LogprobOptions, _Mapping]] = ..., stream: _Optional[bool] = ...) -> None: ...
+    hint: ProgramHint
+    def __init__(self, rid: _Optional[str] = ..., prompt: _Optional[_Union[Prompt, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., logprobs: _Optional[_Union[LogprobOptions, _Mapping]] = ..., stream: _Optional[bool] = ..., hint: _Optional[_Union[ProgramHint, _Mapping]] = ...) -> None: ...
 
 class GenerateChunk(_message.Message):
     __slots__ = ("text", "token_ids", "logprobs", "top_logprobs")
@@ -198,14 +200,16 @@ class GenerateResponse(_message.Message):
     def __init__(self, rid: _Optional[str] = ..., chunk: _Optional[_Union[GenerateChunk, _Mapping]] = ..., complete: _Optional[_Union[GenerateComplete, _Mapping]] = ..., error: _Optional[_Union[GenerateError, _Mapping]] = ...) -> None: ...
 
 class ScoreRequest(_message.Message):
-    __slots__ = ("prompt", "choices", "unconditional")
+    __slots__ = ("prompt", "choices", "unconditional", "hint")
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     CHOICES_FIELD_NUMBER: _ClassVar[int]
     UNCONDITIONAL_FIELD_NUMBER: _ClassVar[int]
+    HINT_FIELD_NUMBER: _ClassVar[int]
     prompt: Prompt
     choices: _containers.RepeatedScalarFieldContainer[str]
     unconditional: bool
-    def __init__(self, prompt: _Optional[_Union[Prompt, _Mapping]] = ..., choices: _Optional[_Iterable[str]] = ..., unconditional: _Optional[bool] = ...) -> None: ...
+    hint: ProgramHint
+    def __init__(self, prompt: _Optional[_Union[Prompt, _Mapping]] = ..., choices: _Optional[_Iterable[str]] = ..., unconditional: _Optional[bool] = ..., hint: _Optional[_Union[ProgramHint, _Mapping]] = ...) -> None: ...
 
 class ChoiceScore(_message.Message):
     __slots__ = ("token_ids", "token_logprobs", "unconditional_logprobs")
@@ -230,10 +234,12 @@ class ScoreResponse(_message.Message):
     def __init__(self, choices: _Optional[_Iterable[_Union[ChoiceScore, _Mapping]]] = ..., prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CachePrefixRequest(_message.Message):
-    __slots__ = ("prompt",)
+    __slots__ = ("prompt", "hint")
     PROMPT_FIELD_NUMBER: _ClassVar[int]
+    HINT_FIELD_NUMBER: _ClassVar[int]
     prompt: Prompt
-    def __init__(self, prompt: _Optional[_Union[Prompt, _Mapping]] = ...) -> None: ...
+    hint: ProgramHint
+    def __init__(self, prompt: _Optional[_Union[Prompt, _Mapping]] = ..., hint: _Optional[_Union[ProgramHint, _Mapping]] = ...) -> None: ...
 
 class CachePrefixResponse(_message.Message):
     __slots__ = ("prompt_tokens", "cached_tokens", "warnings")
@@ -244,6 +250,28 @@ class CachePrefixResponse(_message.Message):
     cached_tokens: int
     warnings: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ProgramHint(_message.Message):
+    __slots__ = ("program_id", "next_use", "lease_ms")
+    PROGRAM_ID_FIELD_NUMBER: _ClassVar[int]
+    NEXT_USE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    program_id: str
+    next_use: int
+    lease_ms: int
+    def __init__(self, program_id: _Optional[str] = ..., next_use: _Optional[int] = ..., lease_ms: _Optional[int] = ...) -> None: ...
+
+class EndProgramRequest(_message.Message):
+    __slots__ = ("program_id",)
+    PROGRAM_ID_FIELD_NUMBER: _ClassVar[int]
+    program_id: str
+    def __init__(self, program_id: _Optional[str] = ...) -> None: ...
+
+class EndProgramResponse(_message.Message):
+    __slots__ = ("released_tokens",)
+    RELEASED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    released_tokens: int
+    def __init__(self, released_tokens: _Optional[int] = ...) -> None: ...
 
 class FlushRequest(_message.Message):
     __slots__ = ()
@@ -338,7 +366,7 @@ class MetricsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class MetricsResponse(_message.Message):
-    __slots__ = ("prompt_tokens", "cached_tokens", "cache_hit_rate", "computed_prefill_tokens", "completion_tokens", "num_waiting", "num_running", "num_kv_slots", "num_used_slots", "cached_slots", "pool_usage", "num_finished", "num_retractions", "num_steps", "num_requests", "num_cancelled", "num_invalid", "num_errors", "num_active", "uptime_s", "busy_s")
+    __slots__ = ("prompt_tokens", "cached_tokens", "cache_hit_rate", "computed_prefill_tokens", "completion_tokens", "num_waiting", "num_running", "num_kv_slots", "num_used_slots", "cached_slots", "pool_usage", "num_finished", "num_retractions", "num_steps", "num_requests", "num_cancelled", "num_invalid", "num_errors", "num_active", "uptime_s", "busy_s", "hinted_tokens", "hint_evictions", "recomputed_tokens")
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHE_HIT_RATE_FIELD_NUMBER: _ClassVar[int]
@@ -360,6 +388,9 @@ class MetricsResponse(_message.Message):
     NUM_ACTIVE_FIELD_NUMBER: _ClassVar[int]
     UPTIME_S_FIELD_NUMBER: _ClassVar[int]
     BUSY_S_FIELD_NUMBER: _ClassVar[int]
+    HINTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    HINT_EVICTIONS_FIELD_NUMBER: _ClassVar[int]
+    RECOMPUTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     prompt_tokens: int
     cached_tokens: int
     cache_hit_rate: float
@@ -381,4 +412,7 @@ class MetricsResponse(_message.Message):
     num_active: int
     uptime_s: float
     busy_s: float
-    def __init__(self, prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., cache_hit_rate: _Optional[float] = ..., computed_prefill_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., num_waiting: _Optional[int] = ..., num_running: _Optional[int] = ..., num_kv_slots: _Optional[int] = ..., num_used_slots: _Optional[int] = ..., cached_slots: _Optional[int] = ..., pool_usage: _Optional[float] = ..., num_finished: _Optional[int] = ..., num_retractions: _Optional[int] = ..., num_steps: _Optional[int] = ..., num_requests: _Optional[int] = ..., num_cancelled: _Optional[int] = ..., num_invalid: _Optional[int] = ..., num_errors: _Optional[int] = ..., num_active: _Optional[int] = ..., uptime_s: _Optional[float] = ..., busy_s: _Optional[float] = ...) -> None: ...
+    hinted_tokens: int
+    hint_evictions: int
+    recomputed_tokens: int
+    def __init__(self, prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., cache_hit_rate: _Optional[float] = ..., computed_prefill_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., num_waiting: _Optional[int] = ..., num_running: _Optional[int] = ..., num_kv_slots: _Optional[int] = ..., num_used_slots: _Optional[int] = ..., cached_slots: _Optional[int] = ..., pool_usage: _Optional[float] = ..., num_finished: _Optional[int] = ..., num_retractions: _Optional[int] = ..., num_steps: _Optional[int] = ..., num_requests: _Optional[int] = ..., num_cancelled: _Optional[int] = ..., num_invalid: _Optional[int] = ..., num_errors: _Optional[int] = ..., num_active: _Optional[int] = ..., uptime_s: _Optional[float] = ..., busy_s: _Optional[float] = ..., hinted_tokens: _Optional[int] = ..., hint_evictions: _Optional[int] = ..., recomputed_tokens: _Optional[int] = ...) -> None: ...

@@ -49,6 +49,11 @@ class RuntimeStub:
                 request_serializer=runtime__pb2.CachePrefixRequest.SerializeToString,
                 response_deserializer=runtime__pb2.CachePrefixResponse.FromString,
                 _registered_method=True)
+        self.EndProgram = channel.unary_unary(
+                '/sglc.runtime.Runtime/EndProgram',
+                request_serializer=runtime__pb2.EndProgramRequest.SerializeToString,
+                response_deserializer=runtime__pb2.EndProgramResponse.FromString,
+                _registered_method=True)
         self.Flush = channel.unary_unary(
                 '/sglc.runtime.Runtime/Flush',
                 request_serializer=runtime__pb2.FlushRequest.SerializeToString,
@@ -98,6 +103,13 @@ class RuntimeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EndProgram(self, request, context):
+        """A program run ended: release every prefix held for its hints (issue 28).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Flush(self, request, context):
         """Empty the prefix cache (only possible while no request is in flight).
         """
@@ -140,6 +152,11 @@ def add_RuntimeServicer_to_server(servicer, server):
                     servicer.CachePrefix,
                     request_deserializer=runtime__pb2.CachePrefixRequest.FromString,
                     response_serializer=runtime__pb2.CachePrefixResponse.SerializeToString,
+            ),
+            'EndProgram': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndProgram,
+                    request_deserializer=runtime__pb2.EndProgramRequest.FromString,
+                    response_serializer=runtime__pb2.EndProgramResponse.SerializeToString,
             ),
             'Flush': grpc.unary_unary_rpc_method_handler(
                     servicer.Flush,
@@ -243,6 +260,33 @@ class Runtime:
             '/sglc.runtime.Runtime/CachePrefix',
             runtime__pb2.CachePrefixRequest.SerializeToString,
             runtime__pb2.CachePrefixResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndProgram(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sglc.runtime.Runtime/EndProgram',
+            runtime__pb2.EndProgramRequest.SerializeToString,
+            runtime__pb2.EndProgramResponse.FromString,
             options,
             channel_credentials,
             insecure,
