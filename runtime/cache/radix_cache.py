@@ -11,16 +11,20 @@ Ownership rules the helpers below keep:
     - ``insert(ids, slots)`` takes ownership of ``slots[present:]`` and returns ``present``;
       the caller still owns ``slots[:present]`` and must free the ones that are its own
       duplicates (``cache_finished_req`` / ``cache_unfinished_req`` do this).
+
+Eviction is LRU among leaves unless program hints say otherwise: ``retention`` (retention.py)
+keeps the texts hinted requests ended with, ordered by their programs' expected next use.
 """
 from __future__ import annotations
 
 import heapq
-from typing import NamedTuple, Protocol, Sequence
+from typing import Any, NamedTuple, Protocol, Sequence
 
 import torch
 
 from .kv_pool import KVSlotPool
 from .req_slot_table import ReqSlotTable
+from .retention import RetentionTable
 from .token_prefix import common_prefix_len
 
 _EMPTY = torch.empty(0, dtype=torch.int64)
@@ -61,20 +65,22 @@ class CachedRequest(Protocol):
 
     - ``req_row``: its row of the ReqSlotTable (None once released);
     - ``kv_len``: leading tokens of ``fill_ids`` with KV slots in that row;
-    - ``prefix_indices`` / ``last_node``: the cached prefix it holds a lock on.
+    - ``prefix_indices`` / ``last_node``: the cached prefix it holds a lock on;
+    - ``hint``: its ProgramHint or None (the text it ends with is retained for its program).
     """
 
     req_row: int | None
     kv_len: int
     prefix_indices: torch.Tensor
     last_node: TreeNode | None
+    hint: Any
 
     @property
     def fill_ids(self) -> list[int]: ...
 
 
 class RadixCache:
-    """Prefix cache with LRU leaf eviction and path locks.
+    """Prefix cache with leaf eviction (LRU, or by program hints: ``retention``) and path locks.
 
     Sizes: every cached token is either *evictable* (on a node with ``lock_ref == 0``) or
     *protected*; ``total_size() == evictable_size() + protected_size()``.
@@ -85,9 +91,14 @@ class RadixCache:
     nothing.
     """
 
-    def __init__(self, pool: KVSlotPool, disable: bool = False):
+    def __init__(self, pool: KVSlotPool, disable: bool = False, *, hinted_share: float = 0.5,
+                 retention: RetentionTable | None = None):
+        """``hinted_share``: the most of the pool program hints may pin (see retention.py)."""
+        if not 0.0 <= hinted_share <= 1.0:
+            raise ValueError(f"hinted_share must be in [0, 1], got {hinted_share}")
         self.pool = pool
         self.disable = disable
+        self.retention = retention if retention is not None else RetentionTable(int(pool.num_slots * hinted_share))
         self.reset_tree()
 
     def reset_tree(self) -> None:
@@ -98,6 +109,7 @@ class RadixCache:
         self.root.lock_ref = 1  # NOTE: the root is never evictable
         self._evictable = 0
         self._protected = 0
+        self.retention.clear()
 
     def _new_node(self, parent: TreeNode | None) -> TreeNode:
         node = TreeNode(self._next_id, parent)
@@ -155,6 +167,10 @@ class RadixCache:
             raise ValueError(f"RadixCache.insert: {len(key)} tokens but {slots.numel()} slots")
         if self.disable or not key:
             return 0
+        return self._insert(key, slots)[0]
+
+    def _insert(self, key: list[int], slots: torch.Tensor) -> tuple[int, TreeNode]:
+        """``insert``, also returning the node where ``key`` ends."""
         node, present, _ = self._walk(key, collect=False)
         if present < len(key):
             leaf = self._new_node(node)
@@ -163,7 +179,8 @@ class RadixCache:
             leaf.last_access = self._clock
             node.children[leaf.key[0]] = leaf
             self._evictable += len(leaf.key)
-        return present
+            node = leaf
+        return present, node
 
     def inc_lock(self, node: TreeNode) -> None:
         """Lock the path root..node: none of it can be evicted until ``dec_lock(node)``."""
@@ -188,16 +205,19 @@ class RadixCache:
             node = node.parent
 
     def evict(self, num_tokens: int) -> int:
-        """Free at least ``num_tokens`` slots (or all evictable ones if fewer), least recently
-        used leaves first; returns how many were freed. Locked nodes are never evicted;
-        evicting 0 is always safe and does nothing."""
+        """Free at least ``num_tokens`` slots (or all evictable ones if fewer), leaves in the
+        retention order (least recently used first among unhinted ones); returns how many were
+        freed. Locked nodes are never evicted; evicting 0 is always safe and does nothing."""
         if self.disable or num_tokens <= 0 or self._evictable == 0:
             return 0
-        heap = [(n.last_access, n.id, n) for n in self._evictable_leaves()]
+        now = self.retention.clock()
+        key = self.retention.evict_key
+        heap = [(key(n, now), n) for n in self._evictable_leaves()]
         heapq.heapify(heap)
         freed, values = 0, []
         while freed < num_tokens and heap:
-            _, _, node = heapq.heappop(heap)
+            _, node = heapq.heappop(heap)
+            self.retention.on_evicted(node, now)
             parent = node.parent
             del parent.children[node.key[0]]
             node.parent = None
@@ -205,7 +225,7 @@ class RadixCache:
             freed += len(node.key)
             self._evictable -= len(node.key)
             if parent.parent is not None and not parent.children and parent.lock_ref == 0:
-                heapq.heappush(heap, (parent.last_access, parent.id, parent))
+                heapq.heappush(heap, (key(parent, now), parent))
         if values:
             self.pool.free(torch.cat(values))
         return freed
@@ -232,10 +252,13 @@ class RadixCache:
             self.pool.free(slots)
         else:
             prefix_len = req.prefix_indices.numel()
-            present = self.insert(req.fill_ids[:kv_len], slots)
+            key = req.fill_ids[:kv_len]
+            present, end = self._insert(key, slots) if key else (0, self.root)
             assert present >= prefix_len, f"{req}: its locked prefix vanished from the tree"
             self.pool.free(slots[prefix_len:present])
             self.dec_lock(req.last_node)
+            if getattr(req, "hint", None) is not None:
+                self.retention.hint(end, req.hint)
         table.free_row(row)
         req.req_row = None
         req.prefix_indices = _EMPTY

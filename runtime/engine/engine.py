@@ -103,6 +103,7 @@ class Engine:
             max_prefill_tokens=cfg.max_prefill_tokens,
             chunk_size=DEFAULT_CHUNKED_PREFILL_SIZE if cfg.chunked_prefill_size == AUTO_CHUNK else cfg.chunked_prefill_size,
             policy=cfg.schedule_policy, seed=cfg.seed, disable_radix_cache=cfg.disable_radix_cache,
+            hinted_share=cfg.hinted_share,
             debug=cfg.debug,
         ))
         self.kv_buffer = self.model.new_kv_buffer(num_slots + _SCRATCH_SLOTS)
@@ -477,7 +478,8 @@ class Engine:
                 num_kv_slots=self.scheduler.pool.num_slots, num_used_slots=s.num_used_slots,
                 cached_slots=s.cached_slots, pool_usage=s.pool_usage, schedule_s=t.schedule_s,
                 radix_s=self._radix.seconds, radix_calls=self._radix.calls, forward_s=t.forward_s,
-                process_s=t.process_s, busy_s=t.busy_s,
+                process_s=t.process_s, busy_s=t.busy_s, hinted_tokens=s.hinted_tokens,
+                hint_evictions=s.hint_evictions, num_programs=s.num_programs,
             )
 
     def reset_timers(self) -> None:

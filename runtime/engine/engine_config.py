@@ -63,6 +63,8 @@ class EngineConfig:
       with chunking on the per-step budget is the smaller of the two.
     - schedule_policy: "lpm" (longest cached prefix first), "fcfs" or "random".
     - disable_radix_cache: no prefix reuse between requests (for comparisons).
+    - hinted_share: the most of the KV pool that program hints (issue 28, ``cache/retention.py``)
+      may keep for programs' next calls; 0 ignores hints in the cache.
     - disable_jump_forward: never append forced text without sampling it, whatever a request's
       ``jump_forward`` says (constraint masks still apply; for comparisons).
     - seed: seeds the sampler for requests without their own seed.
@@ -94,6 +96,7 @@ class EngineConfig:
     max_prefill_tokens: int = 4096
     schedule_policy: str = "lpm"
     disable_radix_cache: bool = False
+    hinted_share: float = 0.5
     disable_jump_forward: bool = False
     seed: int = 0
     attention_backend: str = "auto"
@@ -149,6 +152,9 @@ class EngineConfig:
             raise TypeError(f"EngineConfig.cuda_graph must be None or a bool, got {self.cuda_graph!r}")
         if self.pack_weights is not None and not isinstance(self.pack_weights, bool):
             raise TypeError(f"EngineConfig.pack_weights must be None or a bool, got {self.pack_weights!r}")
+        if isinstance(self.hinted_share, bool) or not isinstance(self.hinted_share, (int, float)) \
+                or not 0 <= self.hinted_share <= 1:
+            raise ValueError(f"EngineConfig.hinted_share must be a number in [0, 1], got {self.hinted_share!r}")
         if not isinstance(self.disable_jump_forward, bool):
             raise TypeError(f"EngineConfig.disable_jump_forward must be a bool, got {self.disable_jump_forward!r}")
         if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):

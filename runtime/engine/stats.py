@@ -84,6 +84,9 @@ class EngineStats:
     forward_s: float
     process_s: float
     busy_s: float
+    hinted_tokens: int = 0
+    hint_evictions: int = 0
+    num_programs: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -12,6 +12,10 @@ One step is ``batch = schedule()``, the model runner runs ``batch``, then
     3. new admissions in policy order, while the prefill-token budget, the table rows and the KV
        budget (free + evictable slots minus the estimated future growth of running requests)
        allow; a prompt longer than the remaining budget is chunked.
+Program hints (issue 28): calls of programs already in flight are admitted first, in program
+start order (program_table.py); a call that starts a new program (or carries no hint) may not
+count the texts live hints keep for in-flight programs as room, unless nothing is running; the
+cache evicts by the hints (cache/retention.py).
 The prefill-token budget (``SchedulerConfig.prefill_budget``) bounds the prefill tokens of every
 step, so with chunking on no request holds the engine for longer than one chunk.
 Not thread-safe: call everything from the engine's thread.
@@ -26,6 +30,7 @@ from ..cache.kv_pool import KVSlotPool
 from ..cache.radix_cache import RadixCache
 from ..cache.req_slot_table import ReqSlotTable
 from .decode_growth import DecodeGrowthEstimator
+from .program_table import ProgramTable
 from .request import Req, ReqStatus
 from .schedule_batch import ScheduleBatch, ScheduledReq
 from .schedule_policy import InBatchPrefixDedup, SchedulePolicy
@@ -40,7 +45,8 @@ class Scheduler:
         self.config = cfg = config
         self.pool = KVSlotPool(cfg.num_kv_slots, debug=cfg.debug)
         self.table = ReqSlotTable(cfg.max_running, cfg.max_context)
-        self.tree_cache = RadixCache(self.pool, disable=cfg.disable_radix_cache)
+        self.tree_cache = RadixCache(self.pool, disable=cfg.disable_radix_cache, hinted_share=cfg.hinted_share)
+        self.programs = ProgramTable()
         self.policy = SchedulePolicy(cfg.policy, self.tree_cache, cfg.seed, cfg.lpm_max_queue)
         self.growth = DecodeGrowthEstimator(
             cfg.init_new_token_ratio, cfg.min_new_token_ratio, cfg.new_token_ratio_decay
@@ -109,8 +115,10 @@ class Scheduler:
         self.waiting.insert(0, req)
 
     def end_program(self, program_id: str) -> int:
-        """A program ended: what the cache keeps for its hints loses them. Returns those tokens."""
-        return 0  # TODO(#28): retention lands next
+        """A program ended: the texts the cache keeps for its hints lose them (evicted first from
+        now on) and its later calls, if any, queue as a new program's. Returns the tokens released."""
+        self.programs.end(program_id)
+        return self.tree_cache.retention.end_program(program_id)
 
     @property
     def batch_in_flight(self) -> ScheduleBatch | None:
@@ -303,7 +311,8 @@ class Scheduler:
         reserved = self._reserved()
         out: list[ScheduledReq] = []
         admitted: set[int] = set()
-        for req in self.policy.order(self.waiting):
+        pinned: int | None = None  # NOTE: computed once, for the first call that starts a program
+        for req in self.programs.order(self.waiting, self.policy.order):
             if budget <= 0 or not self.table.can_alloc_row() or len(self.running) >= cfg.max_running:
                 break
             fill = req.fill_ids
@@ -321,7 +330,12 @@ class Scheduler:
                     break  # NOTE: without chunking a long prompt waits for an empty step
             cache.inc_lock(match.last_node)
             need = extend + self.growth.estimate(min(req.max_new_tokens, cfg.clip_max_new_tokens) - len(req.output_ids))
-            if need > self.pool.num_free + cache.evictable_size() - reserved or not self._make_room(n):
+            room = self.pool.num_free + cache.evictable_size() - reserved
+            if len(cache.retention) and (self.running or out) and not self.programs.in_flight(req):
+                if pinned is None:
+                    pinned = cache.retention.pinned_tokens(unlocked_only=True)
+                room -= pinned  # NOTE: in-flight programs' texts are not room for a new program
+            if need > room or not self._make_room(n):
                 cache.dec_lock(match.last_node)
                 break
             self._admit(req, match)
@@ -357,6 +371,7 @@ class Scheduler:
         req.prefix_indices, req.last_node = match.slots, match.last_node
         req.kv_len, req.prefill_done, req.status = match.prefix_len, False, ReqStatus.RUNNING
         self.running.append(req)
+        self.programs.on_admitted(req)
         req.num_admissions += 1
         if req.num_admissions == 1:
             req.cached_tokens = min(match.prefix_len, len(req.origin_input_ids))
@@ -396,6 +411,8 @@ class Scheduler:
             num_used_slots=self.pool.num_used, cached_slots=self.tree_cache.total_size(),
             pool_usage=self.pool.num_used / self.pool.num_slots,
             num_retractions=c["retract"], new_token_ratio=self.growth.ratio, num_steps=c["steps"],
+            hinted_tokens=self.tree_cache.retention.pinned_tokens(),
+            hint_evictions=self.tree_cache.retention.counts["evicted"], num_programs=len(self.programs),
         )
 
     def check_integrity(self) -> None:

@@ -25,6 +25,7 @@ class SchedulerConfig:
     clip_max_new_tokens: int = 4096
     eos_token_ids: tuple[int, ...] = ()
     disable_radix_cache: bool = False
+    hinted_share: float = 0.5  # the most of the KV pool program hints may keep (cache/retention.py)
     debug: bool = False  # pool double-free checks + check_integrity() after every call
 
     def __post_init__(self) -> None:
@@ -35,6 +36,8 @@ class SchedulerConfig:
             raise ValueError(f"SchedulerConfig.chunk_size must be None or >= 1, got {self.chunk_size}")
         if self.policy not in POLICIES:
             raise ValueError(f"SchedulerConfig.policy {self.policy!r} is not one of {POLICIES}")
+        if not 0.0 <= self.hinted_share <= 1.0:
+            raise ValueError(f"SchedulerConfig.hinted_share must be in [0, 1], got {self.hinted_share}")
         self.eos_token_ids = tuple(self.eos_token_ids)
 
     @property

@@ -19,3 +19,6 @@ class SchedulerStats(NamedTuple):
     num_retractions: int
     new_token_ratio: float
     num_steps: int
+    hinted_tokens: int = 0  # cached tokens live program hints keep (each token once)
+    hint_evictions: int = 0  # hinted texts evicted while their lease ran
+    num_programs: int = 0  # programs in flight (calls admitted, not ended)

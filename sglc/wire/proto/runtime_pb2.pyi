@@ -366,7 +366,7 @@ class MetricsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class MetricsResponse(_message.Message):
-    __slots__ = ("prompt_tokens", "cached_tokens", "cache_hit_rate", "computed_prefill_tokens", "completion_tokens", "num_waiting", "num_running", "num_kv_slots", "num_used_slots", "cached_slots", "pool_usage", "num_finished", "num_retractions", "num_steps", "num_requests", "num_cancelled", "num_invalid", "num_errors", "num_active", "uptime_s", "busy_s", "hinted_tokens", "hint_evictions", "recomputed_tokens")
+    __slots__ = ("prompt_tokens", "cached_tokens", "cache_hit_rate", "computed_prefill_tokens", "completion_tokens", "num_waiting", "num_running", "num_kv_slots", "num_used_slots", "cached_slots", "pool_usage", "num_finished", "num_retractions", "num_steps", "num_requests", "num_cancelled", "num_invalid", "num_errors", "num_active", "uptime_s", "busy_s", "hinted_tokens", "hint_evictions")
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHE_HIT_RATE_FIELD_NUMBER: _ClassVar[int]
@@ -390,7 +390,6 @@ class MetricsResponse(_message.Message):
     BUSY_S_FIELD_NUMBER: _ClassVar[int]
     HINTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     HINT_EVICTIONS_FIELD_NUMBER: _ClassVar[int]
-    RECOMPUTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     prompt_tokens: int
     cached_tokens: int
     cache_hit_rate: float
@@ -414,5 +413,4 @@ class MetricsResponse(_message.Message):
     busy_s: float
     hinted_tokens: int
     hint_evictions: int
-    recomputed_tokens: int
-    def __init__(self, prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., cache_hit_rate: _Optional[float] = ..., computed_prefill_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., num_waiting: _Optional[int] = ..., num_running: _Optional[int] = ..., num_kv_slots: _Optional[int] = ..., num_used_slots: _Optional[int] = ..., cached_slots: _Optional[int] = ..., pool_usage: _Optional[float] = ..., num_finished: _Optional[int] = ..., num_retractions: _Optional[int] = ..., num_steps: _Optional[int] = ..., num_requests: _Optional[int] = ..., num_cancelled: _Optional[int] = ..., num_invalid: _Optional[int] = ..., num_errors: _Optional[int] = ..., num_active: _Optional[int] = ..., uptime_s: _Optional[float] = ..., busy_s: _Optional[float] = ..., hinted_tokens: _Optional[int] = ..., hint_evictions: _Optional[int] = ..., recomputed_tokens: _Optional[int] = ...) -> None: ...
+    def __init__(self, prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., cache_hit_rate: _Optional[float] = ..., computed_prefill_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., num_waiting: _Optional[int] = ..., num_running: _Optional[int] = ..., num_kv_slots: _Optional[int] = ..., num_used_slots: _Optional[int] = ..., cached_slots: _Optional[int] = ..., pool_usage: _Optional[float] = ..., num_finished: _Optional[int] = ..., num_retractions: _Optional[int] = ..., num_steps: _Optional[int] = ..., num_requests: _Optional[int] = ..., num_cancelled: _Optional[int] = ..., num_invalid: _Optional[int] = ..., num_errors: _Optional[int] = ..., num_active: _Optional[int] = ..., uptime_s: _Optional[float] = ..., busy_s: _Optional[float] = ..., hinted_tokens: _Optional[int] = ..., hint_evictions: _Optional[int] = ...) -> None: ...

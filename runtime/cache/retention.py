@@ -1,0 +1,176 @@
+"""Retention: the cached prefixes programs said they will extend, and when (issue 28).
+
+A finished call that carried a ``ProgramHint`` leaves its final text in the radix tree; this
+table remembers, for the node where that text ends, the program and the hint's ``next_use``
+(how many of the program's calls run before one extends it). Eviction then orders leaves by
+expected next use instead of recency alone (Belady from the hints, as KVFlow does with its
+agent step graph):
+
+    1. evict first: texts no call will extend (``next_use`` NEVER) and those of ended programs;
+    2. then unhinted texts and texts whose lease ran out, least recently used first;
+    3. last, hinted texts, the farthest next use first (ties: least recently used first).
+
+Bounds (a client cannot pin the pool, DESIGN §9): every hint has a lease (the hint's, capped;
+the default when it asks none) and after it the text is unhinted; the tokens on the paths of
+live hints (each token once, however many hints share it) never exceed ``capacity``: a new hint
+that would pass it demotes the live hints with the farthest next use (possibly itself).
+
+Nodes are the radix cache's ``TreeNode`` objects; a node split keeps its lower half as the same
+object, so a hint stays with the end of its text. Not thread-safe (the scheduler's thread).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from sglc.wire.program_hint import NEVER, ProgramHint
+
+#: Eviction classes, lowest evicted first.
+EVICT_FIRST, UNHINTED, HINTED = 0, 1, 2
+#: Lease of a hint that asks none, and the longest one granted (seconds).
+DEFAULT_LEASE_S = 30.0
+MAX_LEASE_S = 300.0
+
+
+@dataclass(slots=True)
+class Retained:
+    """One live hint: ``program_id`` will extend the text ending at its node after
+    ``next_use`` of its other calls, until ``deadline`` (clock seconds)."""
+
+    program_id: str
+    next_use: int
+    deadline: float
+
+
+class RetentionTable:
+    """Live hints by node and by program, the evict-first set, and their counts."""
+
+    def __init__(self, capacity: int, *, default_lease_s: float = DEFAULT_LEASE_S,
+                 max_lease_s: float = MAX_LEASE_S, clock: Callable[[], float] = time.monotonic) -> None:
+        if capacity < 0:
+            raise ValueError(f"retention capacity must be >= 0 tokens, got {capacity}")
+        self.capacity = capacity
+        self.default_lease_s = default_lease_s
+        self.max_lease_s = max_lease_s
+        self.clock = clock
+        self._live: dict[Any, Retained] = {}
+        self._by_program: dict[str, set[Any]] = {}
+        self._evict_first: set[Any] = set()
+        #: hints granted; hints demoted by the capacity; hinted texts evicted while their lease
+        #: was running; tokens released by ended programs.
+        self.counts = dict(granted=0, capped=0, evicted=0, released=0)
+
+    # --- queries ------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def programs(self) -> Iterable[str]:
+        return self._by_program.keys()
+
+    def holds(self, program_id: str) -> bool:
+        """Whether some live hint of ``program_id`` holds a text."""
+        return bool(self._by_program.get(program_id))
+
+    def evict_key(self, node: Any, now: float) -> tuple:
+        """Heap key of an evictable leaf: smaller goes first (see the module docstring)."""
+        entry = self._live.get(node)
+        if entry is not None and entry.deadline >= now:
+            return (HINTED, -entry.next_use, node.last_access, node.id)
+        if node in self._evict_first:
+            return (EVICT_FIRST, 0, node.last_access, node.id)
+        return (UNHINTED, 0, node.last_access, node.id)
+
+    def pinned_tokens(self, *, unlocked_only: bool = False) -> int:
+        """Tokens on the paths root..node of live hints, each counted once (expired hints are
+        dropped first). ``unlocked_only``: only those no running request locks (what eviction
+        could take from programs)."""
+        self._expire()
+        seen: set[int] = set()
+        total = 0
+        for node in self._live:
+            while node.parent is not None and node.id not in seen:
+                seen.add(node.id)
+                if not unlocked_only or node.lock_ref == 0:
+                    total += len(node.key)
+                node = node.parent
+        return total
+
+    # --- commands -----------------------------------------------------------------------------
+    def hint(self, node: Any, hint: ProgramHint) -> None:
+        """A hinted call's final text ends at ``node`` (the root for an empty text: ignored)."""
+        if node.parent is None:
+            return
+        if hint.next_use == NEVER:
+            if node not in self._live:
+                self._evict_first.add(node)
+            return
+        lease = min(hint.lease_ms / 1000 if hint.lease_ms else self.default_lease_s, self.max_lease_s)
+        old = self._live.get(node)
+        if old is not None and old.program_id != hint.program_id and old.deadline >= self.clock() \
+                and old.next_use <= hint.next_use:
+            return  # NOTE: another program needs it sooner; its hint already keeps it longer
+        self._drop(node)
+        self._evict_first.discard(node)
+        self._live[node] = Retained(hint.program_id, hint.next_use, self.clock() + lease)
+        mine = self._by_program.setdefault(hint.program_id, set())
+        up = node.parent
+        while up is not None and up.parent is not None:  # NOTE: its path covers the program's older texts
+            if up in mine:
+                self._drop(up)
+            up = up.parent
+        mine.add(node)
+        self.counts["granted"] += 1
+        self._enforce_capacity()
+
+    def end_program(self, program_id: str) -> int:
+        """The program ended: its texts lose their hints and go first. Returns the tokens it
+        alone pinned (its hints' paths that no other live hint covers)."""
+        nodes = self._by_program.get(program_id)
+        if not nodes:
+            return 0
+        before = self.pinned_tokens()
+        for node in list(nodes):
+            self._drop(node)
+            self._evict_first.add(node)
+        released = before - self.pinned_tokens()
+        self.counts["released"] += released
+        return released
+
+    def on_evicted(self, node: Any, now: float) -> None:
+        """The cache freed ``node``."""
+        entry = self._live.get(node)
+        if entry is not None and entry.deadline >= now:
+            self.counts["evicted"] += 1
+        self._drop(node)
+        self._evict_first.discard(node)
+
+    def clear(self) -> None:
+        """The tree was flushed: every node is gone."""
+        self._live.clear()
+        self._by_program.clear()
+        self._evict_first.clear()
+
+    # --- internals ------------------------------------------------------------------------------
+    def _drop(self, node: Any) -> None:
+        entry = self._live.pop(node, None)
+        if entry is None:
+            return
+        nodes = self._by_program.get(entry.program_id)
+        if nodes is not None:
+            nodes.discard(node)
+            if not nodes:
+                del self._by_program[entry.program_id]
+
+    def _expire(self) -> None:
+        now = self.clock()
+        for node in [n for n, e in self._live.items() if e.deadline < now]:
+            self._drop(node)
+
+    def _enforce_capacity(self) -> None:
+        """Demote the farthest-next-use hints (then the least recently used) until the pinned
+        tokens fit the capacity."""
+        while self._live and self.pinned_tokens() > self.capacity:
+            node = max(self._live, key=lambda n: (self._live[n].next_use, -n.last_access, n.id))
+            self._drop(node)
+            self.counts["capped"] += 1

@@ -1,0 +1,295 @@
+"""Program hints in the cache and the scheduler (issue 28), without the model.
+
+Retention (runtime/cache/retention.py): eviction order under hints, leases, the capacity a
+hostile client cannot pass, program end. Scheduling (runtime/scheduling/program_table.py):
+in-flight programs' calls first, new programs kept off in-flight programs' texts. The runner is
+test_scheduler's SlotCheckingRunner (every read slot must hold its own sequence's token), so a
+bookkeeping bug shows as a wrong read, and hints must never change any output.
+"""
+import random
+
+import pytest
+import torch
+
+from sglc.wire.program_hint import NEVER, ProgramHint
+from sglc_runtime.cache.kv_pool import KVSlotPool
+from sglc_runtime.cache.radix_cache import RadixCache
+from sglc_runtime.cache.retention import RetentionTable
+from sglc_runtime.scheduling.program_table import ProgramTable
+from test_scheduler import SlotCheckingRunner, drain, make_sched, req, toks
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Finished:
+    """What cache_finished_req reads of a request: its row, tokens, prefix lock and hint."""
+
+    def __init__(self, ids, hint=None):
+        self.req_row, self.kv_len, self.hint = None, len(ids), hint
+        self.prefix_indices, self.last_node = torch.empty(0, dtype=torch.int64), None
+        self._ids = list(ids)
+
+    @property
+    def fill_ids(self):
+        return self._ids
+
+
+def make_cache(slots=256, capacity=None, clock=None):
+    pool = KVSlotPool(slots, debug=True)
+    retention = RetentionTable(slots // 2 if capacity is None else capacity, clock=clock or FakeClock())
+    return RadixCache(pool, retention=retention)
+
+
+def finish(cache, table, ids, hint=None):
+    """A request computed ``ids`` (fresh slots, nothing cached before) and leaves with ``hint``."""
+    r = Finished(ids, hint)
+    match = cache.match_prefix(ids)
+    cache.inc_lock(match.last_node)
+    r.prefix_indices, r.last_node = match.slots, match.last_node
+    r.req_row = table.alloc_row()
+    table.write(r.req_row, 0, match.slots)
+    table.write(r.req_row, match.prefix_len, cache.pool.alloc(len(ids) - match.prefix_len))
+    cache.cache_finished_req(r, table)
+
+
+def cached(cache, ids) -> int:
+    return cache.peek_prefix_len(ids)
+
+
+@pytest.fixture
+def table():
+    from sglc_runtime.cache.req_slot_table import ReqSlotTable
+    return ReqSlotTable(8, 256)
+
+
+def seqs(n, length=10):
+    # NOTE: distinct first tokens, so each is its own leaf under the root
+    return [[i + 1] + toks(100 + i, length - 1) for i in range(n)]
+
+
+def test_eviction_order_never_then_lru_unhinted_then_farthest_hint(table):
+    cache = make_cache()
+    a, b, c, d, e = seqs(5)
+    finish(cache, table, a)  # unhinted, oldest
+    finish(cache, table, b, ProgramHint("p1", next_use=0))
+    finish(cache, table, c, ProgramHint("p2", next_use=5))
+    finish(cache, table, d, ProgramHint("p3", next_use=NEVER))
+    finish(cache, table, e)  # unhinted, newest
+    order = []
+    for _ in range(5):
+        cache.evict(1)
+        order.append(next(name for name, s in zip("abcde", (a, b, c, d, e)) if name not in order and cached(cache, s) == 0))
+    assert order == ["d", "a", "e", "c", "b"]  # never-again, LRU among unhinted, farthest hint, nearest last
+    cache.check_integrity()
+
+
+def test_hinted_prefix_outlives_more_recent_unhinted_ones(table):
+    cache = make_cache(slots=200)
+    kept = seqs(1, 20)[0]
+    finish(cache, table, kept, ProgramHint("agent", next_use=1))
+    others = [[50 + i] + toks(i, 19) for i in range(8)]
+    for s in others:  # all more recently used than `kept`
+        finish(cache, table, s)
+    cache.evict(8 * 20)
+    assert cached(cache, kept) == 20
+    assert all(cached(cache, s) == 0 for s in others)
+    assert cache.retention.counts["evicted"] == 0
+
+
+def test_expired_lease_is_plain_lru(table):
+    clock = FakeClock()
+    cache = make_cache(clock=clock)
+    old, new = seqs(2)
+    finish(cache, table, old, ProgramHint("p", next_use=0, lease_ms=1000))
+    finish(cache, table, new)
+    clock.now += 0.5
+    cache.evict(1)
+    assert cached(cache, old) == 10 and cached(cache, new) == 0  # lease running: the unhinted one goes
+    finish(cache, table, new)
+    clock.now += 1.0  # the lease ran out: `old` is the least recently used text now
+    cache.evict(1)
+    assert cached(cache, old) == 0 and cached(cache, new) == 10
+    assert cache.retention.counts["evicted"] == 0  # not counted: its lease had ended
+    assert cache.retention.pinned_tokens() == 0
+
+
+def test_default_and_capped_leases():
+    clock = FakeClock()
+    table_ = RetentionTable(1000, default_lease_s=5, max_lease_s=20, clock=clock)
+    cache = RadixCache(KVSlotPool(100), retention=table_)
+    from sglc_runtime.cache.req_slot_table import ReqSlotTable
+    t = ReqSlotTable(4, 64)
+    a, b = seqs(2)
+    finish(cache, t, a, ProgramHint("p", next_use=0))  # default lease: 5 s
+    finish(cache, t, b, ProgramHint("q", next_use=0, lease_ms=10**6))  # asks 1000 s, gets 20 s
+    clock.now += 6
+    assert table_.pinned_tokens() == 10  # only q's text is still hinted
+    clock.now += 15
+    assert table_.pinned_tokens() == 0
+
+
+def test_capacity_holds_against_many_hints_and_demotes_the_farthest(table):
+    cache = make_cache(slots=400, capacity=50)
+    rng = random.Random(0)
+    uses = [rng.randrange(0, 100) for _ in range(30)]
+    for i, use in enumerate(uses):
+        finish(cache, table, [i + 1] + toks(i, 9), ProgramHint(f"p{i}", next_use=use))
+        assert cache.retention.pinned_tokens() <= 50
+        cache.check_integrity()
+    assert cache.retention.pinned_tokens() == 50  # five 10-token texts
+    kept = sorted(e.next_use for e in cache.retention._live.values())
+    assert kept == sorted(uses)[:5]  # the nearest next uses win
+    assert cache.retention.counts["capped"] == 25
+
+
+def test_shared_prefix_counts_once_towards_the_capacity(table):
+    cache = make_cache(slots=400, capacity=40)
+    shared = toks(7, 30)
+    for i in range(5):  # five programs, one 30-token shared prefix + 2 tokens each
+        finish(cache, table, shared + [i + 1, i + 2], ProgramHint(f"p{i}", next_use=0))
+    assert cache.retention.pinned_tokens() == 30 + 5 * 2
+    assert cache.retention.counts["capped"] == 0
+
+
+def test_end_program_releases_and_sends_its_texts_first(table):
+    cache = make_cache()
+    a, b, c = seqs(3)
+    finish(cache, table, a, ProgramHint("done", next_use=0))
+    finish(cache, table, b, ProgramHint("done", next_use=2))
+    finish(cache, table, c)  # unhinted, most recent... but the ended program's texts go first
+    assert cache.retention.end_program("done") == 20
+    assert cache.retention.end_program("done") == 0 and cache.retention.end_program("unknown") == 0
+    cache.evict(20)
+    assert cached(cache, a) == cached(cache, b) == 0 and cached(cache, c) == 10
+
+
+def test_a_program_keeps_only_its_newest_text_on_one_path(table):
+    cache = make_cache()
+    first = toks(1, 10)
+    finish(cache, table, first, ProgramHint("p", next_use=0))
+    finish(cache, table, first + toks(2, 10), ProgramHint("p", next_use=0))
+    assert len(cache.retention) == 1 and cache.retention.pinned_tokens() == 20
+
+
+def test_hints_survive_splits_and_random_churn(table):
+    """Random hinted and unhinted texts with shared prefixes, evictions and program ends: the
+    tree stays consistent and the pinned tokens stay under the capacity."""
+    rng = random.Random(3)
+    cache = make_cache(slots=300, capacity=120)
+    stems = [toks(s, 12) for s in range(4)]
+    live = [f"p{i}" for i in range(6)]
+    for it in range(300):
+        ids = rng.choice(stems)[: rng.randrange(1, 12)] + toks(1000 + it, rng.randrange(1, 10))
+        need = len(ids) - cache.peek_prefix_len(ids)
+        if cache.pool.num_free < need:
+            cache.evict(need - cache.pool.num_free)
+        if cache.pool.num_free < need:
+            continue
+        hint = None if rng.random() < 0.3 else ProgramHint(rng.choice(live), next_use=rng.choice([NEVER, 0, 1, 3, 9]))
+        finish(cache, table, ids, hint)
+        if rng.random() < 0.05:
+            cache.retention.end_program(rng.choice(live))
+        assert cache.retention.pinned_tokens() <= 120
+        cache.check_integrity()
+
+
+# --- scheduling by program ----------------------------------------------------------------------
+def hinted(rid, ids, pid, next_use=0, max_new=4):
+    r = req(rid, ids, max_new)
+    r.hint = ProgramHint(pid, next_use=next_use)
+    return r
+
+
+def test_in_flight_program_goes_before_new_programs():
+    s = make_sched(max_running=1, policy="fcfs")
+    runner = SlotCheckingRunner()
+    s.add_request(hinted("a1", toks(1, 20), "A"))
+    drain(s, runner)
+    # B's first call queued before A's second one; A is in flight, so A goes first
+    s.add_request(hinted("b1", toks(2, 20), "B"))
+    s.add_request(hinted("a2", toks(1, 20) + toks(3, 5), "A"))
+    batch = s.schedule()
+    assert [e.req.rid for e in batch.reqs] == ["a2"]
+    s.process_results(batch, runner(batch))
+    drain(s, runner)
+
+
+def test_without_hints_the_queue_policy_is_unchanged():
+    table = ProgramTable()
+    waiting = [req(f"r{i}", toks(i, 5)) for i in range(4)]
+    assert table.order(waiting, list) == waiting
+
+
+def test_new_program_does_not_take_in_flight_programs_texts():
+    """A pool where program A's kept text leaves no room for B's first call while A runs."""
+    s = make_sched(num_kv_slots=100, max_running=4, policy="fcfs", max_context=100)
+    runner = SlotCheckingRunner()
+    a_text = toks(1, 40)
+    s.add_request(hinted("a1", a_text, "A", next_use=0, max_new=2))
+    drain(s, runner)  # A's 41 tokens are cached and hinted
+    s.add_request(hinted("c1", toks(9, 10), "C", max_new=2))  # a small call of another program: runs
+    batch = s.schedule()
+    assert [e.req.rid for e in batch.reqs] == ["c1"]
+    s.process_results(batch, runner(batch))
+    s.add_request(hinted("b1", toks(2, 50), "B", max_new=2))  # needs A's room while C runs: waits
+    while s.running:
+        batch = s.schedule()
+        assert "b1" not in [e.req.rid for e in batch.reqs]
+        s.process_results(batch, runner(batch))
+    drain(s, runner)  # nothing running: B may take it now
+    assert s.get_request("b1") is None
+
+
+def test_end_program_forgets_the_program():
+    s = make_sched()
+    runner = SlotCheckingRunner()
+    s.add_request(hinted("a1", toks(1, 20), "A"))
+    drain(s, runner)
+    assert "A" in s.programs and s.stats().hinted_tokens > 0
+    assert s.end_program("A") > 0
+    assert "A" not in s.programs and s.stats().hinted_tokens == 0
+
+
+def test_program_table_is_bounded():
+    clock = FakeClock()
+    table = ProgramTable(max_programs=3, idle_s=10, clock=clock)
+    for i in range(5):
+        table.on_admitted(hinted(f"r{i}", [1], f"p{i}"))
+    assert len(table) == 3 and "p0" not in table and "p4" in table
+    clock.now += 11
+    table.on_admitted(hinted("late", [1], "new"))
+    assert len(table) == 1
+
+
+def test_hints_never_change_outputs_under_memory_pressure():
+    """Multi-step programs over a pool too small for all of them: the same tokens with and
+    without hints (the runner's next token is a function of the sequence)."""
+    def run(with_hints: bool):
+        s = make_sched(num_kv_slots=160, max_running=4, max_context=160)
+        runner = SlotCheckingRunner()
+        texts = {p: toks(p, 30) for p in range(6)}
+        outs = {}
+        for step_no in range(3):
+            for p in range(6):
+                r = req(f"{p}-{step_no}", texts[p], max_new=5)
+                if with_hints:
+                    r.hint = ProgramHint(f"prog{p}", next_use=0 if step_no < 2 else NEVER)
+                s.add_request(r)
+            live = {f"{p}-{step_no}": p for p in range(6)}
+            while s.has_work():
+                batch = s.schedule()
+                for r in s.process_results(batch, runner(batch)):
+                    outs[r.rid] = list(r.output_ids)
+                    texts[live[r.rid]] = r.fill_ids + toks(step_no * 10 + live[r.rid], 3)
+            s.check_integrity()
+        if with_hints:
+            for p in range(6):
+                s.end_program(f"prog{p}")
+        return outs
+    assert run(True) == run(False)
