@@ -46,9 +46,10 @@ def make_cache(slots=256, capacity=None, clock=None):
     return RadixCache(pool, retention=retention)
 
 
-def finish(cache, table, ids, hint=None):
+def finish(cache, table, ids, hint=None, rank=0):
     """A request computed ``ids`` (fresh slots, nothing cached before) and leaves with ``hint``."""
     r = Finished(ids, hint)
+    r.program_rank = rank
     match = cache.match_prefix(ids)
     cache.inc_lock(match.last_node)
     r.prefix_indices, r.last_node = match.slots, match.last_node
@@ -293,3 +294,15 @@ def test_hints_never_change_outputs_under_memory_pressure():
                 s.end_program(f"prog{p}")
         return outs
     assert run(True) == run(False)
+
+
+def test_equal_next_use_evicts_the_youngest_programs_text_first(table):
+    """Programs are admitted oldest first, so among equal next uses the youngest program's text
+    is needed last: it goes first even when it was used more recently."""
+    cache = make_cache()
+    old, young = seqs(2)
+    finish(cache, table, old, ProgramHint("old", next_use=0), rank=2)
+    finish(cache, table, young, ProgramHint("young", next_use=0), rank=7)
+    cache.match_prefix(young)  # the young program's text is the most recently used
+    cache.evict(1)
+    assert cached(cache, young) == 0 and cached(cache, old) == 10

@@ -258,7 +258,7 @@ class RadixCache:
             self.pool.free(slots[prefix_len:present])
             self.dec_lock(req.last_node)
             if getattr(req, "hint", None) is not None:
-                self.retention.hint(end, req.hint)
+                self.retention.hint(end, req.hint, getattr(req, "program_rank", 0))
         table.free_row(row)
         req.req_row = None
         req.prefix_indices = _EMPTY

@@ -8,7 +8,9 @@ agent step graph):
 
     1. evict first: texts no call will extend (``next_use`` NEVER) and those of ended programs;
     2. then unhinted texts and texts whose lease ran out, least recently used first;
-    3. last, hinted texts, the farthest next use first (ties: least recently used first).
+    3. last, hinted texts, the farthest next use first; among equal next uses, the youngest
+       program's first (programs are admitted oldest first, so its call will run last), then
+       the least recently used.
 
 Bounds (a client cannot pin the pool, DESIGN §9): every hint has a lease (the hint's, capped;
 the default when it asks none) and after it the text is unhinted; the tokens on the paths of
@@ -41,6 +43,7 @@ class Retained:
     program_id: str
     next_use: int
     deadline: float
+    rank: int = 0  # the program's start order (larger = younger; scheduling/program_table.py)
 
 
 class RetentionTable:
@@ -76,10 +79,10 @@ class RetentionTable:
         """Heap key of an evictable leaf: smaller goes first (see the module docstring)."""
         entry = self._live.get(node)
         if entry is not None and entry.deadline >= now:
-            return (HINTED, -entry.next_use, node.last_access, node.id)
+            return (HINTED, -entry.next_use, -entry.rank, node.last_access, node.id)
         if node in self._evict_first:
-            return (EVICT_FIRST, 0, node.last_access, node.id)
-        return (UNHINTED, 0, node.last_access, node.id)
+            return (EVICT_FIRST, 0, 0, node.last_access, node.id)
+        return (UNHINTED, 0, 0, node.last_access, node.id)
 
     def pinned_tokens(self, *, unlocked_only: bool = False) -> int:
         """Tokens on the paths root..node of live hints, each counted once (expired hints are
@@ -97,8 +100,9 @@ class RetentionTable:
         return total
 
     # --- commands -----------------------------------------------------------------------------
-    def hint(self, node: Any, hint: ProgramHint) -> None:
-        """A hinted call's final text ends at ``node`` (the root for an empty text: ignored)."""
+    def hint(self, node: Any, hint: ProgramHint, rank: int = 0) -> None:
+        """A hinted call's final text ends at ``node`` (the root for an empty text: ignored);
+        ``rank``: its program's start order."""
         if node.parent is None:
             return
         if hint.next_use == NEVER:
@@ -112,7 +116,7 @@ class RetentionTable:
             return  # NOTE: another program needs it sooner; its hint already keeps it longer
         self._drop(node)
         self._evict_first.discard(node)
-        self._live[node] = Retained(hint.program_id, hint.next_use, self.clock() + lease)
+        self._live[node] = Retained(hint.program_id, hint.next_use, self.clock() + lease, rank)
         mine = self._by_program.setdefault(hint.program_id, set())
         up = node.parent
         while up is not None and up.parent is not None:  # NOTE: its path covers the program's older texts
@@ -168,9 +172,9 @@ class RetentionTable:
             self._drop(node)
 
     def _enforce_capacity(self) -> None:
-        """Demote the farthest-next-use hints (then the least recently used) until the pinned
-        tokens fit the capacity."""
+        """Demote the hints eviction would take first (farthest next use, youngest program,
+        least recently used) until the pinned tokens fit the capacity."""
         while self._live and self.pinned_tokens() > self.capacity:
-            node = max(self._live, key=lambda n: (self._live[n].next_use, -n.last_access, n.id))
+            node = max(self._live, key=lambda n: (self._live[n].next_use, self._live[n].rank, -n.last_access, n.id))
             self._drop(node)
             self.counts["capped"] += 1

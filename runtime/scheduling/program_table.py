@@ -59,6 +59,7 @@ class ProgramTable:
             self._next_rank += 1
         self._started[pid] = (entry[0], now)
         self._started.move_to_end(pid)
+        req.program_rank = entry[0]
 
     def end(self, program_id: str) -> bool:
         """The program ended; False if it was not in flight."""
