@@ -3,7 +3,7 @@
     sglc run GRAPH.pb --backend srt [--endpoint host:port] --input args.jsonl --output out.jsonl
     sglc run GRAPH.pb --backend sglang --endpoint http://host:port ...   (router, sglc serve --http-port, SGLang)
                       [--concurrency N] [--max-parallel N] [--timeout S]
-                      [--temperature T] [--max-new-tokens N] [--seed S]
+                      [--temperature T] [--max-new-tokens N] [--seed S] [--program-hints on|off]
 
 Without ``--endpoint`` the embedded runtime (an in-process engine on the default model, or
 ``--model``) runs the graph, so nothing else needs to be started.
@@ -72,6 +72,10 @@ def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
                      help="default max tokens of every gen that sets none (default 128, SGLang's)")
     run.add_argument("--seed", type=non_negative_int, default=None, metavar="S",
                      help="sampling seed of every gen that sets none (repeatable sampled runs)")
+    run.add_argument("--program-hints", choices=["on", "off"], default="on",
+                     help="tell the runtime each call's place in its program run (which cached prefixes a later "
+                          "call extends, and when the run ends) so it keeps the right ones (default: on; advice only, "
+                          "results do not change; backends that take no hints ignore them)")
     run.set_defaults(handler=cmd_run)
     return run
 
@@ -168,7 +172,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             try:
                 run_graph_batch(graph, backend, inputs, concurrency=args.concurrency, max_parallel=args.max_parallel,
                                 sampling=run_sampling(args), timeout=args.timeout, writer=writer,
-                                progress=not args.no_progress, on_result=report)
+                                progress=not args.no_progress, on_result=report,
+                                program_hints=args.program_hints == "on")
             finally:
                 backend.close()
     where = "stdout" if args.output == "-" else args.output

@@ -15,18 +15,21 @@ from typing import Any, Callable, Optional, Sequence
 
 from sglc.executor.errors import describe
 from sglc.executor.graph_executor import GraphExecutor
+from sglc.executor.program_hints import end_program, new_program_id
 from sglc.executor.results import OrderedJsonlWriter, ProgramResult
+from sglc.wire.program_hint import ProgramHint
 
 log = logging.getLogger("sglc.executor")
 
 DEFAULT_CONCURRENCY = 8
 
 
-def send_batch_hint(executor: GraphExecutor) -> Optional[str]:
+def send_batch_hint(executor: GraphExecutor, hint: Optional[ProgramHint] = None) -> Optional[str]:
     """Prefill the constant prefix every input shares (the graph's batch-scoped CACHE_PREFIX).
 
     Returns None on success or when there is no such hint; a one-line warning otherwise (a
-    hint is advisory: if the backend is down, the inputs fail and say so themselves).
+    hint is advisory: if the backend is down, the inputs fail and say so themselves). `hint`:
+    the program hint the call carries (run_graph_batch: the batch's own program id).
     """
     hints = executor.plan.batch_hints()
     if not hints:
@@ -34,7 +37,7 @@ def send_batch_hint(executor: GraphExecutor) -> Optional[str]:
     try:
         prefix = executor.constant_prefix()  # NOTE: may ask the backend for its chat template
         if prefix is not None:
-            executor.semantics.cache_prefix(prefix, hints[0].name)
+            executor.semantics.cache_prefix(prefix, hints[0].name, hint=hint)
     except Exception as err:
         return f"the batch prefix hint (%{hints[0].name}) failed: {describe(err)}"
     return None
@@ -110,20 +113,31 @@ def run_graph_batch(
     writer: Optional[OrderedJsonlWriter] = None,
     progress: bool = False,
     on_result: Optional[Callable[[ProgramResult], None]] = None,
+    program_hints: bool = True,
 ) -> list[ProgramResult]:
-    """Run a compiled graph on every input: batch hint first, then bounded-concurrency runs."""
+    """Run a compiled graph on every input: batch hint first, then bounded-concurrency runs.
+
+    `program_hints` (program_hints.py): each input's run is a program of its own (its id, its
+    hints, its end_program). NOTE: the batch prefix hint gets a batch-scoped program id of its
+    own (next_use 0: every input's first call extends that prefix), ended once the batch is
+    done, so the runtime keeps the shared prefix for the whole batch and no longer."""
     from sglc.executor.pool import DaemonPool
 
     pool = DaemonPool(max(1, min(MAX_CALL_THREADS, concurrency * max_parallel)))
-    executor = GraphExecutor(graph, backend, max_parallel=max_parallel, sampling=sampling, pool=pool, timeout=timeout)
+    executor = GraphExecutor(graph, backend, max_parallel=max_parallel, sampling=sampling, pool=pool, timeout=timeout,
+                             program_hints=program_hints)
+    batch_id = (new_program_id(f"{graph.name}.batch")
+                if program_hints and inputs and executor.plan.batch_hints() else None)
     try:
         if inputs:
-            warning = send_batch_hint(executor)
+            warning = send_batch_hint(executor, None if batch_id is None else ProgramHint(batch_id, 0))
             if warning:
                 log.warning("%s", warning)
         return run_batch(lambda i, args: executor.run(args, i), inputs, concurrency=concurrency, writer=writer, progress=progress,
                          description=graph.name, on_result=on_result)
     finally:
+        if batch_id is not None:
+            end_program(backend, batch_id)
         pool.shutdown()
 
 

@@ -86,9 +86,12 @@ class CompiledProgram:
         return list(self.graph.meta.get("arg_names") or [])  # type: ignore[arg-type]
 
     def run(self, *args: Any, backend: Optional[Backend] = None, max_parallel: int = DEFAULT_MAX_PARALLEL,
-            timeout: Optional[float] = None, stream: bool = False, **kwargs: Any) -> ExecutedState:
+            timeout: Optional[float] = None, stream: bool = False, program_hints: bool = True,
+            **kwargs: Any) -> ExecutedState:
         """Run once; raises ProgramError (with the partial result) if the program fails.
-        `stream=True`: returns a StreamingState at once (text_iter); its failure is in `.error()`."""
+        `stream=True`: returns a StreamingState at once (text_iter); its failure is in `.error()`.
+        `program_hints=False`: send the runtime no program hints and no end_program (issue 28,
+        sglc/executor/program_hints.py); they never change a result."""
         chosen = resolve_backend(backend, f"{self.name}.run()")
         kwargs, sampling = split_run_kwargs(kwargs)
         arguments = bind_call(self.arg_names, args, kwargs, f"{self.name}.run()")
@@ -96,12 +99,12 @@ class CompiledProgram:
         def execute(live: Optional[LiveText] = None, on_root: Any = None) -> ProgramResult:
             if self.breaking is not None:  # NOTE: segments stream nothing piece by piece: the text comes at the end
                 result = self.breaking.run_one(chosen, arguments, sampling=sampling, max_parallel=max_parallel,
-                                               timeout=timeout)
+                                               timeout=timeout, program_hints=program_hints)
                 if live is not None:
                     live.finish(failed=result.error is not None)
                 return result
             executor = GraphExecutor(self.graph, chosen, max_parallel=max_parallel, sampling=sampling,
-                                     pool=DaemonPool(max_parallel), timeout=timeout)
+                                     pool=DaemonPool(max_parallel), timeout=timeout, program_hints=program_hints)
             try:
                 return executor.run(arguments, live=live, on_root=on_root)
             finally:
@@ -121,10 +124,11 @@ class CompiledProgram:
     def run_batch(self, batch_kwargs: Sequence[dict[str, Any]], *, backend: Optional[Backend] = None,
                   num_threads: Union[int, str] = "auto", progress_bar: bool = False,
                   max_parallel: int = DEFAULT_MAX_PARALLEL, timeout: Optional[float] = None,
-                  generator_style: bool = False, **sampling_kwargs: Any
+                  generator_style: bool = False, program_hints: bool = True, **sampling_kwargs: Any
                   ) -> Union[list[ExecutedState], Iterator[ExecutedState]]:
         """Run every input; failed inputs give states whose .error() says why (none raise).
-        `generator_style=True`: a generator of the states in input order, each yielded once ready."""
+        `generator_style=True`: a generator of the states in input order, each yielded once ready.
+        `program_hints=False`: no program hints and no end_program (see `run`)."""
         chosen = resolve_backend(backend, f"{self.name}.run_batch()")
         extra, sampling = split_run_kwargs(dict(sampling_kwargs))
         if extra:
@@ -138,12 +142,13 @@ class CompiledProgram:
             if self.breaking is not None:
                 breaking = self.breaking
                 return run_batch(lambda i, args: breaking.run_one(chosen, args, index=i, sampling=sampling,
-                                                                  max_parallel=max_parallel, timeout=timeout),
+                                                                  max_parallel=max_parallel, timeout=timeout,
+                                                                  program_hints=program_hints),
                                  inputs, concurrency=concurrency_of(num_threads), progress=progress_bar,
                                  description=self.name, on_result=on_result)
             return run_graph_batch(self.graph, chosen, inputs, concurrency=concurrency_of(num_threads),
                                    max_parallel=max_parallel, sampling=sampling, timeout=timeout,
-                                   progress=progress_bar, on_result=on_result)
+                                   progress=progress_bar, on_result=on_result, program_hints=program_hints)
 
         if generator_style:
             return (ExecutedState(r, r.ret_value) for r in results_in_order(start, len(inputs)))

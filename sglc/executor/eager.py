@@ -9,6 +9,10 @@ run here unchanged: values read from the state are real strings.
 
 Mistakes the tracer would report at your line (nested roles, unbalanced scopes, a bad join) are
 reported the same way here, at submission, before anything runs.
+
+Program hints (issue 28) are not sent here: an eager run sees one primitive at a time and cannot
+know which later call extends a call's text, so its prompts carry no ProgramHint and no
+end_program follows (the runtime treats such calls as before). Compile the program to send them.
 """
 from __future__ import annotations
 

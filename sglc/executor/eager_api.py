@@ -36,6 +36,7 @@ def run_function(fn: Any, args: tuple, kwargs: dict[str, Any]) -> ExecutedState:
     backend = resolve_backend(caller.backend if backend is None and caller is not None else backend, f"{fn.name}.run()")
     max_parallel = kwargs.pop("max_parallel", DEFAULT_MAX_PARALLEL)
     stream = kwargs.pop("stream", False)  # NOTE: SGLang's run() keyword, never a program argument
+    kwargs.pop("program_hints", None)  # NOTE: accepted as compiled run() takes it; eager runs send no hints
     arguments, sampling = split_run_kwargs(kwargs)
     if caller is not None:
         sampling = {**caller.sampling, **sampling}
@@ -58,9 +59,11 @@ def run_function(fn: Any, args: tuple, kwargs: dict[str, Any]) -> ExecutedState:
 def run_function_batch(fn: Any, batch_kwargs: Sequence[dict[str, Any]], *, backend: Optional[Backend] = None,
                        num_threads: Union[int, str] = "auto", progress_bar: bool = False,
                        max_parallel: int = DEFAULT_MAX_PARALLEL, generator_style: bool = False,
-                       **sampling_kwargs: Any) -> Union[list[ExecutedState], Iterator[ExecutedState]]:
+                       program_hints: bool = True, **sampling_kwargs: Any
+                       ) -> Union[list[ExecutedState], Iterator[ExecutedState]]:
     """SGLang's `prog.run_batch([{...}, ...])`: states in input order; failures in `.error()`.
-    `generator_style=True`: a generator of the states, each yielded once it and those before it are done."""
+    `generator_style=True`: a generator of the states, each yielded once it and those before it are done.
+    `program_hints` is accepted for the compiled run_batch's sake: an eager run sends no hints."""
     chosen = resolve_backend(backend, f"{fn.name}.run_batch()")
     extra, sampling = split_run_kwargs(dict(sampling_kwargs))
     if extra:

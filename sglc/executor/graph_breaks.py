@@ -14,6 +14,10 @@ a gen's text) is run, per input, as compiled segments with its Python between th
 3. the value goes back to Python, which goes on recording the next segment.
 
 So forks still run in parallel and share cached prefixes, and the prompts are the eager run's.
+Program hints (program_hints.py): the segments of one run share one program id, ended once when
+the run ends; a segment that a break ends is planned with ``continues=True``, so its last call on
+stream 0 is a reuse (the next segment extends that text; next_use 0 unless calls of the segment it
+does not wait on are still to finish).
 `sglc compile` cannot do this (a graph.pb holds no Python): it refuses such programs at the line.
 `CompiledProgram.explain()` lists the breaks: the first, found when compiling, and every other
 one runs have met. A break needs every fork joined, no called program half-traced, and no role or
@@ -30,6 +34,7 @@ from typing import Any, Callable, Optional, Sequence
 from sglc.errors import SglcError
 from sglc.executor.graph_executor import GraphExecutor
 from sglc.executor.pool import DaemonPool
+from sglc.executor.program_hints import end_program, new_program_id
 from sglc.executor.results import RETURNS_STATE, CallRecord, ProgramResult
 from sglc.executor.stream_state import StreamState
 from sglc.frontend.errors import TraceError, trace_error, user_source
@@ -90,9 +95,11 @@ class BreakingProgram:
         return default_pipeline() if self.passes is None else PassManager(list(self.passes))
 
     def run_one(self, backend: Any, arguments: dict[str, Any], *, index: int = 0, sampling: Optional[dict] = None,
-                max_parallel: int = 16, timeout: Optional[float] = None) -> ProgramResult:
-        """One input: its result (never raises for the program's own failures: `.error`)."""
-        run = _SegmentedRun(self, backend, sampling or {}, max_parallel, timeout)
+                max_parallel: int = 16, timeout: Optional[float] = None, program_hints: bool = True) -> ProgramResult:
+        """One input: its result (never raises for the program's own failures: `.error`).
+        `program_hints`: send program hints (one program id for all the run's segments)."""
+        program_id = new_program_id(self.fn.name) if program_hints else None
+        run = _SegmentedRun(self, backend, sampling or {}, max_parallel, timeout, program_id)
         try:
             bindings = self._bindings(arguments)
             trace = run_trace(self.fn.func, self.fn.name, bindings, [], {}, break_handler=run)
@@ -107,6 +114,8 @@ class BreakingProgram:
             error, ret = locate(err), None
         finally:
             run.close()
+            if program_id is not None and run.segments_started:
+                end_program(backend, program_id)
         root = run.root
         return ProgramResult(index=index, arguments=dict(arguments), variables=dict(root.variables), text=root.text,
                              messages=[dict(m) for m in root.messages], calls=list(run.calls), error=error,
@@ -137,8 +146,10 @@ class _SegmentedRun:
     """One input's run: the break handler of its trace (TraceContext.break_handler)."""
 
     def __init__(self, program: BreakingProgram, backend: Any, sampling: dict, max_parallel: int,
-                 timeout: Optional[float]) -> None:
+                 timeout: Optional[float], program_id: Optional[str] = None) -> None:
         self.program = program
+        self.program_id = program_id  # shared by every segment (None: no program hints)
+        self.segments_started = 0
         self.backend = backend
         self.sampling = sampling
         self.max_parallel = max_parallel
@@ -228,9 +239,12 @@ class _SegmentedRun:
             return
         segment, arguments = self._segment(nodes)
         graph = self.program.pipeline().run(segment).graph
+        # NOTE: a break's segment is continued by the next one (its stream 0 text is extended)
         executor = GraphExecutor(graph, self.backend, max_parallel=self.max_parallel, sampling=self.sampling,
-                                 pool=self.pool, timeout=self.timeout)
-        result, values = executor.run_segment(arguments, self.root)
+                                 pool=self.pool, timeout=self.timeout, program_hints=self.program_id is not None,
+                                 continues=at is not None)
+        self.segments_started += 1
+        result, values = executor.run_segment(arguments, self.root, self.program_id)
         self.calls.extend(result.calls)
         self.segments += 1
         if result.error is not None:

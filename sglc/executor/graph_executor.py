@@ -18,6 +18,7 @@ execution); this module only decides *when* each node runs. Methods are dispatch
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import threading
 from typing import Any, Callable, ContextManager, Iterator, Optional
@@ -25,6 +26,7 @@ from typing import Any, Callable, ContextManager, Iterator, Optional
 from sglc.executor.errors import ExecutionError, wrap
 from sglc.executor.live_text import LiveText
 from sglc.executor.pool import DaemonPool
+from sglc.executor.program_hints import NextUse, end_program, new_program_id, next_uses
 from sglc.executor.results import RETURNS_STATE, CallRecord, ProgramResult
 from sglc.executor.semantics import Semantics
 from sglc.executor.stream_state import StreamState
@@ -34,6 +36,7 @@ from sglc.ir.node import Node
 from sglc.ir.verify import loop_regions
 from sglc.ir.ops import Op
 from sglc.wire.backend import Backend
+from sglc.wire.program_hint import ProgramHint
 
 #: Ops that call the backend and so run on the pool.
 CALL_OPS = frozenset({Op.GEN, Op.SELECT, Op.CACHE_PREFIX})
@@ -41,10 +44,15 @@ DEFAULT_MAX_PARALLEL = 16
 
 
 class ExecutionPlan:
-    """Per-graph facts computed once: dependency counts and dependents of every node."""
+    """Per-graph facts computed once: dependency counts and dependents of every node, and (when
+    first asked) each call's program-hint next_use.
 
-    def __init__(self, graph: Graph) -> None:
+    `continues`: the graph is a segment of a program with graph breaks that a later segment
+    continues (its stream 0 text is extended after it; program_hints.py)."""
+
+    def __init__(self, graph: Graph, continues: bool = False) -> None:
         self.graph = graph
+        self.continues = continues
         self.nodes: list[Node] = list(graph.nodes)
         self.index = {node: i for i, node in enumerate(self.nodes)}
         deps: list[set[int]] = [set() for _ in self.nodes]
@@ -58,6 +66,7 @@ class ExecutionPlan:
                     deps[i].add(last_in_stream[node.stream])
                 last_in_stream[node.stream] = i
         self.num_deps = [len(d) for d in deps]
+        self.deps = deps
         # Loops: each body runs once per item. NOTE: a body's nodes depend only on nodes before
         # the loop (done before it starts), its loop_begin and each other; the inner deps are what
         # an iteration waits on again (graph_executor._Run._next_iteration).
@@ -89,18 +98,39 @@ class ExecutionPlan:
         self.root_streams = frozenset(root)
 
     def batch_hints(self) -> list[Node]:
-        return [n for n in self.nodes if n.op is Op.CACHE_PREFIX and n.attrs.get("scope") == "batch"]
+        return [n for n in self.nodes if is_batch_hint(n)]
+
+    @functools.cached_property
+    def next_uses(self) -> dict[int, NextUse]:
+        """Node index -> the NextUse of every call the executor makes (program_hints.py); the
+        batch-scoped CACHE_PREFIX is none of them (the batch sends it, see batch.py)."""
+        calls = [i for i, n in enumerate(self.nodes) if n.op in CALL_OPS and not is_batch_hint(n)]
+        return next_uses(self.nodes, self.deps, calls, self.loop_end, self.loop_body, self.continues)
+
+
+def is_batch_hint(node: Node) -> bool:
+    """A batch-scoped CACHE_PREFIX: a no-op in a run (the batch runner sends it once)."""
+    return node.op is Op.CACHE_PREFIX and node.attrs.get("scope") == "batch"
 
 
 class GraphExecutor:
-    """Runs one graph on one backend; `run` may be called from many threads at once."""
+    """Runs one graph on one backend; `run` may be called from many threads at once.
+
+    `program_hints` (issue 28, program_hints.py): each run gets a fresh program id, every call's
+    prompt carries ``ProgramHint(program_id, next_use)`` and the run ends with
+    ``backend.end_program(program_id)``; False sends no hint and no end. `continues`: this graph
+    is a segment of a program with graph breaks that a later segment continues (graph_breaks.py).
+    """
 
     def __init__(self, graph: Graph, backend: Backend, *, max_parallel: int = DEFAULT_MAX_PARALLEL,
                  sampling: Optional[dict[str, Any]] = None, pool: Optional[DaemonPool] = None,
-                 timeout: Optional[float] = None, seed: Optional[int] = None) -> None:
+                 timeout: Optional[float] = None, seed: Optional[int] = None, program_hints: bool = True,
+                 continues: bool = False) -> None:
         if max_parallel < 1:
             raise ValueError(f"max_parallel must be >= 1, got {max_parallel}")
-        self.plan = ExecutionPlan(graph)
+        self.plan = ExecutionPlan(graph, continues)
+        self.backend = backend
+        self.program_hints = bool(program_hints)
         # NOTE: @sgl.function(num_api_spec_tokens=N) travels in graph.meta; each run gets its own state
         spec = graph.meta.get("num_api_spec_tokens")
         self.semantics = Semantics(backend, sampling, seed, num_api_spec_tokens=int(spec) if spec else None)
@@ -113,10 +143,12 @@ class GraphExecutor:
     def graph(self) -> Graph:
         return self.plan.graph
 
-    def run_segment(self, arguments: dict[str, Any], root: StreamState) -> tuple[ProgramResult, dict[str, Any]]:
+    def run_segment(self, arguments: dict[str, Any], root: StreamState,
+                    program_id: Optional[str] = None) -> tuple[ProgramResult, dict[str, Any]]:
         """Run the graph continuing `root` (stream 0's state, changed in place): one segment of a
-        program with graph breaks (graph_breaks.py). Also returns each node's value by name."""
-        run = _Run(self, dict(arguments), 0, None, root)
+        program with graph breaks (graph_breaks.py). Also returns each node's value by name.
+        `program_id`: the program's (its segments share it; the caller ends it), None: no hints."""
+        run = _Run(self, dict(arguments), 0, None, root, program_id if self.program_hints else None)
         result = run.execute()
         with run.lock:
             return result, {self.plan.nodes[i].name: v for i, v in run.values.items()}
@@ -128,9 +160,11 @@ class GraphExecutor:
         `live` (streaming, `run(stream=True)`): gens stream their text into it; `on_root` gets a
         reader of stream 0's state before anything runs. NOTE: batch-scoped CACHE_PREFIX nodes
         are no-ops here: the batch runner sends that hint once before its items start (see
-        batch.py); a single run has nothing to share it with.
+        batch.py); a single run has nothing to share it with. With program hints the run ends
+        with ``backend.end_program`` once (success, failure or timeout), if it made any call.
         """
-        run = _Run(self, dict(arguments), index, live)
+        program_id = new_program_id(self.graph.name) if self.program_hints else None
+        run = _Run(self, dict(arguments), index, live, program_id=program_id)
         if live is not None:
             live.root_streams = self.plan.root_streams
         if on_root is not None:
@@ -140,6 +174,8 @@ class GraphExecutor:
             result = run.execute()
             return result
         finally:
+            if program_id is not None and run.hinted:
+                end_program(self.backend, program_id)
             if live is not None:
                 live.finish(failed=result is None or result.error is not None)
 
@@ -173,8 +209,11 @@ class _Run:
     """The state of one execution: node values, streams, readiness, in-flight calls."""
 
     def __init__(self, executor: GraphExecutor, arguments: dict[str, Any], index: int,
-                 live: Optional[LiveText] = None, root: Optional[StreamState] = None) -> None:
+                 live: Optional[LiveText] = None, root: Optional[StreamState] = None,
+                 program_id: Optional[str] = None) -> None:
         self.ex = executor
+        self.program_id = program_id  # None: no program hints
+        self.hinted = False  # a call with a hint was sent
         self.live = live
         self.plan = executor.plan
         self.sem = executor.semantics
@@ -301,9 +340,22 @@ class _Run:
         while self.ready_calls and len(self.in_flight) < self.ex.max_parallel and self.error is None:
             i = heapq.heappop(self.ready_calls)
             self.in_flight.add(i)
-            self.ex.pool.submit(lambda i=i: self._call(i))
+            hint = self._hint(i)
+            self.ex.pool.submit(lambda i=i, hint=hint: self._call(i, hint))
 
-    def _call(self, i: int) -> None:
+    def _hint(self, i: int) -> Optional[ProgramHint]:
+        """Call `i`'s program hint, now (lock held: the loops' positions decide wrap-arounds)."""
+        if self.program_id is None:
+            return None
+        next_use = self.plan.next_uses[i].value(self._has_next_iteration)
+        self.hinted = True
+        return ProgramHint(self.program_id, next_use)
+
+    def _has_next_iteration(self, begin: int) -> bool:
+        items = self.loop_items.get(begin)
+        return items is None or self.loop_pos.get(begin, 0) + 1 < len(items)
+
+    def _call(self, i: int, hint: Optional[ProgramHint] = None) -> None:
         node = self.plan.nodes[i]
         st = self.streams[node.stream]
         value: Any = None
@@ -313,15 +365,15 @@ class _Run:
             if node.op is Op.GEN and self.live is not None:
                 committing = _both(self.lock, self.live.committing(st.stream_id))
                 value, record = self.sem.gen(st, node.attrs, node.name, guard=committing, speculation=self.speculation,
-                                             on_text=self.live.on_text(st.stream_id, node.attrs["name"]))
+                                             on_text=self.live.on_text(st.stream_id, node.attrs["name"]), hint=hint)
             elif node.op is Op.GEN:
                 value, record = self.sem.gen(st, node.attrs, node.name, guard=self.lock,
-                                             speculation=self.speculation)
+                                             speculation=self.speculation, hint=hint)
             elif node.op is Op.SELECT:
                 attrs = node.attrs if "choices" in node.attrs else {**node.attrs, "choices": self._input(node)}
-                value, record = self.sem.select(st, attrs, node.name, guard=self.lock)
+                value, record = self.sem.select(st, attrs, node.name, guard=self.lock, hint=hint)
             else:
-                record = self.sem.cache_prefix(st, node.name)
+                record = self.sem.cache_prefix(st, node.name, hint=hint)
         except Exception as err:
             failure = wrap(err, node.name, node.op.value, node.source)
         with self.lock:
@@ -354,7 +406,7 @@ class _Run:
         return node.op is not Op.GET_FORK_ITEM and node.stream not in self.streams
 
     def _is_noop_hint(self, node: Node) -> bool:
-        return node.op is Op.CACHE_PREFIX and node.attrs.get("scope") == "batch"
+        return is_batch_hint(node)
 
     # ----- ops (dispatched by name) -----
     def _input(self, node: Node, k: int = 0) -> Any:

@@ -25,8 +25,9 @@ from sglc.executor.results import CallRecord
 from sglc.executor.stream_state import StreamState
 from sglc.ir.gen_constraint import constraint_grammar
 from sglc.wire import sampling_table
-from sglc.wire.backend import Backend, ChatTemplate, GenParams, LogprobRequest, ModelInfo
+from sglc.wire.backend import Backend, ChatTemplate, GenParams, LogprobRequest, ModelInfo, Prompt
 from sglc.wire.json_schema_text import schema_text
+from sglc.wire.program_hint import ProgramHint
 
 log = logging.getLogger("sglc.executor")
 
@@ -162,26 +163,28 @@ class Semantics:
 
     def gen(self, st: StreamState, attrs: dict[str, Any], node: str,
             guard: ContextManager[Any] = contextlib.nullcontext(), speculation: Any = None,
-            on_text: Optional[Callable[[str], None]] = None) -> tuple[Any, CallRecord]:
+            on_text: Optional[Callable[[str], None]] = None, hint: Optional[ProgramHint] = None) -> tuple[Any, CallRecord]:
         """Generate after the stream's text, append the text, define the variable as that text
         (a dtype only constrains the generation; SGLang stores the string too).
 
         `guard` is held while `st` changes (the graph executor passes its run lock, so a result
         snapshot never sees a half-applied call). `speculation`: the run's state from
         :meth:`speculation` (None: a plain call). `on_text`: streaming (`run(stream=True)`) —
-        the text goes there piece by piece as the backend produces it.
+        the text goes there piece by piece as the backend produces it. `hint`: the call's program
+        hint (graph executor, program_hints.py), carried on the prompt.
         """
         name = attrs["name"]
         params = self.gen_params(attrs)
+        prompt = _hinted(st, hint)
         t0 = time.perf_counter()
         if speculation is not None:  # NOTE: a speculated gen is cut from a longer call: not streamed
-            result = self.backend.generate(st.prompt(), params, speculation=speculation)  # type: ignore[call-arg]
+            result = self.backend.generate(prompt, params, speculation=speculation)  # type: ignore[call-arg]
             if on_text is not None:
                 on_text(result.text)
         elif on_text is not None:
-            result = self.backend.generate_stream(st.prompt(), params, on_text)
+            result = self.backend.generate_stream(prompt, params, on_text)
         else:
-            result = self.backend.generate(st.prompt(), params)
+            result = self.backend.generate(prompt, params)
         latency = time.perf_counter() - t0
         self.backend.add_token_usage(result.meta)
         value = trim_at_first_stop(result.text, params)
@@ -192,7 +195,8 @@ class Semantics:
         return value, record
 
     def select(self, st: StreamState, attrs: dict[str, Any], node: str,
-               guard: ContextManager[Any] = contextlib.nullcontext()) -> tuple[str, CallRecord]:
+               guard: ContextManager[Any] = contextlib.nullcontext(),
+               hint: Optional[ProgramHint] = None) -> tuple[str, CallRecord]:
         """Score every choice after the stream's text, pick one by the method, append it."""
         name = attrs["name"]
         choices = attrs["choices"]
@@ -203,7 +207,7 @@ class Semantics:
         method = attrs.get("choices_method") or "token_length_normalized"
         unconditional = select_methods.needs_unconditional(method)
         t0 = time.perf_counter()
-        scored = self.backend.score(st.prompt(), choices, unconditional=unconditional)
+        scored = self.backend.score(_hinted(st, hint), choices, unconditional=unconditional)
         latency = time.perf_counter() - t0
         self.backend.add_token_usage(scored.meta)
         if len(scored.choices) != len(choices):
@@ -222,10 +226,10 @@ class Semantics:
             st.define(name, choice, meta)
         return choice, record
 
-    def cache_prefix(self, st: StreamState, node: str) -> CallRecord:
+    def cache_prefix(self, st: StreamState, node: str, hint: Optional[ProgramHint] = None) -> CallRecord:
         """The fork hint: ask the backend to prefill and keep the stream's text so far."""
         t0 = time.perf_counter()
-        meta = self.backend.cache_prefix(st.prompt())
+        meta = self.backend.cache_prefix(_hinted(st, hint))
         return CallRecord.of(node, st.stream_id, "cache_prefix", meta, time.perf_counter() - t0)
 
     # ----- scopes -----
@@ -265,6 +269,13 @@ class Semantics:
         for name, values in gathered.items():
             parent.define(name, values)
         return gathered
+
+
+def _hinted(st: StreamState, hint: Optional[ProgramHint]) -> Prompt:
+    """The stream's prompt now, carrying the call's program hint (None: none)."""
+    prompt = st.prompt()
+    prompt.hint = hint
+    return prompt
 
 
 def trim_at_first_stop(text: str, params: GenParams) -> str:
