@@ -51,16 +51,38 @@ def gen_params_to_pb(params: bk.GenParams) -> pb.SamplingParams:
     return s
 
 
+def set_hint(request: pb.GenerateRequest | pb.ScoreRequest | pb.CachePrefixRequest, prompt: bk.Prompt | str) -> None:
+    """The prompt's program hint (issue 28) on `request.hint`; left unset when there is none."""
+    hint = getattr(prompt, "hint", None)
+    if hint is not None:
+        hint.to_pb(request.hint)
+
+
 def generate_request(prompt: bk.Prompt | str, params: bk.GenParams, *, rid: str = "", stream: bool = False,
                      image_mode: str = "reject") -> pb.GenerateRequest:
     request = pb.GenerateRequest(rid=rid, prompt=prompt_to_pb(prompt, image_mode),
                                  sampling=gen_params_to_pb(params), stream=stream)
+    set_hint(request, prompt)
     asked = params.logprobs
     if asked is not None:
         request.logprobs.return_logprob = True
         request.logprobs.top_logprobs_num = asked.top_logprobs_num
         if asked.logprob_start_len >= 0:
             request.logprobs.logprob_start_len = asked.logprob_start_len
+    return request
+
+
+def score_request(prompt: bk.Prompt | str, choices: Sequence[str], unconditional: bool = False,
+                  image_mode: str = "reject") -> pb.ScoreRequest:
+    request = pb.ScoreRequest(prompt=prompt_to_pb(prompt, image_mode), choices=list(choices),
+                              unconditional=unconditional)
+    set_hint(request, prompt)
+    return request
+
+
+def cache_prefix_request(prompt: bk.Prompt | str, image_mode: str = "reject") -> pb.CachePrefixRequest:
+    request = pb.CachePrefixRequest(prompt=prompt_to_pb(prompt, image_mode))
+    set_hint(request, prompt)
     return request
 
 

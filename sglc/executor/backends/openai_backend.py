@@ -66,7 +66,10 @@ def base_url_of(endpoint: Optional[str]) -> str:
 
 
 class OpenAIBackend(Backend):
-    """A Backend talking to one OpenAI-compatible endpoint and model."""
+    """A Backend talking to one OpenAI-compatible endpoint and model.
+
+    NOTE: program hints (``Prompt.hint``, issue 28) are ignored and ``end_program`` is the base
+    class's no-op: the OpenAI API has no field for them."""
 
     def __init__(self, endpoint: Optional[str] = None, model: Optional[str] = None, *, model_type: str = "auto",
                  api_key: Optional[str] = None, timeout: float = 600.0, max_retries: int = 1,

@@ -22,6 +22,11 @@ deployment unchanged:
 - fork hints: ``/generate`` with ``max_new_tokens: 0`` (the prompt is prefilled and cached; the
   router's cache_aware policy remembers which worker has it).
 - per-call metadata from ``meta_info``: prompt/cached/completion tokens, finish_reason, latency.
+- program hints (issue 28): a prompt's ``hint`` goes as ``"program_hint": {...}``
+  (ProgramHint.to_json) on every ``/generate`` of the call, and ``end_program`` is
+  ``POST /end_program {"program_id": ...}`` (its ``released_tokens``; 0 on any error). Both only
+  when the endpoint is one sglc server (``is_sglc``, as for ``fsm``): a router drops the field
+  and SGLang has neither, so nothing extra is sent to them.
 
 Faults: a call that gets no HTTP answer at all (connection refused / reset) or a 502/503 from a
 router is retried ONCE: no token has reached us, so a retry cannot duplicate text. Anything else,
@@ -47,6 +52,8 @@ from sglc.wire.backend import (Backend, CallMeta, ChatTemplate, ChoiceLogprobs, 
 
 #: Statuses after which one retry is safe: the router found no (live) worker; nothing was generated for us.
 RETRY_STATUSES = (502, 503)
+#: Deadline (s) of /end_program: advice at the end of a run, never worth waiting long for.
+END_PROGRAM_TIMEOUT_S = 5.0
 #: Choices scored at once by one select (one request each).
 MAX_PARALLEL_CHOICES = 16
 
@@ -162,7 +169,10 @@ class SGLangBackend(Backend):
     def _body(self, prompt: Prompt, sampling_params: dict, **extra: Any) -> dict:
         if prompt.images:
             raise BackendError(f"sglang backend {self.url}: images are not supported by this backend")
-        return {"text": prompt.text, "sampling_params": sampling_params, **extra}
+        body = {"text": prompt.text, "sampling_params": sampling_params, **extra}
+        if prompt.hint is not None and self.is_sglc:
+            body["program_hint"] = prompt.hint.to_json()
+        return body
 
     @staticmethod
     def _meta(meta: dict, latency: float) -> CallMeta:
@@ -236,6 +246,8 @@ class SGLangBackend(Backend):
         tail = [e[1] for e in (first.get("meta_info") or {}).get("input_token_logprobs", [])[start:]]
 
         def one(choice: str) -> list[float]:
+            # NOTE: no program hint here: only the prefix request carries it (each choice's text is
+            # a one-off; keeping them all for the program would hold choices nobody extends)
             body = self._body(Prompt(prompt.text + choice), {"max_new_tokens": 0, "temperature": 0},
                               return_logprob=True, logprob_start_len=start)
             entries = (self._call("/generate", body).get("meta_info") or {}).get("input_token_logprobs") or []
@@ -252,6 +264,20 @@ class SGLangBackend(Backend):
         meta = CallMeta(prompt_tokens=prefix.prompt_tokens, cached_tokens=prefix.cached_tokens,
                         latency_s=time.perf_counter() - t0)
         return ScoreResult([ChoiceLogprobs(token_logprobs=lp) for lp in scored], meta)
+
+    def end_program(self, program_id: str) -> int:
+        """``POST /end_program`` on an sglc server: the cached tokens it released; 0 on any error
+        (advice: no retry, a short deadline) and for other servers (they take no hints)."""
+        if not self.is_sglc:
+            return 0
+        request = urllib.request.Request(f"{self.url}/end_program", data=json.dumps({"program_id": program_id}).encode(),
+                                         headers=self._headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=min(self.info_timeout, END_PROGRAM_TIMEOUT_S)) as response:
+                answer = json.loads(response.read())
+            return int(answer.get("released_tokens") or 0) if isinstance(answer, dict) else 0
+        except (OSError, ValueError, TypeError, http.client.HTTPException):  # HTTPError (404: no such endpoint) is an OSError
+            return 0
 
     def metrics(self) -> dict[str, Any]:
         try:

@@ -10,6 +10,9 @@
   channel: after a server restart on the same address the next call just works.
 - API key: a server started with ``--api-key`` needs ``api_key=KEY`` (default: $SGLC_API_KEY),
   sent as the metadata ``authorization: Bearer KEY`` on every call.
+- Program hints (issue 28): a prompt's ``hint`` travels as the request's ``hint`` (Generate,
+  Score, CachePrefix); ``end_program`` is the EndProgram rpc (short deadline, never raises, 0 from
+  a server that lacks it).
 - Images: the runtime's default model is text-only. With ``image_mode="placeholder"`` (the
   default) each image becomes the text ``<image: NAME>`` at its IMAGE_MARKER in the prompt text
   (or before the text), and the call's meta carries ``warnings`` saying so; "reject" makes such
@@ -52,6 +55,10 @@ CHANNEL_OPTIONS = (
 )
 
 
+#: Deadline (s) of EndProgram: advice at the end of a run, never worth waiting long for.
+END_PROGRAM_TIMEOUT_S = 5.0
+
+
 class SrtBackend(Backend):
     """A Backend talking to one runtime server at `endpoint` ("host:port")."""
 
@@ -77,6 +84,7 @@ class SrtBackend(Backend):
         self._stub: pb_grpc.RuntimeStub | None = None
         self._info: ModelInfo | None = None
         self._closed = False
+        self._ends_programs = True  # False once the server said it has no EndProgram (an older one)
         self._connect()
 
     # --- connection ---
@@ -204,17 +212,33 @@ class SrtBackend(Backend):
 
     def score(self, prompt: Prompt, choices: list[str], unconditional: bool = False) -> ScoreResult:
         t0 = time.perf_counter()
-        request = pb.ScoreRequest(prompt=client_convert.prompt_to_pb(prompt, self.image_mode), choices=list(choices),
-                                  unconditional=unconditional)
+        request = client_convert.score_request(prompt, choices, unconditional, self.image_mode)
         response = self._invoke("Score", request, self.timeout)
         return client_convert.score_result_from_pb(response, time.perf_counter() - t0, unconditional)
 
     def cache_prefix(self, prompt: Prompt) -> CallMeta:
         t0 = time.perf_counter()
-        response = self._invoke("CachePrefix", pb.CachePrefixRequest(prompt=client_convert.prompt_to_pb(prompt, self.image_mode)),
+        response = self._invoke("CachePrefix", client_convert.cache_prefix_request(prompt, self.image_mode),
                                 self.timeout)
         return client_convert.call_meta(response.prompt_tokens, response.cached_tokens,
                                  latency_s=time.perf_counter() - t0, warnings=response.warnings)
+
+    def end_program(self, program_id: str) -> int:
+        """EndProgram (issue 28): the cached tokens the server released; 0 on any failure (advice).
+        A server without the rpc (UNIMPLEMENTED) is not asked again."""
+        if not self._ends_programs:
+            return 0
+        try:
+            stub = self._current()
+            response = stub.EndProgram(pb.EndProgramRequest(program_id=program_id),
+                                       timeout=min(self.info_timeout, END_PROGRAM_TIMEOUT_S), metadata=self._metadata)
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                self._ends_programs = False
+            return 0
+        except BackendError:  # the backend is closed
+            return 0
+        return int(response.released_tokens)
 
     def metrics(self) -> dict[str, Any]:
         return client_convert.metrics_from_pb(self._invoke("Metrics", pb.MetricsRequest(), self.info_timeout))
