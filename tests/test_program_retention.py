@@ -306,3 +306,14 @@ def test_equal_next_use_evicts_the_youngest_programs_text_first(table):
     cache.match_prefix(young)  # the young program's text is the most recently used
     cache.evict(1)
     assert cached(cache, young) == 0 and cached(cache, old) == 10
+
+
+def test_a_late_call_of_an_ended_program_runs_unhinted():
+    s = make_sched()
+    runner = SlotCheckingRunner()
+    s.add_request(hinted("a1", toks(1, 20), "A"))
+    drain(s, runner)
+    s.end_program("A")
+    s.add_request(hinted("late", toks(1, 20) + toks(5, 4), "A"))  # in flight when its run timed out
+    drain(s, runner)
+    assert "A" not in s.programs and s.stats().hinted_tokens == 0

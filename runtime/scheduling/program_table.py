@@ -11,6 +11,8 @@ program's call, so clients that send no hints see exactly the old behaviour.
 
 Bounded: at most ``max_programs`` live entries (the oldest is forgotten first) and an entry
 idle for ``idle_s`` is forgotten (a client that never ends its programs costs nothing lasting).
+The last ``max_programs`` ended ids are remembered too: a call of an ended program (one still in
+flight when its run timed out) runs as an unhinted call, so it cannot start the program again.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ class ProgramTable:
         self.idle_s = idle_s
         self.clock = clock
         self._started: OrderedDict[str, tuple[int, float]] = OrderedDict()  # id -> (start rank, last seen)
+        self._ended: OrderedDict[str, None] = OrderedDict()
         self._next_rank = 0
 
     def __len__(self) -> int:
@@ -46,10 +49,14 @@ class ProgramTable:
         return req.hint is not None and req.hint.program_id in self._started
 
     def on_admitted(self, req: Req) -> None:
-        """``req`` was admitted: its program is in flight (from now, if it was not)."""
+        """``req`` was admitted: its program is in flight (from now, if it was not). A call of an
+        ended program loses its hint."""
         if req.hint is None:
             return
         pid, now = req.hint.program_id, self.clock()
+        if pid in self._ended:
+            req.hint = None
+            return
         entry = self._started.get(pid)
         if entry is None:
             self._expire(now)
@@ -63,6 +70,10 @@ class ProgramTable:
 
     def end(self, program_id: str) -> bool:
         """The program ended; False if it was not in flight."""
+        self._ended[program_id] = None
+        self._ended.move_to_end(program_id)
+        while len(self._ended) > self.max_programs:
+            self._ended.popitem(last=False)
         return self._started.pop(program_id, None) is not None
 
     def order(self, waiting: Sequence[Req], policy_order: Callable[[Sequence[Req]], list[Req]]) -> list[Req]:
