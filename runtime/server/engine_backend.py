@@ -18,6 +18,8 @@ thin client of it, as the gRPC and HTTP servers are thin adapters), so these exi
 - score: one batched prefill sharing the prompt, unconditional logprobs (the choice tokens after
   the start token: the model's BOS, else its first EOS);
 - cache_prefix: the service's prefill-only request (max_new_tokens=0); the radix cache keeps it;
+- program hints (issue 28): each call passes ``prompt.hint`` on (its lease capped to
+  ServerLimits.max_hint_lease_ms, as a server does); ``end_program`` releases a program's prefixes;
 - model info, with the chat template's split.
 
 What the backend adds: a deadline per call (the call is cancelled when it passes) and
@@ -103,7 +105,7 @@ class EngineBackend(Backend):
     def _generate(self, prompt: Prompt, params: GenParams, on_text: Optional[Callable[..., None]]) -> GenResult:
         t0 = time.perf_counter()
         sampling = self.service.sampling_params(**self._sampling_fields(params))
-        call = self._once_started(self.service.generate(self._prompt_input(prompt), sampling))
+        call = self._once_started(self.service.generate(self._prompt_input(prompt), sampling, hint=prompt.hint))
         produced = [0]
         top = params.logprobs.top_logprobs_num if params.logprobs is not None else 0
 
@@ -135,7 +137,8 @@ class EngineBackend(Backend):
         self._wait_started()
         t0 = time.perf_counter()
         try:
-            outcome = self.service.score(self._prompt_input(prompt), list(choices), unconditional=unconditional)
+            outcome = self.service.score(self._prompt_input(prompt), list(choices), unconditional=unconditional,
+                                         hint=prompt.hint)
         except (ServiceUnavailable, CallCancelled) as err:
             raise BackendError(f"the embedded runtime could not score: {err}") from None
         results = [ChoiceLogprobs(token_logprobs=c.token_logprobs, unconditional_logprobs=c.unconditional_logprobs)
@@ -150,13 +153,18 @@ class EngineBackend(Backend):
         t0 = time.perf_counter()
         try:
             prompt_tokens, cached, _ = self.service.cache_prefix(self._prompt_input(prompt), started=self._once_started,
-                                                                 is_active=self._deadline())
+                                                                 is_active=self._deadline(), hint=prompt.hint)
         except CallCancelled:
             raise BackendError(f"the embedded runtime gave no answer within {self.timeout:g} s") from None
         except (ServiceUnavailable, RuntimeError) as err:
             raise BackendError(f"the embedded runtime could not cache the prefix: {err}") from None
         # NOTE: a prefill-only request always finishes so: by length, nothing generated
         return CallMeta(prompt_tokens, cached, 0, {"type": "length", "length": 0}, time.perf_counter() - t0)
+
+    def end_program(self, program_id: str) -> int:
+        """The program run ended: the engine releases its hinted prefixes; returns the cached
+        tokens released. An invalid id (the caller's bug) raises RequestError naming it."""
+        return self.service.end_program(program_id)
 
     def flush_cache(self) -> bool:
         return bool(self.engine.flush_cache())

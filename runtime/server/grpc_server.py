@@ -8,6 +8,10 @@ INTERNAL ("internal error: ..."), logged with its traceback. A message over
 A Generate that the engine aborts after it was accepted ends with a GenerateError message
 (status OK). Cancelling a Generate, Score or CachePrefix call aborts its engine work.
 
+Program hints (issue 28): Generate, Score and CachePrefix read ``hint`` when set (an invalid one
+-> INVALID_ARGUMENT naming the field; a lease over ``max_hint_lease_ms`` is capped, not refused);
+``EndProgram`` releases what the engine keeps for a program.
+
 With an API key every RPC needs the metadata ``authorization: Bearer KEY`` (UNAUTHENTICATED
 otherwise) but a plain Health check; ``Health(check_generate=true)`` runs a generation and needs it.
 """
@@ -73,6 +77,14 @@ def _unary(rpc: str, body: Callable[[Any], Any], context: grpc.ServicerContext) 
         _fail(context, err, rpc)
 
 
+def _hint(svc: RuntimeService, request: Any) -> Any:
+    """The request's ProgramHint (None when unset); RequestError (INVALID_ARGUMENT) when invalid."""
+    try:
+        return server_convert.hint_from_pb(request)
+    except (ValueError, TypeError) as err:
+        raise svc._invalid(err) from err
+
+
 def _cancel_with(context: grpc.ServicerContext, call: Any) -> None:
     """Cancel `call` when the RPC ends early (client cancel, deadline, disconnect)."""
     if not context.add_callback(lambda: call.cancel("the client cancelled the call")):
@@ -96,8 +108,9 @@ class RuntimeServicer(pb_grpc.RuntimeServicer):
                 raise svc._invalid(err) from err
             prompt = server_convert.prompt_from_pb(request.prompt)
             svc.check_rid(request.rid)  # NOTE: the cheap checks first: the constraint compiles next
+            hint = _hint(svc, request)
             svc.resolve(prompt)
-            return svc.generate(prompt, svc.sampling_params(**fields), rid=request.rid or None)
+            return svc.generate(prompt, svc.sampling_params(**fields), rid=request.rid or None, hint=hint)
 
         call = _unary("Generate", start, context)
         _cancel_with(context, call)
@@ -121,15 +134,20 @@ class RuntimeServicer(pb_grpc.RuntimeServicer):
     def Score(self, request: pb.ScoreRequest, context: grpc.ServicerContext) -> pb.ScoreResponse:
         return _unary("Score", lambda: server_convert.score_to_pb(self.service.score(
             server_convert.prompt_from_pb(request.prompt), list(request.choices), unconditional=request.unconditional,
-            started=lambda call: _cancel_with(context, call))), context)
+            started=lambda call: _cancel_with(context, call), hint=_hint(self.service, request))), context)
 
     def CachePrefix(self, request: pb.CachePrefixRequest, context: grpc.ServicerContext) -> pb.CachePrefixResponse:
         def body():
             prompt_tokens, cached, warnings = self.service.cache_prefix(
-                server_convert.prompt_from_pb(request.prompt), started=lambda call: _cancel_with(context, call))
+                server_convert.prompt_from_pb(request.prompt), started=lambda call: _cancel_with(context, call),
+                hint=_hint(self.service, request))
             return pb.CachePrefixResponse(prompt_tokens=prompt_tokens, cached_tokens=cached, warnings=warnings)
 
         return _unary("CachePrefix", body, context)
+
+    def EndProgram(self, request: pb.EndProgramRequest, context: grpc.ServicerContext) -> pb.EndProgramResponse:
+        return _unary("EndProgram", lambda: pb.EndProgramResponse(
+            released_tokens=self.service.end_program(request.program_id)), context)
 
     def Flush(self, request: pb.FlushRequest, context: grpc.ServicerContext) -> pb.FlushResponse:
         def body():

@@ -60,6 +60,9 @@ class ServerLimits:
     max_json_depth: int = 64
     #: Bytes of a client-chosen request id (gRPC ``rid``).
     max_rid_bytes: int = 256
+    #: Milliseconds a program hint's lease may ask (issue 28): a longer ``lease_ms`` is capped to
+    #: this, not refused (a hint is advice; the client's program runs either way).
+    max_hint_lease_ms: int = 60_000
     #: Seconds an HTTP request's headers may take to arrive, from its first byte (a new connection:
     #: from being accepted); then 408 and closed (connection_guard.py). The answer is never timed.
     max_header_seconds: int = 10

@@ -6,8 +6,10 @@ validation errors as :class:`RequestError` (INVALID_ARGUMENT / HTTP 400), the re
 limits (:class:`ServerLimits`, checked before tokenizing), image handling for a text-only model,
 every call in flight (a :class:`GenerateCall` or a :class:`ScoreCall`: counted in ``num_active``
 until the engine is done with it, cancelled by ``cancel_all``), scoring, the cache-prefix hint,
-model info (with the chat template split into role prefixes/suffixes), health, and metrics
-(engine counters plus this server's request counters).
+program hints (issue 28: ``hint=`` of generate / score / cache_prefix, each lease capped to
+``ServerLimits.max_hint_lease_ms``; ``end_program``), model info (with the chat template split
+into role prefixes/suffixes), health, and metrics (engine counters plus this server's request
+counters).
 
 Threading: every method may be called from any thread; the engine runs in its background
 thread (``Engine.start()``), which the service requires unless built with ``require_running=False``
@@ -25,8 +27,10 @@ import posixpath
 import threading
 import time
 import uuid
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
+from sglc.wire.program_hint import ProgramHint, check_program_id
 from sglc.wire.service_results import ChoiceScore, RuntimeModelInfo, ScoreOutcome
 
 from sglc_runtime.constrained.errors import ConstraintCompilerBusy
@@ -50,12 +54,17 @@ def one_line(err: BaseException) -> str:
 
 __all__ = ["IMAGE_MARKER", "PromptInput", "RequestError", "ServiceUnavailable", "ConstraintCompilerBusy",
            "RuntimeService", "GenerateCall", "ScoreCall", "CallCancelled", "LimitExceeded", "ServerLimits",
-           "ChoiceScore", "ScoreOutcome", "RuntimeModelInfo", "abort_kind", "image_placeholder", "resolve_prompt"]
+           "ChoiceScore", "ScoreOutcome", "RuntimeModelInfo", "abort_kind", "image_placeholder", "resolve_prompt",
+           "HINT_METRICS"]
 
 
 def _floats(values: Sequence[float | None] | None) -> list[float]:
     """Logprobs as floats; NaN where there is no value (a prompt's first position)."""
     return [math.nan if v is None else float(v) for v in values or ()]
+
+
+#: The engine's program-hint counters (issue 28): always in ``metrics()`` (0 while the engine has none).
+HINT_METRICS = ("hinted_tokens", "hint_evictions")
 
 
 def abort_kind(message: str) -> str:
@@ -187,9 +196,23 @@ class RuntimeService:
         if rid:
             self.limits.check_text("max_rid_bytes", "the request id", rid)
 
-    def generate(self, prompt: PromptInput, params: Any, *, rid: str | None = None) -> GenerateCall:
+    def capped_hint(self, hint: ProgramHint | None) -> ProgramHint | None:
+        """`hint` with its lease capped to ``limits.max_hint_lease_ms`` (a longer lease is not an
+        error: the hint is advice, so it is shortened, never refused); 0 (the engine's default)
+        stays 0."""
+        if hint is None:
+            return None
+        if not isinstance(hint, ProgramHint):
+            raise TypeError(f"hint must be a ProgramHint, got {type(hint).__name__}")
+        cap = self.limits.max_hint_lease_ms
+        return replace(hint, lease_ms=cap) if hint.lease_ms > cap else hint
+
+    def generate(self, prompt: PromptInput, params: Any, *, rid: str | None = None,
+                 hint: ProgramHint | None = None) -> GenerateCall:
         """Submit a generation; iterate the returned call's chunks. Raises RequestError now for
-        a bad request (the engine validates everything at submit)."""
+        a bad request (the engine validates everything at submit). `hint`: the call's place in
+        its program (its lease capped); it never changes the output."""
+        hint = self.capped_hint(hint)
         self._check_open()
         if rid:
             try:
@@ -200,7 +223,9 @@ class RuntimeService:
         call = GenerateCall(self, rid or uuid.uuid4().hex, warnings)
         self._register(call)
         try:
-            self.engine.submit(engine_prompt, params, rid=call.rid, callback=call._deliver)
+            # NOTE: hint= only when given: an engine stand-in without the keyword still serves plain calls
+            extra = {} if hint is None else {"hint": hint}
+            self.engine.submit(engine_prompt, params, rid=call.rid, callback=call._deliver, **extra)
         except Exception as err:
             self._mark_ended(call)
             if isinstance(err, (ValueError, TypeError)):
@@ -211,11 +236,14 @@ class RuntimeService:
         return call
 
     def score(self, prompt: PromptInput, choices: Sequence[str], *, unconditional: bool = False,
-              started: Callable[[ScoreCall], Any] | None = None) -> ScoreOutcome:
+              started: Callable[[ScoreCall], Any] | None = None, hint: ProgramHint | None = None) -> ScoreOutcome:
         """Logprobs of each choice after the prompt (Engine.score: batched prefills sharing the
         prompt's cached prefix), plus unconditional logprobs when asked. Blocks until done;
         `started(call)` gets the ScoreCall first, whose ``cancel`` aborts the engine work
-        (CallCancelled is raised here then; ServiceUnavailable when the server shuts down)."""
+        (CallCancelled is raised here then; ServiceUnavailable when the server shuts down).
+        `hint` goes with the prompt's scoring (its lease capped); the unconditional scores, which
+        condition on the start token alone, carry none."""
+        hint = self.capped_hint(hint)
         self._check_open()
         engine_prompt, warnings = self.resolve(prompt)
         choices = self._choices(choices)
@@ -225,7 +253,7 @@ class RuntimeService:
             if started is not None:
                 started(call)
             try:
-                job = self.engine.score_job(engine_prompt, choices)
+                job = self.engine.score_job(engine_prompt, choices, **({} if hint is None else {"hint": hint}))
             except (ValueError, TypeError) as err:
                 raise self._invalid(err) from err
             results = self._run_score(call, job)
@@ -268,13 +296,15 @@ class RuntimeService:
         return info.bos_token_id if info.bos_token_id is not None else info.eos_token_ids[0]
 
     def cache_prefix(self, prompt: PromptInput, *, started: Callable[[GenerateCall], Any] | None = None,
-                     is_active: Callable[[], bool] = lambda: True) -> tuple[int, int, list[str]]:
+                     is_active: Callable[[], bool] = lambda: True,
+                     hint: ProgramHint | None = None) -> tuple[int, int, list[str]]:
         """Prefill the prompt and keep it cached: (prompt_tokens, cached_tokens before, warnings).
         Blocks until done; `started(call)` gets the GenerateCall first (its cancel aborts it);
-        when `is_active()` turns False (a deadline) the call is cancelled (CallCancelled)."""
+        when `is_active()` turns False (a deadline) the call is cancelled (CallCancelled).
+        `hint`: the prefix's place in its program (its lease capped)."""
         from sglc_runtime.sampling.sampling_params import SamplingParams
 
-        call = self.generate(prompt, SamplingParams(max_new_tokens=0))
+        call = self.generate(prompt, SamplingParams(max_new_tokens=0), hint=hint)
         if started is not None:
             started(call)
         out = self.final_output(call, is_active=is_active)
@@ -301,6 +331,17 @@ class RuntimeService:
             if chunk.finished:
                 return chunk.output
         return None
+
+    def end_program(self, program_id: str) -> int:
+        """A program run ended: the engine releases what it keeps for the program's hints (its
+        prefixes are evicted first from then on). Returns the cached tokens released (0 for a
+        program the engine holds nothing for). RequestError naming the problem for an invalid id.
+        Served while draining too: it only gives memory back."""
+        try:
+            check_program_id(program_id)
+        except (ValueError, TypeError) as err:
+            raise self._invalid(err) from err
+        return int(self.engine.end_program(program_id))
 
     def flush(self) -> tuple[bool, str]:
         """Empty the prefix cache if idle: (flushed, reason when not)."""
@@ -351,6 +392,8 @@ class RuntimeService:
     def metrics(self) -> dict[str, Any]:
         """Engine counters (EngineStats) plus this server's request counters and uptime."""
         stats = self.engine.stats().to_dict()
+        for name in HINT_METRICS:  # NOTE: from the engine when it counts them
+            stats.setdefault(name, 0)
         with self._lock:
             stats.update(self._counts)
             stats["num_active"] = len(self._active)

@@ -12,6 +12,7 @@ from sglc.fsm.errors import FSMFormatError
 from sglc.wire import pb_values as pbv
 from sglc.wire import sampling_table
 from sglc.wire.fsm_message import fsm_from_pb
+from sglc.wire.program_hint import ProgramHint
 from sglc.wire.prompt import PromptInput
 from sglc.wire.proto import runtime_pb2 as pb
 from sglc.wire.service_results import RuntimeModelInfo, ScoreOutcome
@@ -25,6 +26,12 @@ def prompt_from_pb(p: pb.Prompt) -> PromptInput:
         images=tuple(p.images),
         image_mode=pbv.IMAGE_MODES.get(p.image_mode, f"unknown ({p.image_mode})"),
     )
+
+
+def hint_from_pb(req: Any) -> ProgramHint | None:
+    """The ``hint`` of a Generate/Score/CachePrefix request, None when unset; ValueError /
+    TypeError naming the bad field (an empty program_id, next_use < -1, ...)."""
+    return ProgramHint.from_pb(req.hint) if req.HasField("hint") else None
 
 
 def sampling_fields_from_pb(req: pb.GenerateRequest) -> dict[str, Any]:
