@@ -213,6 +213,21 @@ class Handlers:
         """Submit a /generate in SGLang's wire format (sglang_generate.py)."""
         return self.sglang.start(body)
 
+    def end_program(self, body: dict) -> dict:
+        """POST /end_program ``{"program_id": ID}`` -> ``{"released_tokens": N}`` (issue 28): the
+        engine releases what it keeps for the program's hints. 400 naming the field otherwise."""
+        unknown = sorted(set(body) - {"program_id"})
+        if unknown:
+            raise FieldError(unknown[0][:40], f"'{unknown[0][:40]}' is not a field of /end_program "
+                                         "(it takes {'program_id': string})")
+        if "program_id" not in body:
+            raise FieldError("program_id", "/end_program needs 'program_id' (a string)")
+        try:
+            released = self.svc.end_program(body["program_id"])
+        except RequestError as err:
+            raise FieldError("program_id", str(err)) from None  # NOTE: its message names program_id
+        return {"released_tokens": released}
+
     def decode_one(self, token_id: int) -> str:
         """One token's text (SGLang's logprob triples decode each token alone)."""
         return self.decode([token_id])

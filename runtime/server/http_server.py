@@ -4,7 +4,8 @@ Endpoints: ``/v1/completions``, ``/v1/chat/completions`` (SSE streaming: ``data:
 then ``data: [DONE]``), ``/v1/models``; SGLang's ``/generate`` (its wire format:
 sglang_generate.py), ``/health``, ``/health_generate``, ``/get_model_info`` and ``/model_info``,
 ``/get_server_info`` and ``/server_info``, ``/get_load``, ``POST /flush_cache``,
-``POST /abort_request``; ``/metrics`` (Prometheus text).
+``POST /abort_request``, ``POST /end_program`` (issue 28: ``{"program_id"}`` ->
+``{"released_tokens"}``); ``/metrics`` (Prometheus text).
 
 Errors (OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``): invalid JSON or a
 bad field, a Host header not allowed (DNS rebinding: host_allowlist.py) -> 400; no or a wrong API
@@ -214,6 +215,15 @@ def build_app(service: RuntimeService, *, api_key: str | None = None, allowed_ho
         except Exception as err:
             return fail(err)
         return JSONResponse({"aborted": num})
+
+    @app.post("/end_program")
+    async def end_program(request: Request) -> Any:
+        """A program run ended (issue 28): ``{"program_id": ID}`` -> ``{"released_tokens": N}``."""
+        try:
+            body = await read_json_object(request, served.service.limits)
+            return JSONResponse(await run_in_threadpool(served.handlers.end_program, body))
+        except Exception as err:
+            return fail(err)
 
     @app.post("/flush_cache")
     async def flush() -> Any:

@@ -2,7 +2,8 @@
 
 Order of work (every check before the work it bounds): the body's fields (sglang_request.py:
 unknown fields, types, unsupported values -> 400 naming the field); the prompts' shape and
-count; ``n`` (max_n) and prompts x n (max_batch); each prompt's size (before tokenizing); each
+count; ``n`` (max_n) and prompts x n (max_batch); the program hints (``program_hint``: one for
+the call or one per prompt); each prompt's size (before tokenizing); each
 prompt's sampling parameters (stop strings, stop_regex, top_logprobs_num limits, then constraint
 compilation); only then the engine requests, as one CallGroup (a refused one cancels the others;
 a client that goes away cancels all).
@@ -16,6 +17,7 @@ import time
 from functools import partial
 from typing import Any, Callable
 
+from sglc.wire.program_hint import ProgramHint
 from sglc.wire.prompt import PromptInput
 
 from . import openai_protocol as proto
@@ -42,13 +44,15 @@ class SglangGenerate:
         req, prompts, batch, sampling = self._validate(body)
         fanned = batch or sum(sp.num_samples for sp in sampling) > 1
         rids = self._rids(req, sampling, batch)
+        hints = self._hints(req, len(prompts), batch)
         for i, prompt in enumerate(prompts):  # NOTE: sizes before any constraint compiles
             _named(batch, i, partial(self.svc.resolve, prompt))
         opts, params = self._params(req, sampling, len(prompts), batch)
         jobs = [(i, j) for i in range(len(prompts)) for j in range(sampling[i].num_samples)]
         group = CallGroup()
         calls = group.submit_all(
-            [partial(_named, batch, i, partial(self._submit, prompts[i], params[i], rids[i], j, sampling[i].num_samples))
+            [partial(_named, batch, i, partial(self._submit, prompts[i], params[i], rids[i], j, sampling[i].num_samples,
+                                               hints[i]))
              for i, j in jobs], "another request of the same /generate call was refused")
         call_opts = [opts[i] for i, _ in jobs]
         answer = partial(self._answer, calls, call_opts, fanned, started_at)
@@ -110,9 +114,23 @@ class SglangGenerate:
             raise FieldError("rid", f"'rid' has {len(rids)} ids for {len(sampling)} prompt(s); give one per prompt")
         return rids
 
-    def _submit(self, prompt: PromptInput, params: Any, rid: str | None, j: int, n: int) -> Any:
+    @staticmethod
+    def _hints(req: SglangGenerateRequest, num: int, batch: bool) -> list[ProgramHint | None]:
+        """Each prompt's program hint: one object for all of them, or (a batch) one object or
+        null per prompt; FieldError naming ``program_hint`` (or ``program_hint[i]``) otherwise."""
+        value = req.program_hint
+        if not isinstance(value, list):
+            return [_hint(value, "program_hint")] * num
+        if not batch or len(value) != num:
+            raise FieldError("program_hint", f"'program_hint' is a list of {len(value)} hints for {num} prompt(s); "
+                                             "give one object, or one per prompt of a batch")
+        return [_hint(v, f"program_hint[{i}]") for i, v in enumerate(value)]
+
+    def _submit(self, prompt: PromptInput, params: Any, rid: str | None, j: int, n: int,
+                hint: ProgramHint | None) -> Any:
         # NOTE: with n > 1 each sample gets RID_j, so /abort_request with RID aborts all of them.
-        return self.svc.generate(prompt, params, rid=None if rid is None else (rid if n == 1 else f"{rid}_{j}"))
+        return self.svc.generate(prompt, params, rid=None if rid is None else (rid if n == 1 else f"{rid}_{j}"),
+                                 hint=hint)
 
     def _answer(self, calls: list, opts: list[LogprobOptions], fanned: bool, started_at: float) -> Any:
         latency = time.monotonic() - started_at
@@ -123,6 +141,17 @@ class SglangGenerate:
                             "meta_info": final_meta(out, call.rid, opt, self.decode_one, e2e_latency=latency,
                                                     warnings=call.warnings)})
         return answers if fanned else answers[0]
+
+
+def _hint(value: Any, where: str) -> ProgramHint | None:
+    """A program hint from its JSON (null: none); FieldError naming `where` when it is invalid."""
+    if value is None:
+        return None
+    try:
+        return ProgramHint.from_json(value, where)
+    except (ValueError, TypeError) as err:
+        message = str(err)
+        raise FieldError(where, message if message.startswith(where) else f"'{where}': {message}") from None
 
 
 def _named(batch: bool, i: int, fn: Callable[[], Any]) -> Any:

@@ -13,7 +13,9 @@ SGLang defines is spelled here once, with its default. Three kinds of fields:
 
 A field SGLang does not define is a 400 too (``extra="forbid"``), as is a value of the wrong type
 (``strict``: no "1" for 1, no 0 for false). ``null`` means "SGLang's default" for every field, as
-in SGLang.
+in SGLang. sglc's own extensions: ``sampling_params.fsm`` and the top-level ``program_hint``
+(issue 28: ``{"program_id", "next_use", "lease_ms"}``, sglc.wire.program_hint; once for the whole
+call or one per prompt of a batch).
 """
 from __future__ import annotations
 
@@ -120,6 +122,12 @@ class SglangGenerateRequest(BaseModel):
     return_text_in_logprobs: bool | None = False
     stream: bool | None = False
     image_data: Any = None
+    #: sglc's extension (issue 28): the call's place in its program, ``{"program_id", "next_use",
+    #: "lease_ms"}`` (ProgramHint.from_json checks it: unknown keys, types and ranges are 400s
+    #: naming ``program_hint``); one object for every prompt (and sample) of the call, or a list
+    #: with one object (or null) per prompt of a batch. SGLang servers do not take it, and
+    #: sglang-router 0.3.2 drops it (docs/sglang_server.md).
+    program_hint: Union[dict, list, None] = None
     # No-ops here: metrics are always kept; routing hints matter to the router, not to a worker.
     log_metrics: bool | None = True
     #: sglang-router 0.3.2 forwards its own GenerateRequest: these come with every call (null when
