@@ -144,9 +144,22 @@ def test_capacity_holds_against_many_hints_and_demotes_the_farthest(table):
         assert cache.retention.pinned_tokens() <= 50
         cache.check_integrity()
     assert cache.retention.pinned_tokens() == 50  # five 10-token texts
-    kept = sorted(e.next_use for e in cache.retention._live.values())
+    kept = sorted(e.next_use for e in cache.retention._live.values() if e.protected)
     assert kept == sorted(uses)[:5]  # the nearest next uses win
     assert cache.retention.counts["capped"] == 25
+
+
+def test_hints_over_the_capacity_go_before_unhinted_texts(table):
+    """A client cannot take memory from clients without hints by sending more hints than fit."""
+    cache = make_cache(slots=400, capacity=10)
+    over, kept, plain = seqs(3)
+    finish(cache, table, over, ProgramHint("a", next_use=0))
+    finish(cache, table, plain)
+    finish(cache, table, kept, ProgramHint("b", next_use=0))  # over the capacity: the older hint is demoted
+    cache.evict(1)
+    assert cached(cache, over) == 0 and cached(cache, plain) == 10 and cached(cache, kept) == 10
+    cache.evict(1)
+    assert cached(cache, plain) == 0 and cached(cache, kept) == 10
 
 
 def test_shared_prefix_counts_once_towards_the_capacity(table):
@@ -296,16 +309,25 @@ def test_hints_never_change_outputs_under_memory_pressure():
     assert run(True) == run(False)
 
 
-def test_equal_next_use_evicts_the_youngest_programs_text_first(table):
-    """Programs are admitted oldest first, so among equal next uses the youngest program's text
-    is needed last: it goes first even when it was used more recently."""
+def test_equal_next_use_evicts_the_least_recently_used_text_first(table):
     cache = make_cache()
-    old, young = seqs(2)
-    finish(cache, table, old, ProgramHint("old", next_use=0), rank=2)
-    finish(cache, table, young, ProgramHint("young", next_use=0), rank=7)
-    cache.match_prefix(young)  # the young program's text is the most recently used
+    first, second, third = seqs(3)
+    for i, ids in enumerate((first, second, third)):
+        finish(cache, table, ids, ProgramHint(f"p{i}", next_use=0))
+    cache.match_prefix(first)
     cache.evict(1)
-    assert cached(cache, young) == 0 and cached(cache, old) == 10
+    assert cached(cache, second) == 0 and cached(cache, first) == cached(cache, third) == 10
+
+
+def test_a_waiting_calls_text_goes_last(table):
+    cache = make_cache()
+    waiting, other, plain = seqs(3)
+    finish(cache, table, waiting, ProgramHint("w", next_use=3))
+    finish(cache, table, other, ProgramHint("o", next_use=0))
+    finish(cache, table, plain)
+    cache.retention.set_waiting(frozenset({"w"}))  # w's next call is queued right now
+    cache.evict(20)
+    assert cached(cache, waiting) == 10 and cached(cache, other) == cached(cache, plain) == 0
 
 
 def test_a_late_call_of_an_ended_program_runs_unhinted():

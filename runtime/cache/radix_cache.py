@@ -217,15 +217,16 @@ class RadixCache:
         freed, values = 0, []
         while freed < num_tokens and heap:
             _, node = heapq.heappop(heap)
-            self.retention.on_evicted(node, now)
             parent = node.parent
             del parent.children[node.key[0]]
             node.parent = None
             values.append(node.value)
             freed += len(node.key)
             self._evictable -= len(node.key)
-            if parent.parent is not None and not parent.children and parent.lock_ref == 0:
-                heapq.heappush(heap, (key(parent, now), parent))
+            heir = parent if parent.parent is not None and not parent.children and parent.lock_ref == 0 else None
+            self.retention.on_evicted(node, now, heir)
+            if heir is not None:
+                heapq.heappush(heap, (key(heir, now), heir))
         if values:
             self.pool.free(torch.cat(values))
         return freed

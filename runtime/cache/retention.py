@@ -7,18 +7,29 @@ expected next use instead of recency alone (Belady from the hints, as KVFlow doe
 agent step graph):
 
     1. evict first: texts no call will extend (``next_use`` NEVER) and those of ended programs;
-    2. then unhinted texts and texts whose lease ran out, least recently used first;
-    3. last, hinted texts, the farthest next use first; among equal next uses, the youngest
-       program's first (programs are admitted oldest first, so its call will run last), then
-       the least recently used.
+    2. then hinted texts over the capacity (below), in hint order;
+    3. then unhinted texts and texts whose lease ran out, least recently used first;
+    4. then hinted texts within the capacity, in hint order;
+    5. last, texts of programs with a call waiting in the queue now (``set_waiting``): a
+       runnable call's prefix goes only when nothing else is left.
+
+Hint order: the farthest next use first; among equal next uses the least recently used first.
+NOTE: MRU among equal next uses (texts waiting on the same kind of event come back in the
+order they left) was measured and lost to LRU on bench/bench_program_hints.py's tool agents: a
+compute-bound engine's queue, not the order texts left, decides when they come back.
 
 Bounds (a client cannot pin the pool, DESIGN §9): every hint has a lease (the hint's, capped;
 the default when it asks none) and after it the text is unhinted; the tokens on the paths of
-live hints (each token once, however many hints share it) never exceed ``capacity``: a new hint
-that would pass it demotes the live hints with the farthest next use (possibly itself).
+protected hints (each token once, however many hints share it) never exceed ``capacity``: a new
+hint that would pass it demotes protected hints in eviction order (possibly itself) to class 2,
+which goes before every unhinted text, so hints never take memory from clients without them
+beyond the capacity.
 
 Nodes are the radix cache's ``TreeNode`` objects; a node split keeps its lower half as the same
-object, so a hint stays with the end of its text. Not thread-safe (the scheduler's thread).
+object, so a hint stays with the end of its text. A text is evicted leaf by leaf from its end:
+when its last node goes and the parent becomes a leaf, the parent inherits the node's class (a
+dead program's text goes first all the way up, not only its last edge). Not thread-safe (the
+scheduler's thread).
 """
 from __future__ import annotations
 
@@ -29,7 +40,7 @@ from typing import Any, Callable, Iterable
 from sglc.wire.program_hint import NEVER, ProgramHint
 
 #: Eviction classes, lowest evicted first.
-EVICT_FIRST, UNHINTED, HINTED = 0, 1, 2
+EVICT_FIRST, OVER_CAPACITY, UNHINTED, HINTED, WANTED_NOW = 0, 1, 2, 3, 4
 #: Lease of a hint that asks none, and the longest one granted (seconds).
 DEFAULT_LEASE_S = 30.0
 MAX_LEASE_S = 300.0
@@ -44,6 +55,7 @@ class Retained:
     next_use: int
     deadline: float
     rank: int = 0  # the program's start order (larger = younger; scheduling/program_table.py)
+    protected: bool = True  # within the capacity (False: demoted, evicted before unhinted texts)
 
 
 class RetentionTable:
@@ -60,6 +72,7 @@ class RetentionTable:
         self._live: dict[Any, Retained] = {}
         self._by_program: dict[str, set[Any]] = {}
         self._evict_first: set[Any] = set()
+        self._waiting: frozenset[str] = frozenset()
         #: hints granted; hints demoted by the capacity; hinted texts evicted while their lease
         #: was running; tokens released by ended programs.
         self.counts = dict(granted=0, capped=0, evicted=0, released=0)
@@ -79,19 +92,23 @@ class RetentionTable:
         """Heap key of an evictable leaf: smaller goes first (see the module docstring)."""
         entry = self._live.get(node)
         if entry is not None and entry.deadline >= now:
-            return (HINTED, -entry.next_use, -entry.rank, node.last_access, node.id)
+            if entry.protected:
+                cls = WANTED_NOW if entry.program_id in self._waiting else HINTED
+            else:
+                cls = OVER_CAPACITY
+            return (cls, -entry.next_use, node.last_access, node.id)
         if node in self._evict_first:
-            return (EVICT_FIRST, 0, 0, node.last_access, node.id)
-        return (UNHINTED, 0, 0, node.last_access, node.id)
+            return (EVICT_FIRST, 0, node.last_access, node.id)
+        return (UNHINTED, 0, node.last_access, node.id)
 
     def pinned_tokens(self, *, unlocked_only: bool = False) -> int:
-        """Tokens on the paths root..node of live hints, each counted once (expired hints are
-        dropped first). ``unlocked_only``: only those no running request locks (what eviction
-        could take from programs)."""
+        """Tokens on the paths root..node of protected hints, each counted once (expired hints
+        are dropped first). ``unlocked_only``: only those no running request locks (what
+        eviction could take from programs)."""
         self._expire()
         seen: set[int] = set()
         total = 0
-        for node in self._live:
+        for node in self._protected():
             while node.parent is not None and node.id not in seen:
                 seen.add(node.id)
                 if not unlocked_only or node.lock_ref == 0:
@@ -99,7 +116,33 @@ class RetentionTable:
                 node = node.parent
         return total
 
+    def pinned_by_rank(self) -> tuple[list[int], list[int]]:
+        """Unlocked pinned tokens by program age: ``(ranks, tokens)`` sorted by rank, where
+        ``tokens[i]`` counts (each token once) the texts of hints whose rank is <= ``ranks[i]``.
+        What a call of a younger program must leave alone (see Scheduler._admit_waiting)."""
+        self._expire()
+        seen: set[int] = set()
+        ranks: list[int] = []
+        tokens: list[int] = []
+        total = 0
+        for node, entry in sorted(((n, self._live[n]) for n in self._protected()), key=lambda item: item[1].rank):
+            while node.parent is not None and node.id not in seen:
+                seen.add(node.id)
+                if node.lock_ref == 0:
+                    total += len(node.key)
+                node = node.parent
+            if ranks and ranks[-1] == entry.rank:
+                tokens[-1] = total
+            else:
+                ranks.append(entry.rank)
+                tokens.append(total)
+        return ranks, tokens
+
     # --- commands -----------------------------------------------------------------------------
+    def set_waiting(self, program_ids: frozenset[str]) -> None:
+        """The programs with a call in the waiting queue now (the scheduler, once per step)."""
+        self._waiting = program_ids
+
     def hint(self, node: Any, hint: ProgramHint, rank: int = 0) -> None:
         """A hinted call's final text ends at ``node`` (the root for an empty text: ignored);
         ``rank``: its program's start order."""
@@ -141,13 +184,22 @@ class RetentionTable:
         self.counts["released"] += released
         return released
 
-    def on_evicted(self, node: Any, now: float) -> None:
-        """The cache freed ``node``."""
+    def on_evicted(self, node: Any, now: float, heir: Any = None) -> None:
+        """The cache freed ``node``; ``heir``: its parent when that became an evictable leaf,
+        which inherits the node's hint or evict-first mark unless it has its own."""
         entry = self._live.get(node)
         if entry is not None and entry.deadline >= now:
             self.counts["evicted"] += 1
+        first = node in self._evict_first
         self._drop(node)
         self._evict_first.discard(node)
+        if heir is None or heir in self._live or heir in self._evict_first:
+            return
+        if entry is not None:
+            self._live[heir] = entry
+            self._by_program.setdefault(entry.program_id, set()).add(heir)
+        elif first:
+            self._evict_first.add(heir)
 
     def clear(self) -> None:
         """The tree was flushed: every node is gone."""
@@ -166,15 +218,18 @@ class RetentionTable:
             if not nodes:
                 del self._by_program[entry.program_id]
 
+    def _protected(self) -> list[Any]:
+        return [n for n, e in self._live.items() if e.protected]
+
     def _expire(self) -> None:
         now = self.clock()
         for node in [n for n, e in self._live.items() if e.deadline < now]:
             self._drop(node)
 
     def _enforce_capacity(self) -> None:
-        """Demote the hints eviction would take first (farthest next use, youngest program,
-        least recently used) until the pinned tokens fit the capacity."""
-        while self._live and self.pinned_tokens() > self.capacity:
-            node = max(self._live, key=lambda n: (self._live[n].next_use, self._live[n].rank, -n.last_access, n.id))
-            self._drop(node)
+        """Demote protected hints in eviction order (farthest next use, then least recently
+        used) until the pinned tokens fit the capacity."""
+        while self.pinned_tokens() > self.capacity:
+            node = max(self._protected(), key=lambda n: (self._live[n].next_use, -n.last_access, -n.id))
+            self._live[node].protected = False
             self.counts["capped"] += 1

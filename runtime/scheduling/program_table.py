@@ -44,6 +44,11 @@ class ProgramTable:
     def __contains__(self, program_id: str) -> bool:
         return program_id in self._started
 
+    def rank(self, req: Req) -> int | None:
+        """The start order of ``req``'s program if it is in flight, else None."""
+        entry = self._started.get(req.hint.program_id) if req.hint is not None else None
+        return None if entry is None else entry[0]
+
     def in_flight(self, req: Req) -> bool:
         """Whether ``req`` is a call of a program that has already started."""
         return req.hint is not None and req.hint.program_id in self._started

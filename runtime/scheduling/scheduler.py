@@ -13,15 +13,17 @@ One step is ``batch = schedule()``, the model runner runs ``batch``, then
        budget (free + evictable slots minus the estimated future growth of running requests)
        allow; a prompt longer than the remaining budget is chunked.
 Program hints (issue 28): calls of programs already in flight are admitted first, in program
-start order (program_table.py); a call that starts a new program (or carries no hint) may not
-count the texts live hints keep for in-flight programs as room, unless nothing is running; the
-cache evicts by the hints (cache/retention.py).
+start order (program_table.py); while anything runs, a call may not count as room the texts live
+hints keep for programs older than its own (a call that starts a program, or carries no hint,
+counts none of them): older programs finish before younger ones take their memory. The cache
+evicts by the hints (cache/retention.py).
 The prefill-token budget (``SchedulerConfig.prefill_budget``) bounds the prefill tokens of every
 step, so with chunking on no request holds the engine for longer than one chunk.
 Not thread-safe: call everything from the engine's thread.
 """
 from __future__ import annotations
 
+import bisect
 from typing import Sequence
 
 import torch
@@ -140,6 +142,8 @@ class Scheduler:
         """Plan the next step; None when there is nothing to run."""
         if self._inflight is not None:
             raise RuntimeError("Scheduler.schedule: process_results() of the previous batch is missing")
+        if len(self.tree_cache.retention):
+            self.tree_cache.retention.set_waiting(frozenset(r.hint.program_id for r in self.waiting if r.hint is not None))
         decodes = self._schedule_decodes()
         prefills = self._schedule_prefills()
         if not decodes and not prefills:
@@ -311,7 +315,7 @@ class Scheduler:
         reserved = self._reserved()
         out: list[ScheduledReq] = []
         admitted: set[int] = set()
-        pinned: int | None = None  # NOTE: computed once, for the first call that starts a program
+        pinned: tuple[list[int], list[int]] | None = None  # NOTE: computed once per call, when first needed
         for req in self.programs.order(self.waiting, self.policy.order):
             if budget <= 0 or not self.table.can_alloc_row() or len(self.running) >= cfg.max_running:
                 break
@@ -331,10 +335,10 @@ class Scheduler:
             cache.inc_lock(match.last_node)
             need = extend + self.growth.estimate(min(req.max_new_tokens, cfg.clip_max_new_tokens) - len(req.output_ids))
             room = self.pool.num_free + cache.evictable_size() - reserved
-            if len(cache.retention) and (self.running or out) and not self.programs.in_flight(req):
+            if len(cache.retention) and (self.running or out):
                 if pinned is None:
-                    pinned = cache.retention.pinned_tokens(unlocked_only=True)
-                room -= pinned  # NOTE: in-flight programs' texts are not room for a new program
+                    pinned = cache.retention.pinned_by_rank()
+                room -= _older_pinned(pinned, self.programs.rank(req))
             if need > room or not self._make_room(n):
                 cache.dec_lock(match.last_node)
                 break
@@ -437,3 +441,12 @@ class Scheduler:
     def _debug_check(self) -> None:
         if self.config.debug:
             self.check_integrity()
+
+
+def _older_pinned(pinned: tuple[list[int], list[int]], rank: int | None) -> int:
+    """Unlocked tokens hints keep for programs older than ``rank`` (None: every program)."""
+    ranks, tokens = pinned
+    if not ranks:
+        return 0
+    i = len(ranks) if rank is None else bisect.bisect_left(ranks, rank)
+    return tokens[i - 1] if i else 0
