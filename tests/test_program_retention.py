@@ -274,10 +274,10 @@ def test_program_table_is_bounded():
     clock = FakeClock()
     table = ProgramTable(max_programs=3, idle_s=10, clock=clock)
     for i in range(5):
-        table.on_admitted(hinted(f"r{i}", [1], f"p{i}"))
+        table.on_admitted(hinted(f"r{i}", [1], f"p{i}"), 5, 0)
     assert len(table) == 3 and "p0" not in table and "p4" in table
     clock.now += 11
-    table.on_admitted(hinted("late", [1], "new"))
+    table.on_admitted(hinted("late", [1], "new"), 5, 0)
     assert len(table) == 1
 
 
@@ -339,3 +339,26 @@ def test_a_late_call_of_an_ended_program_runs_unhinted():
     s.add_request(hinted("late", toks(1, 20) + toks(5, 4), "A"))  # in flight when its run timed out
     drain(s, runner)
     assert "A" not in s.programs and s.stats().hinted_tokens == 0
+
+
+def test_families_learn_footprints_and_new_programs_wait_while_memory_is_tight():
+    """After one run of a family ended needing ~90 tokens, a pool of 200 slots runs two such
+    programs at once; a third waits for one of them to end (while anything runs)."""
+    s = make_sched(num_kv_slots=200, max_running=8, policy="fcfs", max_context=200)
+    runner = SlotCheckingRunner()
+    s.add_request(hinted("warm", toks(50, 80), "agent:warm", max_new=10))
+    drain(s, runner)
+    s.end_program("agent:warm")
+    assert s.programs.family_footprint("agent:x") == 90
+    for p in "abc":
+        s.add_request(hinted(f"{p}1", toks(ord(p), 20), f"agent:{p}", max_new=2))
+    batch = s.schedule()
+    assert sorted(e.req.rid for e in batch.reqs) == ["a1", "b1"]  # 2 x 90 <= 0.9 x 200 < 3 x 90
+    s.process_results(batch, runner(batch))
+    while s.running:
+        batch = s.schedule()
+        assert "c1" not in [e.req.rid for e in batch.reqs]
+        s.process_results(batch, runner(batch))
+    s.end_program("agent:a")
+    drain(s, runner)
+    assert s.get_request("c1") is None

@@ -6,36 +6,64 @@ started (and before unhinted requests), in the order the programs started: progr
 three steps from done are finished before a flood of new ones takes their memory (Autellix's
 observation; here by program arrival, which also keeps the working set of live programs small).
 
+Memory: each in-flight program has a *footprint*, the longest text (prompt + max_new_tokens) any
+of its calls asked for, less what it shared with the cache when it started (a few-shot prefix
+every run shares is not any one run's memory), and each program *family* (the id's part before its last ``:``; the
+executor names runs ``graph_name:uuid``) learns how long its runs' footprints end up, from the
+runs that ended. A call that would start a program is held back while the expected footprints of
+the programs in flight (each: the larger of its own and its family's) plus its own would pass
+``admit_share`` of the KV pool: when memory is tight, in-flight programs finish before new ones
+start, instead of every program thrashing everyone's prefixes (the scheduler admits it anyway
+when nothing is running, so the engine never idles on this).
+
 The waiting queue's own policy (lpm, fcfs, ...) still orders everything that is not an in-flight
 program's call, so clients that send no hints see exactly the old behaviour.
 
-Bounded: at most ``max_programs`` live entries (the oldest is forgotten first) and an entry
-idle for ``idle_s`` is forgotten (a client that never ends its programs costs nothing lasting).
-The last ``max_programs`` ended ids are remembered too: a call of an ended program (one still in
-flight when its run timed out) runs as an unhinted call, so it cannot start the program again.
+Bounded: at most ``max_programs`` live entries (the oldest is forgotten first), an entry idle for
+``idle_s`` is forgotten (a client that never ends its programs costs nothing lasting), at most
+``max_programs`` families, and the last ``max_programs`` ended ids (a call of an ended program,
+one still in flight when its run timed out, runs as an unhinted call: it cannot start the
+program again).
 """
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .request import Req
 
 MAX_PROGRAMS = 4096
-IDLE_S = 300.0
+IDLE_S = 60.0
+#: Weight of the newest ended run in its family's learned footprint.
+FAMILY_EWMA = 0.5
+
+
+@dataclass(slots=True)
+class _Program:
+    rank: int  # start order (larger = younger)
+    seen: float  # last activity (clock seconds)
+    shared: int  # tokens of its first call already cached when it started
+    footprint: int  # longest prompt + max_new_tokens of its calls so far, less ``shared``
+
+
+def family_of(program_id: str) -> str:
+    """The family a run belongs to: its id up to the last ``:`` (the whole id without one)."""
+    return program_id.rsplit(":", 1)[0]
 
 
 class ProgramTable:
-    """In-flight programs by id: their start order and last activity."""
+    """In-flight programs by id: start order, activity and footprint; families' learned sizes."""
 
     def __init__(self, *, max_programs: int = MAX_PROGRAMS, idle_s: float = IDLE_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.max_programs = max_programs
         self.idle_s = idle_s
         self.clock = clock
-        self._started: OrderedDict[str, tuple[int, float]] = OrderedDict()  # id -> (start rank, last seen)
+        self._started: OrderedDict[str, _Program] = OrderedDict()  # by last activity
         self._ended: OrderedDict[str, None] = OrderedDict()
+        self._families: OrderedDict[str, float] = OrderedDict()  # family -> learned footprint
         self._next_rank = 0
 
     def __len__(self) -> int:
@@ -47,14 +75,31 @@ class ProgramTable:
     def rank(self, req: Req) -> int | None:
         """The start order of ``req``'s program if it is in flight, else None."""
         entry = self._started.get(req.hint.program_id) if req.hint is not None else None
-        return None if entry is None else entry[0]
+        return None if entry is None else entry.rank
 
     def in_flight(self, req: Req) -> bool:
         """Whether ``req`` is a call of a program that has already started."""
         return req.hint is not None and req.hint.program_id in self._started
 
-    def on_admitted(self, req: Req) -> None:
-        """``req`` was admitted: its program is in flight (from now, if it was not). A call of an
+    # --- memory -----------------------------------------------------------------------------------
+    def family_footprint(self, program_id: str) -> int:
+        """What runs of ``program_id``'s family ended up needing (0 before any ended)."""
+        return round(self._families.get(family_of(program_id), 0.0))
+
+    def expected_in_flight(self) -> int:
+        """Tokens the in-flight programs are expected to need: each the larger of its footprint
+        so far and its family's learned one."""
+        return sum(max(p.footprint, self.family_footprint(pid)) for pid, p in self._started.items())
+
+    def expected_new(self, req: Req, call_tokens: int) -> int:
+        """Tokens a program that ``req`` would start is expected to need (``call_tokens``: what
+        its first call needs beyond the cached prefix)."""
+        return max(call_tokens, self.family_footprint(req.hint.program_id)) if req.hint is not None else call_tokens
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+    def on_admitted(self, req: Req, call_tokens: int, cached: int) -> None:
+        """``req`` (which will hold up to ``call_tokens`` tokens, ``cached`` of them found in the
+        cache) was admitted: its program is in flight (from now, if it was not). A call of an
         ended program loses its hint."""
         if req.hint is None:
             return
@@ -67,19 +112,29 @@ class ProgramTable:
             self._expire(now)
             while len(self._started) >= self.max_programs:
                 self._started.popitem(last=False)
-            entry = (self._next_rank, now)
+            entry = self._started[pid] = _Program(self._next_rank, now, cached, 0)
             self._next_rank += 1
-        self._started[pid] = (entry[0], now)
+        entry.seen = now
+        entry.footprint = max(entry.footprint, call_tokens - entry.shared)
         self._started.move_to_end(pid)
-        req.program_rank = entry[0]
+        req.program_rank = entry.rank
 
     def end(self, program_id: str) -> bool:
-        """The program ended; False if it was not in flight."""
+        """The program ended (its footprint teaches its family); False if it was not in flight."""
         self._ended[program_id] = None
         self._ended.move_to_end(program_id)
         while len(self._ended) > self.max_programs:
             self._ended.popitem(last=False)
-        return self._started.pop(program_id, None) is not None
+        entry = self._started.pop(program_id, None)
+        if entry is None:
+            return False
+        family = family_of(program_id)
+        old = self._families.pop(family, None)
+        self._families[family] = entry.footprint if old is None else \
+            FAMILY_EWMA * entry.footprint + (1 - FAMILY_EWMA) * old
+        while len(self._families) > self.max_programs:
+            self._families.popitem(last=False)
+        return True
 
     def order(self, waiting: Sequence[Req], policy_order: Callable[[Sequence[Req]], list[Req]]) -> list[Req]:
         """In-flight programs' calls first, by program start (stable within a program), then
@@ -88,12 +143,12 @@ class ProgramTable:
         if not first:
             return policy_order(waiting)
         rest = [r for r in waiting if not self.in_flight(r)]
-        first.sort(key=lambda r: self._started[r.hint.program_id][0])
+        first.sort(key=lambda r: self._started[r.hint.program_id].rank)
         return first + policy_order(rest)
 
     def _expire(self, now: float) -> None:
         while self._started:
-            pid, (_, seen) = next(iter(self._started.items()))
-            if now - seen <= self.idle_s:
+            pid, entry = next(iter(self._started.items()))
+            if now - entry.seen <= self.idle_s:
                 return
             del self._started[pid]

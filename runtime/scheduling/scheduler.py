@@ -15,8 +15,9 @@ One step is ``batch = schedule()``, the model runner runs ``batch``, then
 Program hints (issue 28): calls of programs already in flight are admitted first, in program
 start order (program_table.py); while anything runs, a call may not count as room the texts live
 hints keep for programs older than its own (a call that starts a program, or carries no hint,
-counts none of them): older programs finish before younger ones take their memory. The cache
-evicts by the hints (cache/retention.py).
+counts none of them): older programs finish before younger ones take their memory; and a call
+that would start a program waits while the in-flight programs' expected footprints would not
+leave it room (program_table.py). The cache evicts by the hints (cache/retention.py).
 The prefill-token budget (``SchedulerConfig.prefill_budget``) bounds the prefill tokens of every
 step, so with chunking on no request holds the engine for longer than one chunk.
 Not thread-safe: call everything from the engine's thread.
@@ -316,10 +317,18 @@ class Scheduler:
         out: list[ScheduledReq] = []
         admitted: set[int] = set()
         pinned: tuple[list[int], list[int]] | None = None  # NOTE: computed once per call, when first needed
+        in_flight: int | None = None  # expected tokens of the programs in flight, likewise
         for req in self.programs.order(self.waiting, self.policy.order):
             if budget <= 0 or not self.table.can_alloc_row() or len(self.running) >= cfg.max_running:
                 break
             fill = req.fill_ids
+            call_tokens = len(fill) + min(req.max_new_tokens, cfg.clip_max_new_tokens) - len(req.output_ids)
+            if req.hint is not None and (self.running or out) and not self.programs.in_flight(req):
+                if in_flight is None:
+                    in_flight = self.programs.expected_in_flight()
+                own = call_tokens - cache.peek_prefix_len(fill)
+                if in_flight + self.programs.expected_new(req, own) > cfg.num_kv_slots * cfg.program_admit_share:
+                    continue  # NOTE: memory is tight: the programs in flight finish first
             match = cache.match_prefix(fill[: self._max_prefix_len(req, len(fill))])
             if dedup is not None and dedup.should_hold(fill, match.prefix_len):
                 continue
@@ -342,7 +351,9 @@ class Scheduler:
             if need > room or not self._make_room(n):
                 cache.dec_lock(match.last_node)
                 break
-            self._admit(req, match)
+            if in_flight is not None and not self.programs.in_flight(req):
+                in_flight += self.programs.expected_new(req, call_tokens - match.prefix_len)
+            self._admit(req, match, call_tokens)
             out.append(self._extend(req, n))
             reserved += need - n
             budget -= n
@@ -369,13 +380,13 @@ class Scheduler:
             limit = min(limit, max(first_row, 0))
         return limit
 
-    def _admit(self, req: Req, match) -> None:
+    def _admit(self, req: Req, match, call_tokens: int) -> None:
         req.req_row = self.table.alloc_row()
         self.table.write(req.req_row, 0, match.slots)
         req.prefix_indices, req.last_node = match.slots, match.last_node
         req.kv_len, req.prefill_done, req.status = match.prefix_len, False, ReqStatus.RUNNING
         self.running.append(req)
-        self.programs.on_admitted(req)
+        self.programs.on_admitted(req, call_tokens, match.prefix_len)
         req.num_admissions += 1
         if req.num_admissions == 1:
             req.cached_tokens = min(match.prefix_len, len(req.origin_input_ids))

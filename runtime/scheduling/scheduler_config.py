@@ -26,6 +26,7 @@ class SchedulerConfig:
     eos_token_ids: tuple[int, ...] = ()
     disable_radix_cache: bool = False
     hinted_share: float = 0.5  # the most of the KV pool program hints may keep (cache/retention.py)
+    program_admit_share: float = 0.9  # programs start while in-flight ones are expected to fit in this share
     debug: bool = False  # pool double-free checks + check_integrity() after every call
 
     def __post_init__(self) -> None:
@@ -36,6 +37,8 @@ class SchedulerConfig:
             raise ValueError(f"SchedulerConfig.chunk_size must be None or >= 1, got {self.chunk_size}")
         if self.policy not in POLICIES:
             raise ValueError(f"SchedulerConfig.policy {self.policy!r} is not one of {POLICIES}")
+        if not 0.0 < self.program_admit_share <= 1.0:
+            raise ValueError(f"SchedulerConfig.program_admit_share must be in (0, 1], got {self.program_admit_share}")
         if not 0.0 <= self.hinted_share <= 1.0:
             raise ValueError(f"SchedulerConfig.hinted_share must be in [0, 1], got {self.hinted_share}")
         self.eos_token_ids = tuple(self.eos_token_ids)

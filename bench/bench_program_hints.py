@@ -1,0 +1,250 @@
+"""Program hints on vs off (issue 28): the same runtime, graphs and inputs, side by side.
+
+For each workload, N programs run at once (all submitted together) on the embedded runtime,
+with the KV pool sized to 100%, 50% and 25% of the workload's working set, once with program
+hints (`run_batch(program_hints=True)`: retention by expected next use, programs admitted as
+units) and once without (LRU eviction, per-call admission): the two modes alternate which runs
+first per pool size. Reported per run: programs/s, p50/p99 program latency (all submitted at
+t=0, so latency = completion time), prompt tokens computed, tokens recomputed (computed minus
+the least any schedule must compute, from the request trace: bench.suite.hit_rate), cache hit
+rate, and whether the outputs equal the other mode's (greedy: they must).
+
+Warm-up: each run's fresh engine first runs 2 other inputs of the workload in the same mode
+(untimed; with hints the runtime learns the program's footprint from them), then flushes.
+
+Working set: the tokens the batch's requests would keep with an unbounded pool (the trace's
+minimal computed prompt tokens plus the generated tokens), measured by a first, untimed run on
+an unbounded pool.
+
+    python bench/bench_program_hints.py                      # all workloads, 64 programs
+    python bench/bench_program_hints.py --programs 128 --workloads tool_agents,react_agent
+    python bench/bench_program_hints.py --quick              # 16 programs, 2 workloads (minutes)
+
+Writes bench/out/program_hints.json. One benchmark at a time on a quiet machine (`uptime`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.suite.hit_rate import optimal_hit_rate  # noqa: E402
+
+FRACTIONS = (1.0, 0.5, 0.25)
+#: Programs run (untimed) on each fresh engine before the timed batch, in the same mode.
+WARMUP_PROGRAMS = 2
+#: The "unbounded" pool of the working-set run (tokens; ~3 GB of KV for SmolLM2-135M).
+UNBOUNDED_SLOTS = 131072
+
+
+# --- workloads: (program, inputs) at a chosen number of programs --------------------------------
+def react_agent(n: int, seed: int) -> tuple[Any, list[dict]]:
+    from bench.suite.workloads import react_agent as w
+    from bench.suite.workloads.synthetic import rng_for
+
+    shots = rng_for(w.NAME, seed, "examples")
+    prefix = w.INSTRUCTION + "".join(w.example_text(*w.make_trace(shots)) for _ in range(2))
+    rng = rng_for(w.NAME, seed, "inputs")
+    return w.make_program(prefix, 3, 12), [w.trace_input(rng) for _ in range(n)]
+
+
+def multi_turn(n: int, seed: int) -> tuple[Any, list[dict]]:
+    from bench.suite.workloads import multi_turn as w
+    from bench.suite.workloads.synthetic import rng_for
+
+    rng = rng_for("multi_turn_hints", seed, "inputs")
+    return w.make_program("multi_turn", [12, 12, 12, 12]), [w.conversation_input(rng, 3) for _ in range(n)]
+
+
+def generative_agents(n: int, seed: int) -> tuple[Any, list[dict]]:
+    from bench.suite.workloads import generative_agents as w
+    from bench.suite.workloads.synthetic import rng_for
+
+    inputs: list[dict] = []
+    for a in range(max(1, n // 8)):
+        inputs += w.agent_inputs(rng_for(w.NAME, seed, f"agent{a}"), min(8, n - len(inputs)), 10)
+    return w.make_program(10), inputs[:n]
+
+
+def tree_of_thought(n: int, seed: int) -> tuple[Any, list[dict]]:
+    from bench.suite.workloads import tree_of_thought as w
+    from bench.suite.workloads.synthetic import rng_for, word_problem
+
+    rng = rng_for(w.NAME, seed, "inputs")
+    return w.make_program(2, 2, 8, 8, 4), [{"question": word_problem(rng)[0]} for _ in range(n)]
+
+
+TOOL_DELAY_S = 2.0  # mean seconds a tool call takes (--tool-delay)
+
+
+def tool_agents(n: int, seed: int) -> tuple[Any, list[dict]]:
+    from bench.suite.workloads import tool_agents as w
+
+    return w.make_program(3, 12, TOOL_DELAY_S), w.inputs(seed, n)
+
+
+WORKLOADS: dict[str, Callable[[int, int], tuple[Any, list[dict]]]] = {
+    "tool_agents": tool_agents, "react_agent": react_agent, "multi_turn": multi_turn,
+    "generative_agents": generative_agents, "tree_of_thought": tree_of_thought,
+}
+
+
+# --- one run --------------------------------------------------------------------------------------
+def run_once(base: Any, compiled: Any, inputs: list[dict], slots: int, hints: bool,
+             warmup: list[dict] | None = None) -> dict[str, Any]:
+    """A fresh engine with ``slots`` KV slots: ``warmup`` (untimed, same mode; a runtime that has
+    served the program before has learned its footprint), a flush, then every input at once."""
+    from sglc_runtime.engine import Engine
+    from sglc_runtime.server.engine_backend import EngineBackend
+
+    engine = Engine(share_model_with=base, dtype=base.config.dtype, quantization=base.config.quantization,
+                    num_kv_slots=slots, max_running_requests=64)
+    backend = EngineBackend(engine)
+    try:
+        for args in warmup or []:
+            compiled.run(backend=backend, temperature=0.0, program_hints=hints, **args)
+        while not engine.flush_cache():
+            time.sleep(0.01)
+        before = engine.stats()
+        engine.start_trace()
+        done: list[float] = [0.0] * len(inputs)
+        outputs: list[str] = [""] * len(inputs)
+        errors: list[str] = []
+
+        def one(i: int) -> None:  # NOTE: a thread per program: its latency is its own completion time
+            try:
+                state = compiled.run(backend=backend, temperature=0.0, program_hints=hints, **inputs[i])
+                outputs[i] = json.dumps(state.variables(), sort_keys=True)
+            except Exception as err:  # noqa: BLE001  (counted and shown, the run goes on)
+                errors.append(f"{type(err).__name__}: {err}")
+            done[i] = time.perf_counter() - t0
+
+        threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(inputs))]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+        traced = list(engine.stop_trace().requests)
+        after = engine.stats()
+    finally:
+        backend.close()
+        engine.shutdown()
+    bound = optimal_hit_rate(traced)
+    computed = after.computed_prefill_tokens - before.computed_prefill_tokens
+    prompt = after.prompt_tokens - before.prompt_tokens
+    cached = after.cached_tokens - before.cached_tokens
+    done.sort()
+    return {
+        "hints": hints, "slots": slots, "programs": len(inputs), "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+        "wall_s": round(wall, 3), "programs_per_s": round(len(inputs) / wall, 4),
+        "p50_s": round(statistics.median(done), 3), "p99_s": round(done[min(len(done) - 1, int(0.99 * len(done)))], 3),
+        "prompt_tokens": prompt, "computed_tokens": computed,
+        "recomputed_tokens": max(0, computed - bound.min_computed_tokens),
+        "min_computed_tokens": bound.min_computed_tokens,
+        "completion_tokens": after.completion_tokens - before.completion_tokens,
+        "hit_rate": round(cached / prompt, 4) if prompt else 0.0,
+        "retractions": after.num_retractions - before.num_retractions,
+        "hint_evictions": after.hint_evictions - before.hint_evictions,
+        "outputs": outputs,
+    }
+
+
+def working_set(base: Any, compiled: Any, inputs: list[dict]) -> int:
+    """Tokens the batch keeps with an unbounded pool (see the module docstring)."""
+    r = run_once(base, compiled, inputs, UNBOUNDED_SLOTS, hints=True)
+    if r["errors"]:
+        raise RuntimeError(f"the unbounded run failed: {r['first_error']}")
+    ws = r["min_computed_tokens"] + r["completion_tokens"]
+    if ws > UNBOUNDED_SLOTS * 0.9:
+        raise RuntimeError(f"working set {ws} tokens is too close to the 'unbounded' pool of {UNBOUNDED_SLOTS}")
+    return ws
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--programs", type=int, default=64)
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--fractions", default=",".join(str(f) for f in FRACTIONS))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--tool-delay", type=float, default=TOOL_DELAY_S, help="tool_agents: mean tool seconds")
+    ap.add_argument("--quick", action="store_true", help="16 programs, tool_agents and react_agent")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "program_hints.json"))
+    args = ap.parse_args()
+    if args.quick:
+        args.programs, args.workloads = 16, "tool_agents,react_agent"
+    names = [w for w in args.workloads.split(",") if w]
+    unknown = [w for w in names if w not in WORKLOADS]
+    if unknown:
+        raise SystemExit(f"unknown workload(s) {unknown}; known: {', '.join(WORKLOADS)}")
+    fractions = [float(f) for f in args.fractions.split(",")]
+    globals()["TOOL_DELAY_S"] = args.tool_delay  # NOTE: read by tool_agents() when the workload is built
+
+    from sglc_runtime.engine import Engine
+
+    base = Engine(quantization="auto", threads=args.threads)
+    report: dict[str, Any] = {"programs": args.programs, "tool_delay_s": args.tool_delay, "cpu": _cpu_flags(), "load_before": os.getloadavg()[0],
+                              "workloads": {}}
+    print(f"# program hints on vs off: {args.programs} programs at once; cpu {report['cpu']}; "
+          f"load {report['load_before']:.2f}")
+    print(f"{'workload':18} {'pool':>5} {'slots':>6} {'mode':4} {'prog/s':>7} {'p50 s':>7} {'p99 s':>7} "
+          f"{'computed':>9} {'recomp':>8} {'hit':>5} {'same':>4}")
+    for name in names:
+        program, inputs = WORKLOADS[name](args.programs + WARMUP_PROGRAMS, args.seed)
+        inputs, warmup = inputs[:args.programs], inputs[args.programs:]
+        compiled = program.compile()
+        run_once(base, compiled, inputs[:1], UNBOUNDED_SLOTS, hints=True)  # warm-up: compile paths, caches
+        ws = working_set(base, compiled, inputs)
+        rows = []
+        for k, frac in enumerate(fractions):
+            slots = max(int(ws * frac), 1024)
+            pair = {}
+            for hints in ((False, True) if k % 2 == 0 else (True, False)):
+                pair[hints] = run_once(base, compiled, inputs, slots, hints, warmup)
+            same = pair[True]["outputs"] == pair[False]["outputs"]
+            for hints in (False, True):
+                r = pair[hints]
+                r["same_outputs"] = same
+                r["fraction"] = frac
+                rows.append({k2: v for k2, v in r.items() if k2 != "outputs"})
+                print(f"{name:18} {frac:5.0%} {slots:6d} {'on' if hints else 'off':4} {r['programs_per_s']:7.2f} "
+                      f"{r['p50_s']:7.2f} {r['p99_s']:7.2f} {r['computed_tokens']:9d} {r['recomputed_tokens']:8d} "
+                      f"{r['hit_rate']:5.2f} {'yes' if same else 'NO':>4}" + (f"  errors {r['errors']}" if r["errors"] else ""))
+            on, off = pair[True], pair[False]
+            print(f"{'':18} {frac:5.0%} ratio on/off: programs/s {on['programs_per_s'] / off['programs_per_s']:.2f}x, "
+                  f"p99 {on['p99_s'] / off['p99_s']:.2f}x, recomputed {on['recomputed_tokens']} vs {off['recomputed_tokens']}")
+            sys.stdout.flush()
+        report["workloads"][name] = {"working_set_tokens": ws, "runs": rows}
+    base.shutdown()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1))
+    print(f"wrote {args.out}")
+
+
+def _cpu_flags() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown"
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags.update(f for f in line.split(":", 1)[1].split() if f.startswith("avx512") or f in ("avx2", "amx_tile"))
+            break
+    return " ".join(sorted(flags))
+
+
+if __name__ == "__main__":
+    main()
