@@ -91,6 +91,11 @@ class ProgramTable:
         so far and its family's learned one."""
         return sum(max(p.footprint, self.family_footprint(pid)) for pid, p in self._started.items())
 
+    def held_tokens(self) -> int:
+        """Tokens the in-flight programs hold at most now: their footprints so far, plus the
+        largest prefix they shared when they started (counted once)."""
+        return sum(p.footprint for p in self._started.values()) + max((p.shared for p in self._started.values()), default=0)
+
     def expected_new(self, req: Req, call_tokens: int) -> int:
         """Tokens a program that ``req`` would start is expected to need (``call_tokens``: what
         its first call needs beyond the cached prefix)."""
