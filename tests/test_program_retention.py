@@ -362,3 +362,38 @@ def test_families_learn_footprints_and_new_programs_wait_while_memory_is_tight()
     s.end_program("agent:a")
     drain(s, runner)
     assert s.get_request("c1") is None
+
+
+def test_a_hostile_client_cannot_starve_unhinted_requests():
+    """Hinted programs that pin as much as they may and never end: an unhinted request still
+    runs, and the pinned share never passes the capacity."""
+    s = make_sched(num_kv_slots=300, max_running=8, policy="fcfs", max_context=300)
+    runner = SlotCheckingRunner()
+    for i in range(12):
+        s.add_request(hinted(f"h{i}", [i + 1] + toks(i, 39), f"hostile:{i}", next_use=0, max_new=2))
+    drain(s, runner)
+    assert s.stats().hinted_tokens <= s.tree_cache.retention.capacity == 150
+    s.add_request(req("plain", toks(99, 120), max_new=4))
+    for i in range(12, 20):  # more hostile programs queued beside it
+        s.add_request(hinted(f"h{i}", [i + 1] + toks(i, 39), f"hostile:{i}", next_use=0, max_new=2))
+    drain(s, runner)
+    assert s.get_request("plain") is None and s.stats().hinted_tokens <= 150
+
+
+def test_programs_that_never_end_stop_holding_new_ones_back():
+    clock = FakeClock()
+    s = make_sched(num_kv_slots=200, max_running=8, policy="fcfs", max_context=200)
+    s.programs = ProgramTable(idle_s=10, clock=clock)
+    runner = SlotCheckingRunner()
+    s.add_request(hinted("a1", toks(1, 150), "greedy:a", max_new=10))  # never ended by its client
+    drain(s, runner)
+    s.add_request(hinted("keep-busy", toks(3, 10), "greedy:a", max_new=30))
+    s.add_request(hinted("b1", toks(2, 60), "other:b", max_new=2))
+    batch = s.schedule()  # a's 160 tokens in flight leave no room for b while a runs
+    assert [e.req.rid for e in batch.reqs] == ["keep-busy"]
+    s.process_results(batch, runner(batch))
+    clock.now += 11  # a was idle past idle_s: it no longer counts
+    batch = s.schedule()
+    assert "b1" in [e.req.rid for e in batch.reqs]
+    s.process_results(batch, runner(batch))
+    drain(s, runner)

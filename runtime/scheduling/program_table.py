@@ -88,7 +88,8 @@ class ProgramTable:
 
     def expected_in_flight(self) -> int:
         """Tokens the in-flight programs are expected to need: each the larger of its footprint
-        so far and its family's learned one."""
+        so far and its family's learned one. Programs idle past ``idle_s`` are forgotten first."""
+        self._expire(self.clock())
         return sum(max(p.footprint, self.family_footprint(pid)) for pid, p in self._started.items())
 
     def held_tokens(self) -> int:
