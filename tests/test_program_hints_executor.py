@@ -17,7 +17,8 @@ from grpc_helpers import runtime_fixture
 from test_executor_support import ScriptedBackend
 
 import sglc as sgl
-from sglc.executor.graph_executor import ExecutionPlan, GraphExecutor
+from sglc.executor.execution_plan import ExecutionPlan
+from sglc.executor.graph_executor import GraphExecutor
 from sglc.executor.program_hints import NextUse
 from sglc.ir.ops import Op
 from sglc.wire import client_convert
