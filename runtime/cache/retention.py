@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from sglc.wire.program_hint import NEVER, ProgramHint
 
@@ -73,20 +73,12 @@ class RetentionTable:
         self._by_program: dict[str, set[Any]] = {}
         self._evict_first: set[Any] = set()
         self._waiting: frozenset[str] = frozenset()
-        #: hints granted; hints demoted by the capacity; hinted texts evicted while their lease
-        #: was running; tokens released by ended programs.
-        self.counts = dict(granted=0, capped=0, evicted=0, released=0)
+        #: hints demoted by the capacity; hinted texts evicted while their lease was running.
+        self.counts = dict(capped=0, evicted=0)
 
     # --- queries ------------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self._live)
-
-    def programs(self) -> Iterable[str]:
-        return self._by_program.keys()
-
-    def holds(self, program_id: str) -> bool:
-        """Whether some live hint of ``program_id`` holds a text."""
-        return bool(self._by_program.get(program_id))
 
     def evict_key(self, node: Any, now: float) -> tuple:
         """Heap key of an evictable leaf: smaller goes first (see the module docstring)."""
@@ -101,20 +93,12 @@ class RetentionTable:
             return (EVICT_FIRST, 0, node.last_access, node.id)
         return (UNHINTED, 0, node.last_access, node.id)
 
-    def pinned_tokens(self, *, unlocked_only: bool = False) -> int:
+    def pinned_tokens(self) -> int:
         """Tokens on the paths root..node of protected hints, each counted once (expired hints
-        are dropped first). ``unlocked_only``: only those no running request locks (what
-        eviction could take from programs)."""
+        are dropped first)."""
         self._expire()
         seen: set[int] = set()
-        total = 0
-        for node in self._protected():
-            while node.parent is not None and node.id not in seen:
-                seen.add(node.id)
-                if not unlocked_only or node.lock_ref == 0:
-                    total += len(node.key)
-                node = node.parent
-        return total
+        return sum(_new_path_tokens(node, seen, unlocked_only=False) for node in self._protected())
 
     def pinned_by_rank(self) -> tuple[list[int], list[int]]:
         """Unlocked pinned tokens by program age: ``(ranks, tokens)`` sorted by rank, where
@@ -126,11 +110,7 @@ class RetentionTable:
         tokens: list[int] = []
         total = 0
         for node, entry in sorted(((n, self._live[n]) for n in self._protected()), key=lambda item: item[1].rank):
-            while node.parent is not None and node.id not in seen:
-                seen.add(node.id)
-                if node.lock_ref == 0:
-                    total += len(node.key)
-                node = node.parent
+            total += _new_path_tokens(node, seen, unlocked_only=True)
             if ranks and ranks[-1] == entry.rank:
                 tokens[-1] = total
             else:
@@ -167,7 +147,6 @@ class RetentionTable:
                 self._drop(up)
             up = up.parent
         mine.add(node)
-        self.counts["granted"] += 1
         self._enforce_capacity()
 
     def end_program(self, program_id: str) -> int:
@@ -180,9 +159,7 @@ class RetentionTable:
         for node in list(nodes):
             self._drop(node)
             self._evict_first.add(node)
-        released = before - self.pinned_tokens()
-        self.counts["released"] += released
-        return released
+        return before - self.pinned_tokens()
 
     def on_evicted(self, node: Any, now: float, heir: Any = None) -> None:
         """The cache freed ``node``; ``heir``: its parent when that became an evictable leaf,
@@ -233,3 +210,15 @@ class RetentionTable:
             node = max(self._protected(), key=lambda n: (self._live[n].next_use, -n.last_access, -n.id))
             self._live[node].protected = False
             self.counts["capped"] += 1
+
+
+def _new_path_tokens(node: Any, seen: set[int], *, unlocked_only: bool) -> int:
+    """Tokens on the path root..node not in ``seen`` yet (which it extends); ``unlocked_only``:
+    only nodes no running request locks (what eviction could take)."""
+    total = 0
+    while node.parent is not None and node.id not in seen:
+        seen.add(node.id)
+        if not unlocked_only or node.lock_ref == 0:
+            total += len(node.key)
+        node = node.parent
+    return total
