@@ -76,6 +76,7 @@ def bench_linears(rows_list: list[int], levels: list[str], repeats: int) -> dict
     torch_head = Int8Linear.quantize(head, native=False)
     f32 = [Linear.build(w, pack=can_pack_weights(torch.float32, torch.device("cpu"))) for w in weights.values()]
     bf = [Linear.build(w.bfloat16(), pack=can_pack_weights(torch.bfloat16, torch.device("cpu"))) for w in weights.values()]
+    bf_head = Linear.build(head.bfloat16(), pack=can_pack_weights(torch.bfloat16, torch.device("cpu")))
     for rows in rows_list:
         xs = [torch.randn(rows, w.shape[1]).bfloat16() for w in weights.values()]
         xf = [x.float() for x in xs]
@@ -83,6 +84,7 @@ def bench_linears(rows_list: list[int], levels: list[str], repeats: int) -> dict
         results["layer_int4"][rows]["fp32 gemm"] = timed(lambda: [lin(x) for lin, x in zip(f32, xf)], repeats)
         results["layer_int4"][rows]["bf16 gemm"] = timed(lambda: [lin(x) for lin, x in zip(bf, xs)], repeats)
         results["head_int8"][rows]["torch int8"] = timed(lambda: torch_head(xs[0]), repeats)
+        results["head_int8"][rows]["bf16 gemm"] = timed(lambda: bf_head(xs[0]), repeats)
     return results
 
 

@@ -250,15 +250,23 @@ LARGE_BATCH_ROWS = 8
 #: decode ms/step, int4 layers on it against bf16 layers (both with the lm_head in bf16), 15.3 /
 #: 25.6 / 37.4 / 49.1 against 23.5 / 30.7 / 40.4 / 46.3 at 8 / 16 / 24 / 32 rows.
 NATIVE_INT4_LARGE_BATCH_ROWS = 28
+#: The same for the native int8 kernels (the lm_head, GGUF's Q8_0 / Q6_K / Q5_x tensors), which
+#: got faster than torch's since: the 49152 x 576 lm_head, 2 threads, AVX512-VNNI, 0.82 / 1.43 /
+#: 2.75 ms at 8 / 16 / 32 rows against the bf16 copy's 1.24 / 1.30 / 1.60 (AMX;
+#: ``bench/bench_cpu_kernels.py``). At 8 rows the copy cost every 8-stream decode step ~2 ms.
+NATIVE_INT8_LARGE_BATCH_ROWS = 16
+
+
+def native_large_batch_rows(int4_levels: bool) -> int:
+    """The switch row count of a native integer kernel: 4-bit levels or byte levels."""
+    return NATIVE_INT4_LARGE_BATCH_ROWS if int4_levels else NATIVE_INT8_LARGE_BATCH_ROWS
 
 
 def large_batch_rows(small: "QuantizedLinear") -> int:
     """From how many input rows on the float copy of ``small``'s weight is the faster one (where
-    :func:`large_batch_dtype` keeps one). The native int8 kernel (the 49152 x 576 lm_head) crosses
-    over where torch's does: 0.66 / 1.23 / 2.90 / 4.02 ms at 1 / 4 / 8 / 16 rows against bf16's
-    2.60 / 2.25 / 2.99 / 3.78 (AVX512-VNNI)."""
-    if isinstance(small, Int4Linear) and small.kernel == "native":
-        return NATIVE_INT4_LARGE_BATCH_ROWS
+    :func:`large_batch_dtype` keeps one): the measured figures above, per kernel."""
+    if small.kernel == "native":
+        return native_large_batch_rows(isinstance(small, Int4Linear))
     return LARGE_BATCH_ROWS
 
 

@@ -15,8 +15,8 @@ from ..gguf.reader import release_pages_of
 from ..native import bf16_is_native
 from .gguf_linear import gguf_linear
 from .linear import Linear, can_pack_weights
-from .quantized_linear import (LARGE_BATCH_ROWS, NATIVE_INT4_LARGE_BATCH_ROWS, CastLinear, QuantizedLinear,
-                               RowDispatchLinear, large_batch_dtype, quantized_linear)
+from .quantized_linear import (CastLinear, QuantizedLinear, RowDispatchLinear, large_batch_dtype,
+                               native_large_batch_rows, quantized_linear)
 
 AnyLinear = Linear | RowDispatchLinear | QuantizedLinear
 
@@ -138,7 +138,7 @@ class WeightLoader:
         large = Linear.build(torch.from_numpy(w.dequantize()).to(torch.bfloat16).contiguous(),
                              None if bias is None else bias.to(torch.bfloat16),
                              pack=m.pack_weights and can_pack_weights(torch.bfloat16, m.device))
-        min_rows = NATIVE_INT4_LARGE_BATCH_ROWS if w.type_name in ("Q4_0", "Q4_1", "Q4_K") else LARGE_BATCH_ROWS
+        min_rows = native_large_batch_rows(w.type_name in ("Q4_0", "Q4_1", "Q4_K"))
         return RowDispatchLinear(small, large if m.dtype == torch.bfloat16 else CastLinear(large), min_rows)
 
     def build_linear(self, weight: torch.Tensor, bias: torch.Tensor | None = None,

@@ -117,6 +117,7 @@ void q8_tile_rows(const int8_t* w, const float* scales, const uint16_t* block_d,
     for (int64_t b = 0; b < blocks; ++b) {
       const int8_t* wb = w + (t * blocks + b) * kQ8BlockBytes + 32 * half;
       const int8_t* xq = act->q + r0 * k + b * kQBlock;
+      if (half == 0) prefetch_block(wb, blocks * kQ8BlockBytes, 8);
       __m256i s[R];
       for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
 #pragma GCC unroll 1  // as in q4_tile_rows: unrolled, the re-associated adds spill
@@ -153,6 +154,7 @@ void q4_tile_rows(const uint8_t* w, const Scales& scales, const sglc_quantized_r
     for (int64_t b = 0; b < blocks; ++b) {
       const uint8_t* wb = w + (t * blocks + b) * kQ4BlockBytes + 32 * half;
       const int8_t* xq = act->q + r0 * k + b * kQBlock;
+      if (half == 0) prefetch_block(wb, blocks * kQ4BlockBytes, 4);
       __m256i s[R];
       for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
       // NOTE: not unrolled: unrolled, GCC re-associates each row's chain of int16 adds into a
@@ -207,6 +209,7 @@ void q6k_tile_rows(const uint8_t* w, const uint16_t* d, const int8_t* sc, const 
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b) {
       const uint8_t* wb = w + (t * blocks + b) * kQ8BlockBytes + 32 * half;
+      if (half == 0) prefetch_block(wb, blocks * kQ8BlockBytes, 8);
       const __m256 dv = load_half8(d + (t * (blocks / kKBlocks) + b / kKBlocks) * kQTile + 8 * half);
       const int8_t* scb = sc + (t * blocks * 2 + 2 * b) * kQTile + 8 * half;
       const __m256 sc0 = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scb)))));

@@ -98,6 +98,7 @@ void q8_tile_rows(const int8_t* w, const float* scales, const uint16_t* block_d,
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const int8_t* wb = w + (t * blocks + b) * kQ8BlockBytes;
+    prefetch_block(wb, blocks * kQ8BlockBytes, 8);
     __m512i wv[8];
     for (int i = 0; i < 8; ++i) wv[i] = _mm512_xor_si512(_mm512_loadu_si512(wb + 64 * i), offset);
     for (int r = 0; r < R; ++r) {
@@ -133,6 +134,7 @@ void q4_tile_rows(const uint8_t* w, const Scales& scales, const sglc_quantized_r
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* wb = w + (t * blocks + b) * kQ4BlockBytes;
+    prefetch_block(wb, blocks * kQ4BlockBytes, 4);
     __m512i lo[4], hi[4];
     for (int i = 0; i < 4; ++i) {
       const __m512i wv = _mm512_loadu_si512(wb + 64 * i);
@@ -171,6 +173,7 @@ void q6k_tile_rows(const uint8_t* w, const uint16_t* d, const int8_t* sc, const 
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* wb = w + (t * blocks + b) * kQ8BlockBytes;
+    prefetch_block(wb, blocks * kQ8BlockBytes, 8);
     __m512i wv[8];
     for (int i = 0; i < 8; ++i) wv[i] = _mm512_loadu_si512(wb + 64 * i);
     const __m512 dv = load_half16(d + (t * (blocks / kKBlocks) + b / kKBlocks) * kQTile);
