@@ -8,7 +8,7 @@ import torch
 
 from sglc_runtime.model.models.linear import Linear
 from sglc_runtime.model.models.quantized_linear import (
-    INT4_GROUP, LARGE_BATCH_ROWS, NATIVE_INT4_LARGE_BATCH_ROWS, NATIVE_INT8_LARGE_BATCH_ROWS, CastLinear, Int4Linear,
+    INT4_GROUP, LARGE_BATCH_ROWS, NATIVE_INT4_LARGE_BATCH_ROWS, NATIVE_HEAD_LARGE_BATCH_ROWS, CastLinear, Int4Linear,
     Int8Linear, QuantizationError, RowDispatchLinear, int4_levels, large_batch_dtype, large_batch_rows, quantized_linear)
 
 
@@ -91,7 +91,8 @@ def test_row_dispatch_uses_the_integer_kernel_for_small_batches_only(native):
         expected = (small if rows < threshold else large)(x)
         assert torch.equal(both(x), expected), rows
     int8 = Int8Linear.quantize(w, native=native)
-    assert large_batch_rows(int8) == (NATIVE_INT8_LARGE_BATCH_ROWS if int8.kernel == "native" else LARGE_BATCH_ROWS)
+    assert large_batch_rows(int8) == LARGE_BATCH_ROWS
+    assert large_batch_rows(int8, head=True) == (NATIVE_HEAD_LARGE_BATCH_ROWS if int8.kernel == "native" else LARGE_BATCH_ROWS)
 
 
 @pytest.mark.parametrize("native", [True, False])

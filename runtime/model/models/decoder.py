@@ -226,18 +226,19 @@ class DecoderForCausalLM:
         if isinstance(embedding, GGUFWeight) and self.device.type == "cpu":
             # NOTE: looked up from its blocks; the head on its type's kernel
             self.embed = GGUFEmbedding(embedding, self.dtype)
-            self.lm_head = w.linear(head_name)
+            self.lm_head = w.linear(head_name, head=True)
         elif isinstance(embedding, GGUFWeight):
             # NOTE: off the CPU every GGUF tensor is decoded (the block kernels are CPU code), the
             # embedding too: a row lookup from blocks reads the ids on the host, which a CUDA graph
             # cannot capture and an eager step would pay as a sync.
             self.embed = w.tensor("model.embed_tokens.weight")
-            self.lm_head = w.build_linear(self.embed, kind="int8") if c.tie_word_embeddings else w.linear(head_name)
+            self.lm_head = (w.build_linear(self.embed, kind="int8", head=True) if c.tie_word_embeddings
+                            else w.linear(head_name, head=True))
         else:
             self.embed = w.tensor("model.embed_tokens.weight")
             tied = c.tie_word_embeddings and not w.quantized  # NOTE: reuse the embedding; a quantized head needs its source
             head = self.embed if tied else w.weight(head_name)
-            self.lm_head = w.build_linear(head, kind="int8")
+            self.lm_head = w.build_linear(head, kind="int8", head=True)
         self.final_norm = w.norm("model.norm.weight")
         # NOTE: layers load on every core: repacking is numpy and torch work that releases the GIL
         with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, 8))) as pool:

@@ -250,23 +250,26 @@ LARGE_BATCH_ROWS = 8
 #: decode ms/step, int4 layers on it against bf16 layers (both with the lm_head in bf16), 15.3 /
 #: 25.6 / 37.4 / 49.1 against 23.5 / 30.7 / 40.4 / 46.3 at 8 / 16 / 24 / 32 rows.
 NATIVE_INT4_LARGE_BATCH_ROWS = 28
-#: The same for the native int8 kernels (the lm_head, GGUF's Q8_0 / Q6_K / Q5_x tensors), which
-#: got faster than torch's since: the 49152 x 576 lm_head, 2 threads, AVX512-VNNI, 0.82 / 1.43 /
-#: 2.75 ms at 8 / 16 / 32 rows against the bf16 copy's 1.24 / 1.30 / 1.60 (AMX;
-#: ``bench/bench_cpu_kernels.py``). At 8 rows the copy cost every 8-stream decode step ~2 ms.
-NATIVE_INT8_LARGE_BATCH_ROWS = 16
+#: The lm_head on a native int8 kernel (the int8 head, or a GGUF head of Q8_0 / Q6_K / Q5_x): it
+#: streams ~28 MB a step, where the kernel (with its prefetch) wins: the 49152 x 576 head, 2
+#: threads, AVX512-VNNI, 0.82 / 1.43 / 2.75 ms at 8 / 16 / 32 rows against the bf16 copy's 1.24 /
+#: 1.30 / 1.60 (AMX; ``bench/bench_cpu_kernels.py``); at 8 rows the copy cost every 8-stream decode
+#: step ~2 ms. Smaller int8 layer linears keep LARGE_BATCH_ROWS.
+NATIVE_HEAD_LARGE_BATCH_ROWS = 16
 
 
-def native_large_batch_rows(int4_levels: bool) -> int:
-    """The switch row count of a native integer kernel: 4-bit levels or byte levels."""
-    return NATIVE_INT4_LARGE_BATCH_ROWS if int4_levels else NATIVE_INT8_LARGE_BATCH_ROWS
+def native_large_batch_rows(int4_levels: bool, head: bool = False) -> int:
+    """The switch row count of a native integer kernel: 4-bit levels, the lm_head, the rest."""
+    if int4_levels:
+        return NATIVE_INT4_LARGE_BATCH_ROWS
+    return NATIVE_HEAD_LARGE_BATCH_ROWS if head else LARGE_BATCH_ROWS
 
 
-def large_batch_rows(small: "QuantizedLinear") -> int:
+def large_batch_rows(small: "QuantizedLinear", head: bool = False) -> int:
     """From how many input rows on the float copy of ``small``'s weight is the faster one (where
-    :func:`large_batch_dtype` keeps one): the measured figures above, per kernel."""
+    :func:`large_batch_dtype` keeps one; ``head``: it is the lm_head): the measured figures above."""
     if small.kernel == "native":
-        return native_large_batch_rows(isinstance(small, Int4Linear))
+        return native_large_batch_rows(isinstance(small, Int4Linear), head)
     return LARGE_BATCH_ROWS
 
 

@@ -15,7 +15,7 @@ from ..gguf.reader import release_pages_of
 from ..native import bf16_is_native
 from .gguf_linear import gguf_linear
 from .linear import Linear, can_pack_weights
-from .quantized_linear import (CastLinear, QuantizedLinear, RowDispatchLinear, large_batch_dtype,
+from .quantized_linear import (CastLinear, QuantizedLinear, RowDispatchLinear, large_batch_dtype, large_batch_rows,
                                native_large_batch_rows, quantized_linear)
 
 AnyLinear = Linear | RowDispatchLinear | QuantizedLinear
@@ -87,19 +87,20 @@ class WeightLoader:
         return self.tensor(name)
 
     def linear(self, names: str | Sequence[str], biases: str | Sequence[str] | None = None,
-               kind: str | None = None) -> AnyLinear:
-        """The linear of the weights ``names`` stacked along their output rows (q/k/v, gate/up)."""
+               kind: str | None = None, head: bool = False) -> AnyLinear:
+        """The linear of the weights ``names`` stacked along their output rows (q/k/v, gate/up);
+        ``head``: the lm_head (its float copy, if any, takes over at its own row count)."""
         names = [names] if isinstance(names, str) else list(names)
         b = None
         if biases is not None:
             biases = [biases] if isinstance(biases, str) else list(biases)
             b = torch.cat([self.tensor(n) for n in biases]).contiguous()
         if any(isinstance(self.tensors[n], GGUFWeight) for n in names):
-            return self.gguf_linear([self.weight(n) for n in names], b)
+            return self.gguf_linear([self.weight(n) for n in names], b, head)
         w = self.weight(names[0]) if len(names) == 1 else torch.cat([self.weight(n) for n in names]).contiguous()
-        return self.build_linear(w, b, kind)
+        return self.build_linear(w, b, kind, head)
 
-    def gguf_linear(self, weights: list[GGUFWeight], bias: torch.Tensor | None) -> AnyLinear:
+    def gguf_linear(self, weights: list[GGUFWeight], bias: torch.Tensor | None, head: bool = False) -> AnyLinear:
         """GGUF tensors stacked along their rows, on their type's native kernel (``gguf_linear``);
         tensors of different types (a Q4_K_M file's Q6_K attn_v beside Q4_K q and k) run as
         separate linears whose outputs are concatenated."""
@@ -113,15 +114,15 @@ class WeightLoader:
                 start += w.rows
             return StackedLinear(parts)
         w = weights[0].concat_rows(*weights[1:]) if len(weights) > 1 else weights[0]
-        return self._gguf_one(w, bias)
+        return self._gguf_one(w, bias, head)
 
-    def _gguf_one(self, w: GGUFWeight, bias: torch.Tensor | None) -> AnyLinear:
-        linear = self._gguf_linear(w, bias)
+    def _gguf_one(self, w: GGUFWeight, bias: torch.Tensor | None, head: bool = False) -> AnyLinear:
+        linear = self._gguf_linear(w, bias, head)
         # NOTE: repacked (or decoded): its file pages need not stay resident while the rest loads
         release_pages_of(w.raw)
         return linear
 
-    def _gguf_linear(self, w: GGUFWeight, bias: torch.Tensor | None) -> AnyLinear:
+    def _gguf_linear(self, w: GGUFWeight, bias: torch.Tensor | None, head: bool = False) -> AnyLinear:
         """One GGUF tensor as shipped on its type's kernel when the model is quantized (any
         ``quantization`` but "none": the file's types decide); decoded exactly into a float linear
         of the model's dtype when it is not (the float reference model), or on a GPU (the integer
@@ -138,11 +139,11 @@ class WeightLoader:
         large = Linear.build(torch.from_numpy(w.dequantize()).to(torch.bfloat16).contiguous(),
                              None if bias is None else bias.to(torch.bfloat16),
                              pack=m.pack_weights and can_pack_weights(torch.bfloat16, m.device))
-        min_rows = native_large_batch_rows(w.type_name in ("Q4_0", "Q4_1", "Q4_K"))
+        min_rows = native_large_batch_rows(w.type_name in ("Q4_0", "Q4_1", "Q4_K"), head)
         return RowDispatchLinear(small, large if m.dtype == torch.bfloat16 else CastLinear(large), min_rows)
 
     def build_linear(self, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                     kind: str | None = None) -> AnyLinear:
+                     kind: str | None = None, head: bool = False) -> AnyLinear:
         """``weight`` as the model's kind of linear (quantized, packed or plain)."""
         m = self.model
         if self.quantized:  # NOTE: integer kernels for small batches, a float copy for big ones where it pays
@@ -154,7 +155,8 @@ class WeightLoader:
             large = Linear.build(weight.to(large_dtype).contiguous(),
                                  None if bias is None else bias.to(large_dtype),
                                  pack=m.pack_weights and can_pack_weights(large_dtype, m.device))
-            return RowDispatchLinear(small, large if large_dtype == m.dtype else CastLinear(large))
+            return RowDispatchLinear(small, large if large_dtype == m.dtype else CastLinear(large),
+                                     large_batch_rows(small, head))
         return Linear.build(weight, bias, pack=m.pack_weights)
 
     def float_linear(self, name: str) -> Linear | CastLinear:
