@@ -132,6 +132,9 @@ def _levels(trie) -> list[tuple[int, int]]:
         lo, hi = nlo, nhi
 
 
+_PAIR = 2**31  # node and stack ids stay below it (EngineBudget bounds both far lower)
+
+
 class _InnerStacks:
     """Return-node stacks the walk pushes while a token runs through called rules (interned:
     id -> (return node, parent id), -1 is the empty stack)."""
@@ -139,19 +142,21 @@ class _InnerStacks:
     def __init__(self) -> None:
         self.node: list[int] = []
         self.parent: list[int] = []
-        self._ids: dict[tuple[int, int], int] = {}
+        self._ids: dict[int, int] = {}  # pair key -> id
 
     def intern(self, ret: np.ndarray, parent: np.ndarray) -> np.ndarray:
         if not len(ret):
             return np.zeros(0, dtype=np.int64)
-        keys, inverse = np.unique(np.stack([ret, parent], axis=1), axis=0, return_inverse=True)
+        # NOTE: one int64 key per pair (node ids and stack ids < 2**31): a 1-D unique, far
+        # cheaper than np.unique over rows
+        keys, inverse = np.unique(ret * _PAIR + (parent + 1), return_inverse=True)
         ids = np.empty(len(keys), dtype=np.int64)
-        for i, (r, p) in enumerate(keys.tolist()):
-            got = self._ids.get((r, p))
+        for i, key in enumerate(keys.tolist()):
+            got = self._ids.get(key)
             if got is None:
-                got = self._ids[(r, p)] = len(self.node)
-                self.node.append(r)
-                self.parent.append(p)
+                got = self._ids[key] = len(self.node)
+                self.node.append(key // _PAIR)
+                self.parent.append(key % _PAIR - 1)
             ids[i] = got
         return ids[inverse.reshape(-1)]
 
