@@ -143,6 +143,13 @@ class _InnerStacks:
         self.node: list[int] = []
         self.parent: list[int] = []
         self._ids: dict[int, int] = {}  # pair key -> id
+        self._arrays = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(node, parent) per id as arrays, rebuilt only after new stacks were interned."""
+        if self._arrays[0].shape[0] != len(self.node):
+            self._arrays = (np.array(self.node, dtype=np.int64), np.array(self.parent, dtype=np.int64))
+        return self._arrays
 
     def intern(self, ret: np.ndarray, parent: np.ndarray) -> np.ndarray:
         if not len(ret):
@@ -182,8 +189,7 @@ def _close(cols: list[np.ndarray], auto: Automaton, stacks: _InnerStacks, num_tr
                   stacks.intern(auto.ref_return[ri].astype(np.int64), ws[rep])]
         sel = auto.final[wd] & (ws >= 0)
         popped_from = ws[sel]
-        node_arr = np.array(stacks.node, dtype=np.int64)
-        parent_arr = np.array(stacks.parent, dtype=np.int64)
+        node_arr, parent_arr = stacks.arrays()
         popped = [wo[sel], wt[sel], node_arr[popped_from], parent_arr[popped_from]]
         cand = [np.concatenate([a, b]) for a, b in zip(pushed, popped)]
         keys = _pair_keys(cand, num_trie)
