@@ -183,3 +183,20 @@ def test_float_logits_feed_a_native_head_float32_and_others_their_dtype():
             assert torch.equal(logits, small(h.float()))
         else:
             assert torch.equal(logits, head(h).float())
+
+
+@pytest.mark.model
+def test_the_lm_head_keeps_its_int8_kernel_up_to_more_rows_than_int8_layers():
+    """The model's lm_head (the default GGUF's Q8_0 head) switches to its float copy at the head's
+    own row count; layer linears keep theirs."""
+    from sglc_runtime.model.default_model import find_default_gguf, resolve_model_path
+    from sglc_runtime.model.models import load_model
+
+    model = load_model(resolve_model_path(None), quantization="int4", gguf=find_default_gguf())
+    head = model.lm_head
+    if not isinstance(head, RowDispatchLinear):
+        pytest.skip("no float copy on this CPU (bf16 not native): the integer kernel serves every row count")
+    want = NATIVE_HEAD_LARGE_BATCH_ROWS if head.small.kernel == "native" else LARGE_BATCH_ROWS
+    assert head.min_rows == want
+    qkv = model.layers[0].attn.qkv
+    assert not isinstance(qkv, RowDispatchLinear) or qkv.min_rows != want
