@@ -10,6 +10,8 @@ plays no part: every level runs here, in turns):
   count (decode batches up to prefill chunks), against torch's own kernels for the same weights
   (``_weight_int4pack_mm_for_cpu`` / ``_weight_int8pack_mm`` with bf16 activations) and the
   float GEMMs (oneDNN fp32 and bf16) a prefill could use instead;
+- the same linears with cold weights: a sweep over 30 distinct layers, then the lm_head (a
+  model's step streams its weights from memory; the repeated calls above hit the cache);
 - decode attention for one and eight requests over 1,000 keys;
 - the fused small ops of a layer at one row.
 
@@ -88,6 +90,41 @@ def bench_linears(rows_list: list[int], levels: list[str], repeats: int) -> dict
     return results
 
 
+def bench_model_sweep(rows_list: list[int], levels: list[str], repeats: int, layers: int = 30) -> dict:
+    """us per layer of a sweep over ``layers`` distinct layers' four int4 linears, then the int8
+    lm_head right after (us): the weights come from memory, as in a model's step (~60 MB here),
+    where the repeated calls above find them in the cache."""
+    g = torch.Generator().manual_seed(3)
+    results: dict = {"layer_int4": {}, "head_int8": {}}
+    for level in levels:
+        with running_level(level):
+            model = [[Int4Linear.quantize(torch.randn(*shape, generator=g) * 0.05, native=True)
+                      for shape in LAYER_SHAPES.values()] for _ in range(layers)]
+            head = Int8Linear.quantize(torch.randn(VOCAB, HIDDEN, generator=g) * 0.05, native=True)
+            for _ in range(2):  # NOTE: untimed: the first sweeps after packing run far slower (page faults)
+                for layer in model:
+                    for lin, shape in zip(layer, LAYER_SHAPES.values()):
+                        lin(torch.zeros(1, shape[1]).bfloat16())
+                head(torch.zeros(1, HIDDEN))
+            for rows in rows_list:
+                xs = [torch.randn(rows, shape[1]).bfloat16() for shape in LAYER_SHAPES.values()]
+                xh = torch.randn(rows, HIDDEN)
+                per_layer, per_head = [], []
+                for _ in range(max(5, repeats // 2)):
+                    t0 = time.perf_counter()
+                    for layer in model:
+                        for lin, x in zip(layer, xs):
+                            lin(x)
+                    t1 = time.perf_counter()
+                    head(xh)
+                    per_layer.append((t1 - t0) * 1e6 / layers)
+                    per_head.append((time.perf_counter() - t1) * 1e6)
+                results["layer_int4"].setdefault(rows, {})[level] = statistics.median(per_layer)
+                results["head_int8"].setdefault(rows, {})[level] = statistics.median(per_head)
+            del model, head
+    return results
+
+
 def bench_attention(levels: list[str], repeats: int) -> dict:
     """us per decode_attention_ call: B requests x 1000 keys each, scattered slots, bf16."""
     results: dict = {}
@@ -162,15 +199,19 @@ def main() -> None:
           f"native bf16: {native_bf16(levels[0])}; threads {args.threads}")
     rows_list = [int(r) for r in args.rows.split(",")]
     linears = bench_linears(rows_list, levels, args.repeats)
+    sweep = bench_model_sweep([r for r in rows_list if r <= 32], levels, args.repeats)
     attention = bench_attention(levels, args.repeats)
     small = bench_small_ops(levels, args.repeats * 5)
     print_table("one layer's int4 linears (qkv, o, gate_up, down)", {f"{r} rows": v for r, v in linears["layer_int4"].items()}, levels)
     print_table("int8 lm_head 49152 x 576", {f"{r} rows": v for r, v in linears["head_int8"].items()}, levels)
+    print_table("cold weights: a layer's int4 linears in a 30-layer sweep", {f"{r} rows": v for r, v in sweep["layer_int4"].items()}, levels)
+    print_table("cold weights: the int8 lm_head after the sweep", {f"{r} rows": v for r, v in sweep["head_int8"].items()}, levels)
     print_table("decode attention, bf16", attention, levels)
     print_table("small ops, one row, bf16", small, levels)
     if args.json:
         args.json.write_text(json.dumps({"levels": levels, "flags": flags, "threads": args.threads,
-                                         "linears": linears, "attention": attention, "small_ops": small}, indent=1))
+                                         "linears": linears, "model_sweep": sweep, "attention": attention,
+                                         "small_ops": small}, indent=1))
 
 
 if __name__ == "__main__":
