@@ -21,6 +21,9 @@ def test_greedy_outputs_are_identical_with_hints_on_and_off():
     from sglc.executor.batch import run_graph_batch
     from sglc_runtime.server.engine_backend import EngineBackend
 
+    # NOTE: float32, no integer kernels: with int4 weights and native bf16 a prefill of 28+ rows
+    # runs a bf16 copy and fewer rows the int4 kernel, so a prefix cached differently (a hint's
+    # CachePrefix) rounds differently and can flip a select (seen: mmlu_5shot)
     backend = EngineBackend(dtype="float32")
     engine = backend.engine
     try:
