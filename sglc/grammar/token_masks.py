@@ -329,7 +329,7 @@ class _SomeContext:
         for n in range(auto.num_nodes):
             for c, t in auto.refs(n):
                 self.callers.setdefault(c, []).append(t)
-        self._memo: dict[tuple[int, bytes], bool] = {}
+        self._memo: dict[tuple[int, bytes], tuple[bool, frozenset]] = {}
 
     def _close(self, configs: set[tuple[int, ...]]) -> set[tuple[int, ...]]:
         out: set[tuple[int, ...]] = set()
@@ -350,17 +350,21 @@ class _SomeContext:
         return out
 
     def accepts(self, m: int, suffix: bytes) -> bool:
-        key = (m, suffix)
+        return self._after(m, suffix)[0]
+
+    def _after(self, m: int, prefix: bytes) -> tuple[bool, frozenset]:
+        """(every byte of ``prefix`` was taken, the configurations after it), memoized per prefix:
+        the suffixes of one exit node share most of their prefixes."""
+        key = (m, prefix)
         got = self._memo.get(key)
         if got is None:
-            configs = self._close({(m,)})
-            got = True
-            for b in suffix:
+            if not prefix:
+                got = (True, frozenset(self._close({(m,)})))
+            else:
+                ok, configs = self._after(m, prefix[:-1])
+                b = prefix[-1]
                 moved = {st[:-1] + (self.rows[st[-1]][b],) for st in configs if self.rows[st[-1]][b] >= 0}
-                if not moved:
-                    got = False
-                    break
-                configs = self._close(moved)
+                got = (ok and bool(moved), frozenset(self._close(moved)) if moved else frozenset())
             self._memo[key] = got
         return got
 
