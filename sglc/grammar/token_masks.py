@@ -361,10 +361,10 @@ class _SomeContext:
             if not prefix:
                 got = (True, frozenset(self._close({(m,)})))
             else:
-                ok, configs = self._after(m, prefix[:-1])
+                configs = self._after(m, prefix[:-1])[1]  # NOTE: empty once a byte was refused
                 b = prefix[-1]
                 moved = {st[:-1] + (self.rows[st[-1]][b],) for st in configs if self.rows[st[-1]][b] >= 0}
-                got = (ok and bool(moved), frozenset(self._close(moved)) if moved else frozenset())
+                got = (bool(moved), frozenset(self._close(moved)) if moved else frozenset())
             self._memo[key] = got
         return got
 
