@@ -11,17 +11,24 @@ ratios; asserts nothing (timings on a shared machine are noise: run it alone, `u
    the outputs ended. Jump-forward on (the default) and off.
 
     python bench/bench_grammar_decode.py [--streams 8] [--tokens 128] [--repeats 2] [--threads 2]
+    python bench/bench_grammar_decode.py --device cuda --random-weights-from CONFIG_DIR  # a GPU machine
+
+``--random-weights-from`` runs a model of that config and tokenizer with random weights (the real
+checkpoint cannot travel to a GPU machine; the grammar's host work per step does not depend on
+the weights, and section 1's tokens are still checked identical).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import platform
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 
+from bench.random_model import write_random_model
 from sglc_runtime.engine import Engine
 from sglc_runtime.sampling.sampling_params import SamplingParams
 
@@ -70,15 +77,30 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--quantization", default="auto", help="the engine's (auto: what `sglc serve` runs)")
+    ap.add_argument("--model", default=None, help="the engine's model (default: the default model)")
+    ap.add_argument("--random-weights-from", default=None, metavar="CONFIG_DIR",
+                    help="run a model of this folder's config and tokenizer with random weights")
+    ap.add_argument("--device", default="auto")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "out" / "grammar_decode.json")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    engine = Engine(max_running_requests=max(64, args.streams), quantization=args.quantization)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = args.model
+        if args.random_weights_from:
+            model = str(write_random_model(args.random_weights_from, Path(tmp) / "model", seed=0))
+        run(args, Engine(model=model, device=args.device, max_running_requests=max(64, args.streams),
+                         quantization=args.quantization))
+
+
+def run(args, engine: Engine) -> None:
     n, t = args.streams, args.tokens
+    where = engine.placement.describe()
     print(f"cpu: {cpu_flags()}; torch threads {torch.get_num_threads()}; quantization {args.quantization}; "
-          f"{n} streams x {t} tokens")
-    results: dict = {"streams": n, "tokens": t, "cpu_flags": cpu_flags()}
+          f"{where}; {n} streams x {t} tokens")
+    results: dict = {"streams": n, "tokens": t, "cpu_flags": cpu_flags(), "placement": where}
+    if torch.cuda.is_available() and engine.placement.device.startswith("cuda"):
+        results["gpu"] = torch.cuda.get_device_name(0)
 
     texts = prompts(engine, n, "Answer in prose.")
     for warm in (None, ANYTHING):  # NOTE: compiles the grammar and warms the model once
