@@ -263,3 +263,15 @@ def test_token_and_top_logprobs_match_log_softmax():
     vals, top = top_logprobs(logits, 4)
     assert torch.equal(top, ref.topk(4).indices) and torch.allclose(vals, ref.topk(4).values)
     assert math.isclose(float(torch.logsumexp(vals[0], 0)), float(torch.logsumexp(ref[0, top[0]], 0)), rel_tol=1e-6)
+
+
+def test_seeded_rows_sample_by_the_distribution():
+    """Rows with their own seeds (one step each, many seeds) pick tokens at p's frequencies."""
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = probs.log().repeat(500, 1)
+    counts = torch.zeros(4)
+    for base in range(0, 4000, 500):
+        gens = [make_generator(base + i) for i in range(500)]
+        batch = SamplingBatch.build([SamplingParams(temperature=1.0)] * 500, 4, generators=gens)
+        counts += torch.bincount(Sampler(seed=0)(logits, batch), minlength=4)
+    torch.testing.assert_close(counts / counts.sum(), probs, atol=0.025, rtol=0)

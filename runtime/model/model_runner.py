@@ -15,7 +15,7 @@ import torch
 
 from ..cache.kv_buffer import KVBuffer
 from ..sampling.logprobs import token_logprobs, top_logprobs
-from ..sampling.sampler import Sampler, SamplingBatch
+from ..sampling.sampler import Sampler, SamplingBatch, stack_bool_masks
 from ..sampling.token_result import TokenResult
 from ..scheduling.request import Req
 from ..scheduling.schedule_batch import ScheduleBatch, ScheduledReq
@@ -118,9 +118,14 @@ class ModelRunner:
         masks = None
         if any(s.cursor is not None for s in states):
             masks = [s.cursor.allowed_mask() if s.cursor is not None else None for s in states]
-            for j, m in enumerate(masks):
-                if m is not None and m.dtype == torch.bool and not bool(m[: self.vocab_size].any()):
-                    errors[j], masks[j] = "constraint error: the constraint allows no next token", None
+            rows = [j for j, m in enumerate(masks) if m is not None and m.dtype == torch.bool]
+            if rows:
+                # NOTE: one reduction and one read for every row: on a GPU a read per row was a
+                # device round trip per constrained request and step.
+                alive = stack_bool_masks([masks[j] for j in rows], self.vocab_size, self.device).any(dim=1).tolist()
+                for j, ok in zip(rows, alive):
+                    if not ok:
+                        errors[j], masks[j] = "constraint error: the constraint allows no next token", None
         return SamplingBatch.build(
             [r.sampling_params for r in reqs], self.vocab_size,
             output_ids=[r.output_ids for r in reqs], generators=gens, masks=masks,

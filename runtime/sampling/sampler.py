@@ -2,8 +2,10 @@
 
 Vectorized over the batch; the only per-row Python work is for rows that carry their own seed
 generator or a constraint mask. Sampling uses the exponential race (argmax of p / E with
-E ~ Exp(1)), which equals sampling from p; each seeded row draws exactly V noise values per step
-from its own generator in vocabulary order, so its tokens do not depend on what else is batched.
+E ~ Exp(1)), which equals sampling from p; each seeded row draws exactly V uniform values per
+step from its own generator in vocabulary order, so its tokens do not depend on what else is
+batched. E is -log(U) of uniforms, not torch's ``exponential_``: on a CPU that draws ~6x slower
+(0.8 ms a 49k row against 0.14 ms), and a sampled step paid it for every row.
 """
 from __future__ import annotations
 
@@ -118,25 +120,36 @@ def apply_masks(logits: torch.Tensor, masks: Sequence[torch.Tensor | None]) -> N
     the tokenizer works with a padded model vocabulary); a float mask is added to the row.
     Raises ValueError when a mask leaves a row with no allowed token.
     """
-    vocab = logits.shape[1]
-    rows = []
+    bool_rows = [i for i, m in enumerate(masks) if m is not None and m.dtype == torch.bool]
     for i, m in enumerate(masks):
-        if m is None:
-            continue
-        rows.append(i)
-        if m.dtype == torch.bool:
-            n = min(m.shape[0], vocab)
-            row = logits[i]
-            if n < vocab:
-                row[n:] = float("-inf")
-            row[:n].masked_fill_(~m[:n].to(row.device), float("-inf"))
-        else:
+        if m is not None and m.dtype != torch.bool:
             logits[i] += m.to(logits.device, logits.dtype)
+    rows = [i for i, m in enumerate(masks) if m is not None]
+    if bool_rows:
+        # NOTE: one stacked mask and one indexed write for all rows: on a GPU, per-row masked
+        # fills were a handful of kernel launches per constrained request and step.
+        allowed = stack_bool_masks([masks[i] for i in bool_rows], logits.shape[1], logits.device)
+        index = torch.tensor(bool_rows, device=logits.device)
+        logits[index] = logits[index].masked_fill_(~allowed, float("-inf"))
     if rows:
         # NOTE: one check for all masked rows: on a GPU, reading the result waits for the device.
         dead = torch.isneginf(logits[rows]).all(dim=1).nonzero().flatten().tolist()
         if dead:
             raise ValueError(f"constraint mask for batch row {rows[dead[0]]} allows no token")
+
+
+def stack_bool_masks(masks: Sequence[torch.Tensor], vocab: int, device: torch.device | str) -> torch.Tensor:
+    """Bool allowed-token masks as one [len(masks), vocab] tensor on ``device``: each cut to
+    ``vocab`` or padded with False (ids past a mask's end are disallowed)."""
+    rows = [m[:vocab] if m.shape[0] >= vocab else torch.cat([m, m.new_zeros(vocab - m.shape[0])]) for m in masks]
+    return torch.stack([m.to(device) for m in rows])
+
+
+def exponential_noise(shape: tuple[int, ...] | torch.Size, device: torch.device | str,
+                      generator: torch.Generator) -> torch.Tensor:
+    """Exp(1) noise drawn as -log(U), U ~ Uniform[0, 1) from ``generator`` (on its device)."""
+    u = torch.empty(shape, dtype=torch.float32, device=device).uniform_(generator=generator)
+    return u.log_().neg_()
 
 
 class Sampler:
@@ -175,17 +188,21 @@ class Sampler:
         return sampled
 
     def _noise(self, probs: torch.Tensor, generators: Sequence[torch.Generator | None] | None) -> torch.Tensor:
-        noise = torch.empty_like(probs).exponential_(generator=self.generator)
-        if generators is not None:
-            for i, g in enumerate(generators):
-                if g is None:
-                    continue
-                if g.device == probs.device:
-                    noise[i].exponential_(generator=g)
-                else:
-                    # NOTE: a request's generator lives on the CPU (make_generator's default), so
-                    # a seed gives the same noise, hence the same tokens, on every device.
-                    noise[i].copy_(torch.empty(probs.shape[1], dtype=probs.dtype).exponential_(generator=g))
+        seeded = [(i, g) for i, g in enumerate(generators or ()) if g is not None]
+        if len(seeded) == probs.shape[0]:
+            noise = torch.empty_like(probs)
+        else:
+            noise = exponential_noise(probs.shape, probs.device, self.generator)
+        # NOTE: a request's generator lives on the CPU (make_generator's default), so a seed gives
+        # the same noise, hence the same tokens, on every device; seeded rows are drawn into one
+        # host tensor that crosses to the device in one copy.
+        for where in {g.device for _, g in seeded}:
+            rows = [(i, g) for i, g in seeded if g.device == where]
+            u = torch.empty((len(rows), probs.shape[1]), dtype=torch.float32, device=where)
+            for j, (_, g) in enumerate(rows):
+                u[j].uniform_(generator=g)
+            index = torch.tensor([i for i, _ in rows], device=probs.device)
+            noise[index] = u.to(probs.device).log_().neg_()
         return noise.clamp_min_(_MIN_NOISE)
 
     @staticmethod
