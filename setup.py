@@ -13,7 +13,7 @@ setup(
     packages=find_packages(include=["sglc", "sglc.*"]) + runtime_packages,
     package_dir={"sglc_runtime": "runtime"},
     # NOTE: the native kernels' sources are compiled on the user's machine (native/build.py)
-    package_data={"sglc": ["py.typed"],
+    package_data={"sglc": ["py.typed", "grammar/native/*.cpp"],
                   "sglc_runtime.model.native": ["binding/*.cpp", "kernels/*.h", "kernels/*.cpp", "kernels/*/*.h",
                                                 "kernels/*/*/*.h", "kernels/*/*/*/*.h", "kernels/*/*.cpp"]},
 )

@@ -1,11 +1,5 @@
-"""Where sglc keeps what it derives once per machine (converted models, built kernels)."""
-from __future__ import annotations
+"""Where sglc keeps what it derives once per machine: ``sglc.cache_root`` (one definition for the
+compiler and the runtime)."""
+from sglc.cache_root import cache_root
 
-import os
-from pathlib import Path
-
-
-def cache_root() -> Path:
-    """``$SGLC_CACHE_DIR``, or ``~/.cache/sglc``."""
-    root = os.environ.get("SGLC_CACHE_DIR")
-    return Path(root).expanduser() if root else Path.home() / ".cache" / "sglc"
+__all__ = ["cache_root"]

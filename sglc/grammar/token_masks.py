@@ -28,6 +28,7 @@ clock after each chunk of positions.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -37,6 +38,7 @@ from sglc.fsm.vocabulary import Vocabulary
 
 from .automaton import Automaton
 from .automaton_budget import EngineMeter
+from .token_walk_native import native_walker, walk_tokens
 
 #: Positions x vocabulary walked at once (bounds the frontier arrays, ~100 MB at worst).
 _WALK_CELLS = 2**21
@@ -232,12 +234,14 @@ def _new_keys(seen: tuple[np.ndarray, np.ndarray], keys: tuple[np.ndarray, np.nd
     return out
 
 
-def classify_tokens(auto: Automaton, vocab: Vocabulary, meter: EngineMeter) -> TokenClasses:
+def classify_tokens(auto: Automaton, vocab: Vocabulary, meter: EngineMeter, native: bool = True) -> TokenClasses:
     """Classify every token at every position of ``auto`` (see the module docstring).
 
     The walk runs the token through the grammar below the position: it enters called rules
     (pushing return nodes on an inner stack) and comes back out of them, so only leaving the
-    position's own rule (a pop below it) makes a token context-dependent."""
+    position's own rule (a pop below it) makes a token context-dependent. It runs in C++
+    (token_walk_native.py) unless ``native`` is False or native code is off or cannot be built;
+    the numpy walk here gives the same classes."""
     trie = vocab.trie
     positions = np.flatnonzero(auto.has_bytes).astype(np.int64)
     position_of = np.full(auto.num_nodes, -1, dtype=np.int32)
@@ -245,6 +249,39 @@ def classify_tokens(auto: Automaton, vocab: Vocabulary, meter: EngineMeter) -> T
     cells = len(positions) * trie.num_nodes
     meter.check("max_precompute_cells", cells,
                 f"token precompute cells ({len(positions):,} positions x {trie.num_nodes:,} trie nodes)")
+    pre = _preorder(vocab)
+    lib = native_walker() if native else None
+    if lib is not None:
+        accepted, exits = _walk_native(lib, auto, vocab, positions, pre, meter)
+    else:
+        accepted, exits = _walk_numpy(auto, vocab, positions, pre, meter)
+    _add_duplicates(vocab, accepted)
+    groups = _group_exits(vocab, pre, accepted, exits, len(positions), meter, auto)
+    packed = np.packbits(accepted, axis=1)
+    return TokenClasses(vocab.size, position_of, packed, *groups)
+
+
+def _walk_native(lib, auto: Automaton, vocab: Vocabulary, positions: np.ndarray, pre: _TriePreorder,
+                 meter: EngineMeter) -> tuple[np.ndarray, list]:
+    budget = meter.budget
+    accepted, exits, status, value = walk_tokens(
+        lib, auto, vocab.trie, pre.last - pre.first, int(pre.depth.max(initial=0)), positions, vocab.size,
+        budget.max_precompute_cells, budget.max_context_entries, meter.deadline - time.monotonic())
+    if status == 1:
+        meter.check("max_precompute_cells", value, "token precompute steps")
+    elif status == 2:
+        meter.check("max_context_entries", value, "context-dependent token entries")
+    elif status == 3:
+        meter.check_time("classifying tokens at grammar positions")
+    if status:  # NOTE: a check above raises; this would mean the walk and the meter disagree
+        raise RuntimeError(f"the native token walk stopped (status {status}) under no limit")
+    return accepted, [exits]
+
+
+def _walk_numpy(auto: Automaton, vocab: Vocabulary, positions: np.ndarray, pre: _TriePreorder,
+                meter: EngineMeter) -> tuple[np.ndarray, list]:
+    """The walk over many positions at once, one trie level at a time (see classify_tokens)."""
+    trie = vocab.trie
     V = vocab.size
     accepted = np.zeros((len(positions), V), dtype=bool)
     flat = auto.table.reshape(-1).astype(np.int64)
@@ -255,7 +292,6 @@ def classify_tokens(auto: Automaton, vocab: Vocabulary, meter: EngineMeter) -> T
     exits: list[tuple[np.ndarray, ...]] = []
     num_exit_tokens = 0
     walked = 0
-    pre = _preorder(vocab)
     chunk = max(1, _WALK_CELLS // max(V, 1))
     for i in range(0, len(positions), chunk):
         origins = positions[i:i + chunk]
@@ -299,10 +335,7 @@ def classify_tokens(auto: Automaton, vocab: Vocabulary, meter: EngineMeter) -> T
             accepted[cols[0][has], tok[has]] = True
             level += 1
             meter.check_time("classifying tokens at grammar positions")
-    _add_duplicates(vocab, accepted)
-    groups = _group_exits(vocab, pre, accepted, exits, len(positions), meter, auto)
-    packed = np.packbits(accepted, axis=1)
-    return TokenClasses(V, position_of, packed, *groups)
+    return accepted, exits
 
 
 def _add_duplicates(vocab: Vocabulary, accepted: np.ndarray) -> None:

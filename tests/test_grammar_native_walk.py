@@ -1,0 +1,99 @@
+"""The C++ token walk (sglc/grammar/native/token_walk.cpp) gives exactly the numpy walk's token
+classes: accepted bits per position and the context-dependent groups, on every engine test
+grammar and fixture over SmolLM2's vocabulary and on a tiny vocabulary; its budget stops name
+the same limits; with SGLC_NATIVE_OPS=0 the numpy walk runs.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sglc.fsm import CompileBudgetError, Vocabulary
+from sglc.grammar import EngineBudget, compile_grammar, parse_gbnf, parse_lark
+from sglc.grammar.automaton import build_automaton
+from sglc.grammar.automaton_budget import EngineMeter
+from sglc.grammar.token_masks import classify_tokens
+from sglc.grammar.token_walk_native import native_walker, walk_tokens
+from test_grammar_engine_cases import GRAMMARS, sexpr_grammar, smollm2_vocab
+
+FIXTURES = Path(__file__).parent / "fixtures" / "grammars"
+
+pytestmark = pytest.mark.skipif(native_walker() is None, reason="the native token walk could not be built here")
+
+
+def _fixture(name: str):
+    text = (FIXTURES / name).read_text()
+    return parse_lark(text) if name.endswith(".lark") else parse_gbnf(text)
+
+
+def _assert_same_classes(grammar, vocab):
+    auto = build_automaton(grammar)
+    native = classify_tokens(auto, vocab, EngineMeter(), native=True)
+    numpy = classify_tokens(auto, vocab, EngineMeter(), native=False)
+    for field in ("position_of", "accepted", "group_offsets", "group_node", "token_offsets", "group_tokens"):
+        a, b = getattr(native, field), getattr(numpy, field)
+        assert a.dtype == b.dtype and np.array_equal(a, b), field
+    assert native.suffixes == numpy.suffixes
+    return native
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_the_native_walk_gives_the_numpy_classes(name):
+    classes = _assert_same_classes(GRAMMARS[name](), smollm2_vocab())
+    assert classes.accepted.any()
+
+
+@pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.iterdir()))
+def test_the_native_walk_gives_the_numpy_classes_on_the_fixtures(fixture):
+    _assert_same_classes(_fixture(fixture), smollm2_vocab())
+
+
+def test_a_tiny_vocabulary_with_duplicates_and_context_dependent_tokens():
+    words = [b"(", b")", b"()", b"(()", b"))", b"a", b"a)", b"(a", b" ", b"a a", b"()", b")("]
+    vocab = Vocabulary(words + [b"</s>"], eos_token_ids=[len(words)])
+    classes = _assert_same_classes(sexpr_grammar(), vocab)
+    assert classes.num_context_tokens > 0
+
+
+def test_context_entries_over_budget_stop_both_walks_naming_the_limit():
+    auto = build_automaton(_fixture("json.gbnf"))
+    for native in (True, False):
+        with pytest.raises(CompileBudgetError) as err:
+            classify_tokens(auto, smollm2_vocab(), EngineMeter(EngineBudget(max_context_entries=5)), native=native)
+        assert err.value.limit == "max_context_entries"
+
+
+@pytest.mark.parametrize("limits,status", [((1000, 10**9, 60.0), 1), ((10**12, 5, 60.0), 2), ((10**12, 10**9, 0.0), 3)])
+def test_the_walk_stops_at_each_limit_and_says_which(limits, status):
+    """Steps, context-dependent entries and the clock: the walk stops at the first passed and
+    reports it (classify_tokens turns that into the meter's named error)."""
+    from sglc.grammar.token_masks import _preorder
+
+    vocab = smollm2_vocab()
+    auto = build_automaton(_fixture("json.gbnf"))
+    pre = _preorder(vocab)
+    positions = np.flatnonzero(auto.has_bytes).astype(np.int64)
+    _, _, got, value = walk_tokens(native_walker(), auto, vocab.trie, pre.last - pre.first, int(pre.depth.max()),
+                                   positions, vocab.size, *limits)
+    assert got == status
+    if status in (1, 2):
+        assert value > limits[status - 1]
+
+
+def test_native_ops_off_runs_the_numpy_walk():
+    code = ("from sglc.grammar.token_walk_native import native_walker, walk_tokens; "
+            "from sglc.grammar import compile_grammar, parse_gbnf; from sglc.fsm import Vocabulary; "
+            "v = Vocabulary([b'a', b'b', b'ab']); c = compile_grammar(parse_gbnf('root ::= (\"a\" | \"b\")+'), v); "
+            "print(native_walker() is None, c.classes.accepted.tolist())")
+    env = dict(os.environ, SGLC_NATIVE_OPS="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    off, accepted = out.stdout.strip().split(" ", 1)
+    assert off == "True"
+    v = Vocabulary([b"a", b"b", b"ab"])
+    assert accepted == str(compile_grammar(parse_gbnf('root ::= ("a" | "b")+'), v).classes.accepted.tolist())
