@@ -1,11 +1,13 @@
-"""The C++ token walk (sglc/grammar/native/token_walk.cpp) gives exactly the numpy walk's token
-classes: accepted bits per position and the context-dependent groups, on every engine test
-grammar and fixture over SmolLM2's vocabulary and on a tiny vocabulary; its budget stops name
-the same limits; with SGLC_NATIVE_OPS=0 the numpy walk runs.
+"""The grammar's native code gives exactly what its numpy versions give: the C++ token walk
+(sglc/grammar/native/token_walk.cpp) the same token classes (accepted bits per position and the
+context-dependent groups) and the C++ Moore refinement (native/dfa_minimize.cpp) the same
+automaton, on every engine test grammar and fixture over SmolLM2's vocabulary and on a tiny
+vocabulary; the walk's budget stops name the same limits; with SGLC_NATIVE_OPS=0 numpy runs.
 """
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,13 +19,16 @@ from sglc.fsm import CompileBudgetError, Vocabulary
 from sglc.grammar import EngineBudget, compile_grammar, parse_gbnf, parse_lark
 from sglc.grammar.automaton import build_automaton
 from sglc.grammar.automaton_budget import EngineMeter
+from sglc.grammar.dfa_minimize_native import native_refiner
 from sglc.grammar.token_masks import classify_tokens
 from sglc.grammar.token_walk_native import native_walker, walk_tokens
 from test_grammar_engine_cases import GRAMMARS, sexpr_grammar, smollm2_vocab
 
 FIXTURES = Path(__file__).parent / "fixtures" / "grammars"
 
-pytestmark = pytest.mark.skipif(native_walker() is None, reason="the native token walk could not be built here")
+# NOTE: where a compiler exists the native code must build: a failed build fails these tests
+# (it would only log a warning and fall back to numpy in the engine).
+pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None, reason="no C++ compiler here")
 
 
 def _fixture(name: str):
@@ -32,6 +37,7 @@ def _fixture(name: str):
 
 
 def _assert_same_classes(grammar, vocab):
+    assert native_walker() is not None, "native/token_walk.cpp did not build (see the log)"
     auto = build_automaton(grammar)
     native = classify_tokens(auto, vocab, EngineMeter(), native=True)
     numpy = classify_tokens(auto, vocab, EngineMeter(), native=False)
@@ -51,6 +57,20 @@ def test_the_native_walk_gives_the_numpy_classes(name):
 @pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.iterdir()))
 def test_the_native_walk_gives_the_numpy_classes_on_the_fixtures(fixture):
     _assert_same_classes(_fixture(fixture), smollm2_vocab())
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS) + sorted(p.name for p in FIXTURES.iterdir()))
+def test_the_native_minimization_gives_the_numpy_automaton(name, monkeypatch):
+    import sglc.grammar.automaton as automaton
+    from sglc.grammar.rule_automaton import minimize
+
+    assert native_refiner() is not None, "native/dfa_minimize.cpp did not build (see the log)"
+    grammar = GRAMMARS[name]() if name in GRAMMARS else _fixture(name)
+    native = build_automaton(grammar)
+    monkeypatch.setattr(automaton, "minimize", lambda dfa: minimize(dfa, native=False))
+    numpy = build_automaton(grammar)
+    for field in ("rule_start", "node_rule", "table", "final", "ref_offsets", "ref_callee", "ref_return", "follow"):
+        assert np.array_equal(getattr(native, field), getattr(numpy, field)), field
 
 
 def test_a_tiny_vocabulary_with_duplicates_and_context_dependent_tokens():
@@ -78,8 +98,8 @@ def test_the_walk_stops_at_each_limit_and_says_which(limits, status):
     auto = build_automaton(_fixture("json.gbnf"))
     pre = _preorder(vocab)
     positions = np.flatnonzero(auto.has_bytes).astype(np.int64)
-    _, _, got, value = walk_tokens(native_walker(), auto, vocab.trie, pre.last - pre.first, int(pre.depth.max()),
-                                   positions, vocab.size, *limits)
+    _, _, got, value = walk_tokens(native_walker(), auto, pre.walk_arrays, int(pre.depth.max()), positions,
+                                   vocab.size, *limits)
     assert got == status
     if status in (1, 2):
         assert value > limits[status - 1]

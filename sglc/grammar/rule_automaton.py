@@ -13,6 +13,7 @@ import numpy as np
 from sglc.fsm.utf8 import utf8_sequences
 
 from .automaton_budget import EngineMeter
+from .dfa_minimize_native import moore_refine, native_refiner
 from .errors import GrammarError
 from .ir import CharClass, Choice, Expr, Grammar, Literal, Repeat, RuleRef, Seq
 
@@ -260,8 +261,9 @@ def trim(dfa: RuleDFA, productive: set[str]) -> RuleDFA | None:
     return RuleDFA(table, dfa.final[keep].copy(), new_refs)
 
 
-def minimize(dfa: RuleDFA) -> RuleDFA:
-    """Moore partition refinement (node 0 stays the start)."""
+def minimize(dfa: RuleDFA, native: bool = True) -> RuleDFA:
+    """Moore partition refinement (node 0 stays the start); the refinement loop runs in C++
+    (dfa_minimize_native.py) unless ``native`` is False or native code is unavailable."""
     names = sorted({k for r in dfa.refs for k in r})
     n = dfa.num_nodes
     ref_cols = np.full((n, len(names)), -1, dtype=np.int64)
@@ -269,20 +271,16 @@ def minimize(dfa: RuleDFA) -> RuleDFA:
         for j, name in enumerate(names):
             ref_cols[i, j] = r.get(name, -1)
     # NOTE: bytes whose columns are equal in every row behave alike: refine on one of each.
-    _, distinct = np.unique(dfa.table, axis=1, return_index=True)
+    columns = np.ascontiguousarray(dfa.table.T)
+    _, distinct = np.unique(columns.view(np.dtype((np.void, columns.strides[0]))).ravel(), return_index=True)
     moves = np.concatenate([dfa.table[:, np.sort(distinct)], ref_cols], axis=1).astype(np.int64)
     block = dfa.final.astype(np.int64)
-    num = int(block.max()) + 1 if n else 0
-    while True:
-        ext = np.append(block, -1)  # target -1 -> block -1
-        sig = np.ascontiguousarray(np.concatenate([block[:, None], ext[moves]], axis=1))
-        ids: dict[bytes, int] = {}
-        new_block = np.array([ids.setdefault(row.tobytes(), len(ids)) for row in sig], dtype=np.int64)
-        count = len(ids)
-        block = new_block
-        if count == num:
-            break
-        num = count
+    lib = native_refiner() if native else None
+    if lib is not None:
+        block = moore_refine(lib, moves, block)
+        num = int(block.max()) + 1 if n else 0
+    else:
+        block, num = _moore_refine_numpy(moves, block)
     # Renumber so the start's block is 0, in first-seen order.
     order: dict[int, int] = {}
     for b in block.tolist():
@@ -294,3 +292,18 @@ def minimize(dfa: RuleDFA) -> RuleDFA:
     table = ext[dfa.table[reps]]
     refs = [{k: int(block[v]) for k, v in dfa.refs[r].items()} for r in reps.tolist()]
     return RuleDFA(table, dfa.final[reps].copy(), refs)
+
+
+def _moore_refine_numpy(moves: np.ndarray, block: np.ndarray) -> tuple[np.ndarray, int]:
+    """(blocks, their count): the refinement loop of :func:`minimize` in numpy."""
+    num = int(block.max()) + 1 if len(block) else 0
+    while True:
+        ext = np.append(block, -1)  # target -1 -> block -1
+        sig = np.ascontiguousarray(np.concatenate([block[:, None], ext[moves]], axis=1))
+        ids: dict[bytes, int] = {}
+        new_block = np.array([ids.setdefault(row.tobytes(), len(ids)) for row in sig], dtype=np.int64)
+        count = len(ids)
+        block = new_block
+        if count == num:
+            return block, num
+        num = count

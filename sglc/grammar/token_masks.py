@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -81,12 +81,25 @@ class TokenClasses:
 @dataclass(frozen=True, eq=False)
 class _TriePreorder:
     """Depth-first numbering of the vocabulary trie: the tokens below node ``c`` (itself
-    included) are ``tokens[first[c]:last[c]]``; ``depth[c]`` is the length of c's bytes."""
+    included) are ``tokens[first[c]:last[c]]``; ``depth[c]`` is the length of c's bytes;
+    ``order`` lists the nodes in preorder and ``end[c]`` is where c's subtree ends in it."""
 
     first: np.ndarray
     last: np.ndarray
     tokens: np.ndarray
     depth: np.ndarray
+    order: np.ndarray  # trie node at each preorder index
+    end: np.ndarray  # per trie node: the preorder index after its subtree
+    node_byte: np.ndarray  # the trie's, by node
+    node_token: np.ndarray
+
+    @cached_property
+    def walk_arrays(self) -> tuple[np.ndarray, ...]:
+        """What the native walk reads, per preorder index: (trie node, byte, token, depth,
+        subtree end, tokens at or below), contiguous: a depth-first walk is a forward scan."""
+        o = self.order
+        return (o.astype(np.int32), self.node_byte[o].astype(np.uint8), self.node_token[o].astype(np.int32),
+                self.depth[o].astype(np.int32), self.end[o].astype(np.int32), (self.last - self.first)[o].astype(np.int64))
 
 
 @lru_cache(maxsize=4)
@@ -117,7 +130,7 @@ def _preorder(vocab: Vocabulary) -> _TriePreorder:
     count_before = np.concatenate([[0], np.cumsum(has)])
     first = count_before[pre]
     last = count_before[pre + size]
-    return _TriePreorder(first, last, tok_in_order[has], depth)
+    return _TriePreorder(first, last, tok_in_order[has], depth, order, pre + size, trie.node_byte, trie.node_token)
 
 
 def _levels(trie) -> list[tuple[int, int]]:
@@ -265,7 +278,7 @@ def _walk_native(lib, auto: Automaton, vocab: Vocabulary, positions: np.ndarray,
                  meter: EngineMeter) -> tuple[np.ndarray, list]:
     budget = meter.budget
     accepted, exits, status, value = walk_tokens(
-        lib, auto, vocab.trie, pre.last - pre.first, int(pre.depth.max(initial=0)), positions, vocab.size,
+        lib, auto, pre.walk_arrays, int(pre.depth.max(initial=0)), positions, vocab.size,
         budget.max_precompute_cells, budget.max_context_entries, meter.deadline - time.monotonic())
     if status == 1:
         meter.check("max_precompute_cells", value, "token precompute steps")

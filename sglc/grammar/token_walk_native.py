@@ -26,8 +26,9 @@ STATUS_LIMITS = {1: "max_precompute_cells", 2: "max_context_entries", 3: "max_co
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.sglc_walk_tokens.restype = ctypes.c_void_p
     lib.sglc_walk_tokens.argtypes = [_i32p, _u8p, _i64p, _i32p, _i32p, _i32p, _i32p, _u8p,
-                                     _i64p, _i64p, _i64p, _i64p, _i64p, ctypes.c_int64, _i64p, ctypes.c_int64,
-                                     ctypes.c_int64, _u8p, ctypes.c_int64, ctypes.c_int64, ctypes.c_double]
+                                     _i32p, _u8p, _i32p, _i32p, _i32p, _i64p, ctypes.c_int64, ctypes.c_int64,
+                                     _i64p, ctypes.c_int64, ctypes.c_int64, _u8p, ctypes.c_int64, ctypes.c_int64,
+                                     ctypes.c_double]
     lib.sglc_walk_status.restype = ctypes.c_int32
     lib.sglc_walk_status.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]
     lib.sglc_walk_num_exits.restype = ctypes.c_int64
@@ -52,18 +53,17 @@ def native_walker() -> ctypes.CDLL | None:
     return _declared[id(lib)]
 
 
-def walk_tokens(lib: ctypes.CDLL, auto: Automaton, trie, subtree_tokens: np.ndarray, trie_depth: int,
+def walk_tokens(lib: ctypes.CDLL, auto: Automaton, trie_walk: tuple[np.ndarray, ...], trie_depth: int,
                 positions: np.ndarray, vocab_size: int, max_steps: int, max_exit_tokens: int,
                 seconds_left: float) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray], int, int]:
     """(accepted bool [P, V], exits (position row, trie node, exit node), status, value): status
-    0 when the walk finished, else a key of :data:`STATUS_LIMITS` and the count that passed it."""
+    0 when the walk finished, else a key of :data:`STATUS_LIMITS` and the count that passed it.
+    ``trie_walk``: the vocabulary trie in preorder (token_masks ``_TriePreorder.walk_arrays``)."""
     c = np.ascontiguousarray
     accepted = np.zeros((len(positions), vocab_size), dtype=np.uint8)
     args = [c(auto.table, dtype=np.int32), c(auto.final, dtype=np.uint8), c(auto.ref_offsets, dtype=np.int64),
             c(auto.ref_callee, dtype=np.int32), c(auto.ref_return, dtype=np.int32), c(auto.rule_start, dtype=np.int32),
-            c(auto.node_rule, dtype=np.int32), c(auto.follow, dtype=np.uint8),
-            c(trie.child_start, dtype=np.int64), c(trie.child_count, dtype=np.int64),
-            c(trie.node_byte, dtype=np.int64), c(trie.node_token, dtype=np.int64), c(subtree_tokens, dtype=np.int64),
+            c(auto.node_rule, dtype=np.int32), c(auto.follow, dtype=np.uint8), *trie_walk, len(trie_walk[0]),
             int(trie_depth), c(positions, dtype=np.int64), len(positions), vocab_size, accepted,
             int(max_steps), int(max_exit_tokens), float(seconds_left)]
     handle = lib.sglc_walk_tokens(*args)

@@ -3,7 +3,9 @@
 //
 // For each position (an automaton node with byte edges) a depth-first walk of the vocabulary's
 // prefix trie carries the set of configurations (automaton node, inner stack) the bytes so far
-// lead to. At each trie node below the root the set is closed first: a node's rule references
+// lead to. The trie comes in preorder, so the walk is a forward scan that jumps over the subtree
+// of a node no configuration reaches (cache-friendly: a recursive walk over the breadth-first
+// arrays missed the cache at most nodes). At each trie node below the root the set is closed first: a node's rule references
 // push the callee's start with the return node on an inner stack (interned: id -> (return
 // node, parent id), -1 empty), a final node with a non-empty inner stack pops back to the return
 // node. Then per child byte: configurations that may leave the position's own rule (final, empty
@@ -45,12 +47,14 @@ struct Automaton {
     const uint8_t* follow;      // [R, 256]
 };
 
-struct Trie {
-    const int64_t* child_start;
-    const int64_t* child_count;
-    const int64_t* node_byte;
-    const int64_t* node_token;
-    const int64_t* subtree_tokens;  // tokens at or below each node
+struct Trie {  // in preorder
+    const int32_t* node;            // the trie node (as token_masks numbers them)
+    const uint8_t* byte;            // the byte on the edge into it
+    const int32_t* token;           // the token it spells, or -1
+    const int32_t* depth;           // its byte length
+    const int32_t* end;             // the preorder index after its subtree
+    const int64_t* subtree_tokens;  // tokens at or below it
+    int64_t size;
 };
 
 struct Walk {
@@ -70,8 +74,8 @@ struct Walk {
     int32_t status = OK;
     int64_t status_value = 0;
 
-    // one configuration set per trie depth, reused across positions (sized once: a walk holds
-    // references into it down the recursion)
+    // one configuration set per trie depth, reused across positions (sized once, to the
+    // longest token: the walk holds a parent's and a child's at a time)
     std::vector<std::vector<Config>> sets;
     std::vector<Config> work;
 
@@ -128,45 +132,52 @@ struct Walk {
         return false;
     }
 
-    // Walks the trie below `node` (at `depth`) with configurations sets[depth] for position `row`.
-    void walk(int64_t row, int64_t node, size_t depth) {
-        std::vector<Config>& here = sets[depth];
-        if (depth >= 1) close(here);
-        int64_t first = t.child_start[node], count = t.child_count[node];
-        steps += count * static_cast<int64_t>(here.size());
-        if (over_budget()) return;
-        for (int64_t child = first; child < first + count; ++child) {
-            int64_t byte = t.node_byte[child];
-            if (depth >= 1) {
-                for (Config c : here) {
-                    int64_t d = config_node(c);
-                    if (a.final[d] && config_stack(c) < 0 && a.follow[static_cast<int64_t>(a.node_rule[d]) * 256 + byte]) {
-                        exit_origin.push_back(row);
-                        exit_child.push_back(child);
-                        exit_state.push_back(d);
-                        exit_tokens += t.subtree_tokens[child];
-                        if (exit_tokens > max_exit_tokens) {
-                            status = OVER_EXITS;
-                            status_value = exit_tokens;
-                            return;
-                        }
-                    }
-                }
-            }
-            std::vector<Config>& next = sets[depth + 1];
-            next.clear();
-            for (Config c : here) {
-                int32_t to = a.table[config_node(c) * 256 + byte];
+    bool record_exit(int64_t row, int64_t i, int64_t state) {
+        exit_origin.push_back(row);
+        exit_child.push_back(t.node[i]);
+        exit_state.push_back(state);
+        exit_tokens += t.subtree_tokens[i];
+        if (exit_tokens > max_exit_tokens) {
+            status = OVER_EXITS;
+            status_value = exit_tokens;
+            return false;
+        }
+        return true;
+    }
+
+    // The trie below the root for position `row`: sets[d] holds the (closed) configurations of
+    // the current node at depth d, so a node's parent set is sets[depth - 1].
+    void walk(int64_t row, int64_t position) {
+        sets[0].assign(1, make_config(position, -1));  // NOTE: the root's set is not closed
+        for (int64_t i = 1; i < t.size;) {
+            int32_t depth = t.depth[i];
+            const std::vector<Config>& parent = sets[static_cast<size_t>(depth) - 1];
+            steps += static_cast<int64_t>(parent.size());
+            if (over_budget()) return;
+            int64_t byte = t.byte[i];
+            std::vector<Config>& here = sets[static_cast<size_t>(depth)];
+            here.clear();
+            for (Config c : parent) {
+                int64_t d = config_node(c), s = config_stack(c);
+                // The position's own rule may end here and `byte` may follow it: the subtree
+                // depends on the stack below (context-dependent).
+                if (depth >= 2 && s < 0 && a.final[d] && a.follow[static_cast<int64_t>(a.node_rule[d]) * 256 + byte] &&
+                    !record_exit(row, i, d))
+                    return;
+                int32_t to = a.table[d * 256 + byte];
                 if (to >= 0) {
-                    Config moved = make_config(to, config_stack(c));
-                    if (std::find(next.begin(), next.end(), moved) == next.end()) next.push_back(moved);
+                    Config moved = make_config(to, s);
+                    if (here.empty() || std::find(here.begin(), here.end(), moved) == here.end()) here.push_back(moved);
                 }
             }
-            if (next.empty()) continue;
-            int64_t tok = t.node_token[child];
+            if (here.empty()) {
+                i = t.end[i];  // nothing reaches this node: skip its subtree
+                continue;
+            }
+            int32_t tok = t.token[i];
             if (tok >= 0) accepted[row * vocab_size + tok] = 1;
-            walk(row, child, depth + 1);
-            if (status != OK) return;
+            close(here);
+            ++i;
         }
     }
 };
@@ -175,30 +186,28 @@ struct Walk {
 
 extern "C" {
 
-// Classifies every token at each of `num_positions` automaton nodes (`positions`; `trie_depth`:
-// the longest token's length); fills
+// Classifies every token at each of `num_positions` automaton nodes (`positions`; the trie in
+// preorder, `trie_depth` its longest token's length); fills
 // `accepted` ([num_positions, vocab_size] bytes, zeroed by the caller) and returns a walk
 // holding the exits and the status (free it with sglc_walk_free).
 __attribute__((visibility("default"))) void* sglc_walk_tokens(
     const int32_t* table, const uint8_t* final, const int64_t* ref_offsets, const int32_t* ref_callee,
     const int32_t* ref_return, const int32_t* rule_start, const int32_t* node_rule, const uint8_t* follow,
-    const int64_t* child_start, const int64_t* child_count, const int64_t* node_byte, const int64_t* node_token,
-    const int64_t* subtree_tokens, int64_t trie_depth, const int64_t* positions, int64_t num_positions, int64_t vocab_size,
-    uint8_t* accepted, int64_t max_steps, int64_t max_exit_tokens, double seconds_left) {
+    const int32_t* trie_node, const uint8_t* trie_byte, const int32_t* trie_token, const int32_t* trie_depth_of,
+    const int32_t* trie_end, const int64_t* subtree_tokens, int64_t trie_size, int64_t trie_depth,
+    const int64_t* positions, int64_t num_positions, int64_t vocab_size, uint8_t* accepted, int64_t max_steps,
+    int64_t max_exit_tokens, double seconds_left) {
     Walk* w = new Walk();
     w->a = {table, final, ref_offsets, ref_callee, ref_return, rule_start, node_rule, follow};
-    w->t = {child_start, child_count, node_byte, node_token, subtree_tokens};
+    w->t = {trie_node, trie_byte, trie_token, trie_depth_of, trie_end, subtree_tokens, trie_size};
     w->vocab_size = vocab_size;
     w->accepted = accepted;
     w->max_steps = max_steps;
     w->max_exit_tokens = max_exit_tokens;
     w->deadline = std::chrono::steady_clock::now() +
                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds_left));
-    w->sets.resize(static_cast<size_t>(trie_depth) + 2);
-    for (int64_t row = 0; row < num_positions && w->status == OK; ++row) {
-        w->sets[0].assign(1, make_config(positions[row], -1));
-        w->walk(row, 0, 0);
-    }
+    w->sets.resize(static_cast<size_t>(trie_depth) + 1);
+    for (int64_t row = 0; row < num_positions && w->status == OK; ++row) w->walk(row, positions[row]);
     return w;
 }
 
