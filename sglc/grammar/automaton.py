@@ -155,17 +155,28 @@ def build_automaton(grammar: Grammar, meter: EngineMeter | None = None) -> Autom
         used += dfas[name].num_nodes
     # Productive rules (match some string), to a fixpoint; then trim and minimize.
     productive: set[str] = set()
+    trimmed: dict[tuple[str, frozenset[str]], RuleDFA | None] = {}
+
+    def trimmed_with(name: str) -> RuleDFA | None:
+        # NOTE: a rule's trim depends only on which of the rules it references are productive:
+        # the fixpoint's last trim of a rule is usually its final one.
+        key = (name, frozenset(productive & referenced[name]))
+        if key not in trimmed:
+            trimmed[key] = trim(dfas[name], productive)
+        return trimmed[key]
+
+    referenced = {n: {k for r in dfas[n].refs for k in r} for n in names}
     changed = True
     while changed:
         changed = False
         for name in names:
-            if name not in productive and trim(dfas[name], productive) is not None:
+            if name not in productive and trimmed_with(name) is not None:
                 productive.add(name)
                 changed = True
     if grammar.root not in productive:
         raise EmptyLanguageError(f"the grammar's root rule {grammar.root!r} matches no string")
     names = [n for n in names if n in productive]
-    dfas = {n: minimize(trim(dfas[n], productive)) for n in names}  # type: ignore[arg-type]
+    dfas = {n: minimize(trimmed_with(n)) for n in names}  # type: ignore[arg-type]
     meter.check_time("minimizing the grammar's rules")
     return _assemble(names, dfas)
 

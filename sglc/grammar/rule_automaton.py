@@ -232,7 +232,12 @@ def trim(dfa: RuleDFA, productive: set[str]) -> RuleDFA | None:
     reachable; None when the rule matches nothing."""
     n = dfa.num_nodes
     refs = [{k: v for k, v in r.items() if k in productive} for r in dfa.refs]
-    succ = [set(dfa.table[i][dfa.table[i] >= 0].tolist()) | set(refs[i].values()) for i in range(n)]
+    # NOTE: the distinct byte edges in one pass over the table (a set per row cost ~2 us a node)
+    rows, cols = np.nonzero(dfa.table >= 0)
+    pairs = np.unique(rows.astype(np.int64) * n + dfa.table[rows, cols])
+    succ: list[set[int]] = [set(r.values()) for r in refs]
+    for i, j in zip((pairs // n).tolist(), (pairs % n).tolist()):
+        succ[i].add(j)
     preds: list[list[int]] = [[] for _ in range(n)]
     for i, ss in enumerate(succ):
         for j in ss:

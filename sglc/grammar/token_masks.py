@@ -268,10 +268,11 @@ def classify_tokens(auto: Automaton, vocab: Vocabulary, meter: EngineMeter, nati
         accepted, exits = _walk_native(lib, auto, vocab, positions, pre, meter)
     else:
         accepted, exits = _walk_numpy(auto, vocab, positions, pre, meter)
+    if accepted.dtype == bool:  # the numpy walk's
+        accepted = np.packbits(accepted, axis=1)
     _add_duplicates(vocab, accepted)
     groups = _group_exits(vocab, pre, accepted, exits, len(positions), meter, auto)
-    packed = np.packbits(accepted, axis=1)
-    return TokenClasses(vocab.size, position_of, packed, *groups)
+    return TokenClasses(vocab.size, position_of, accepted, *groups)
 
 
 def _walk_native(lib, auto: Automaton, vocab: Vocabulary, positions: np.ndarray, pre: _TriePreorder,
@@ -351,11 +352,16 @@ def _walk_numpy(auto: Automaton, vocab: Vocabulary, positions: np.ndarray, pre: 
     return accepted, exits
 
 
-def _add_duplicates(vocab: Vocabulary, accepted: np.ndarray) -> None:
-    """Tokens whose bytes repeat an earlier token's share its classification."""
-    dup = vocab.trie.duplicate_tokens
-    if len(dup):
-        accepted[:, dup[:, 1]] = accepted[:, dup[:, 0]]
+def _add_duplicates(vocab: Vocabulary, packed: np.ndarray) -> None:
+    """Tokens whose bytes repeat an earlier token's share its classification (in the packed bits:
+    a duplicate's bit is 0 until here)."""
+    dup = vocab.trie.duplicate_tokens.astype(np.int64)
+    if len(dup) and len(packed):
+        a, b = dup[:, 0], dup[:, 1]
+        bits = (packed[:, a >> 3] >> (7 - (a & 7)).astype(np.uint8)) & 1  # [P, D]
+        rows = np.arange(len(packed))[:, None].repeat(len(dup), axis=1)
+        np.bitwise_or.at(packed, (rows, np.broadcast_to(b >> 3, bits.shape)),
+                         (bits << (7 - (b & 7)).astype(np.uint8)).astype(np.uint8))
 
 
 class _SomeContext:
@@ -365,7 +371,8 @@ class _SomeContext:
     compile time instead of being checked at every step."""
 
     def __init__(self, auto: Automaton) -> None:
-        self.rows = auto.table.tolist()
+        self.table = auto.table
+        self._rows: dict[int, list[int]] = {}  # NOTE: per node as reached: most are never
         self.final = auto.final.tolist()
         self.has_bytes = auto.has_bytes.tolist()
         self.node_rule = auto.node_rule.tolist()
@@ -395,6 +402,12 @@ class _SomeContext:
                     work.append(new)
         return out
 
+    def row(self, node: int) -> list[int]:
+        got = self._rows.get(node)
+        if got is None:
+            got = self._rows[node] = self.table[node].tolist()
+        return got
+
     def accepts(self, m: int, suffix: bytes) -> bool:
         return self._after(m, suffix)[0]
 
@@ -409,7 +422,7 @@ class _SomeContext:
             else:
                 configs = self._after(m, prefix[:-1])[1]  # NOTE: empty once a byte was refused
                 b = prefix[-1]
-                moved = {st[:-1] + (self.rows[st[-1]][b],) for st in configs if self.rows[st[-1]][b] >= 0}
+                moved = {st[:-1] + (self.row(st[-1])[b],) for st in configs if self.row(st[-1])[b] >= 0}
                 got = (bool(moved), frozenset(self._close(moved)) if moved else frozenset())
             self._memo[key] = got
         return got
@@ -425,10 +438,10 @@ def _group_exits(vocab: Vocabulary, pre: _TriePreorder, accepted: np.ndarray, ex
     for origins, children, states in exits:
         for o, c, m in zip(origins.tolist(), children.tolist(), states.tolist()):
             k = int(pre.depth[c]) - 1  # bytes taken inside the rule before leaving it
-            row = accepted[o]
+            row = accepted[o]  # packed bits
             for t in pre.tokens[pre.first[c]:pre.last[c]].tolist():
                 for tt in [t] + by_dup.get(t, []):
-                    if not row[tt]:
+                    if not (int(row[tt >> 3]) >> (7 - (tt & 7))) & 1:
                         groups.setdefault((o, m, vocab.token_bytes(tt)[k:]), set()).add(tt)
     meter.check_time("grouping context-dependent tokens")
     possible = _SomeContext(auto)

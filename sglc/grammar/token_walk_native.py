@@ -56,11 +56,11 @@ def native_walker() -> ctypes.CDLL | None:
 def walk_tokens(lib: ctypes.CDLL, auto: Automaton, trie_walk: tuple[np.ndarray, ...], trie_depth: int,
                 positions: np.ndarray, vocab_size: int, max_steps: int, max_exit_tokens: int,
                 seconds_left: float) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray], int, int]:
-    """(accepted bool [P, V], exits (position row, trie node, exit node), status, value): status
+    """(accepted uint8 [P, ceil(V / 8)] packed bits (np.packbits order), exits (position row, trie node, exit node), status, value): status
     0 when the walk finished, else a key of :data:`STATUS_LIMITS` and the count that passed it.
     ``trie_walk``: the vocabulary trie in preorder (token_masks ``_TriePreorder.walk_arrays``)."""
     c = np.ascontiguousarray
-    accepted = np.zeros((len(positions), vocab_size), dtype=np.uint8)
+    accepted = np.zeros((len(positions), (vocab_size + 7) // 8), dtype=np.uint8)
     args = [c(auto.table, dtype=np.int32), c(auto.final, dtype=np.uint8), c(auto.ref_offsets, dtype=np.int64),
             c(auto.ref_callee, dtype=np.int32), c(auto.ref_return, dtype=np.int32), c(auto.rule_start, dtype=np.int32),
             c(auto.node_rule, dtype=np.int32), c(auto.follow, dtype=np.uint8), *trie_walk, len(trie_walk[0]),
@@ -75,4 +75,4 @@ def walk_tokens(lib: ctypes.CDLL, auto: Automaton, trie_walk: tuple[np.ndarray, 
         lib.sglc_walk_exits(handle, *exits)
     finally:
         lib.sglc_walk_free(handle)
-    return accepted.view(bool), exits, status, int(value.value)
+    return accepted, exits, status, int(value.value)

@@ -60,8 +60,8 @@ struct Trie {  // in preorder
 struct Walk {
     Automaton a;
     Trie t;
-    int64_t vocab_size;
-    uint8_t* accepted;  // [positions, vocab_size]
+    int64_t row_bytes;
+    uint8_t* accepted;  // [positions, row_bytes]: packed bits, np.packbits order (first token: high bit)
     int64_t max_steps, max_exit_tokens;
     std::chrono::steady_clock::time_point deadline;
 
@@ -175,7 +175,7 @@ struct Walk {
                 continue;
             }
             int32_t tok = t.token[i];
-            if (tok >= 0) accepted[row * vocab_size + tok] = 1;
+            if (tok >= 0) accepted[row * row_bytes + (tok >> 3)] |= static_cast<uint8_t>(0x80u >> (tok & 7));
             close(here);
             ++i;
         }
@@ -188,7 +188,7 @@ extern "C" {
 
 // Classifies every token at each of `num_positions` automaton nodes (`positions`; the trie in
 // preorder, `trie_depth` its longest token's length); fills
-// `accepted` ([num_positions, vocab_size] bytes, zeroed by the caller) and returns a walk
+// `accepted` ([num_positions, ceil(vocab_size / 8)] packed bits, zeroed by the caller) and returns a walk
 // holding the exits and the status (free it with sglc_walk_free).
 __attribute__((visibility("default"))) void* sglc_walk_tokens(
     const int32_t* table, const uint8_t* final, const int64_t* ref_offsets, const int32_t* ref_callee,
@@ -200,7 +200,7 @@ __attribute__((visibility("default"))) void* sglc_walk_tokens(
     Walk* w = new Walk();
     w->a = {table, final, ref_offsets, ref_callee, ref_return, rule_start, node_rule, follow};
     w->t = {trie_node, trie_byte, trie_token, trie_depth_of, trie_end, subtree_tokens, trie_size};
-    w->vocab_size = vocab_size;
+    w->row_bytes = (vocab_size + 7) / 8;
     w->accepted = accepted;
     w->max_steps = max_steps;
     w->max_exit_tokens = max_exit_tokens;
