@@ -1,6 +1,7 @@
 """The grammar's native code gives exactly what its numpy versions give: the C++ token walk
-(sglc/grammar/native/token_walk.cpp) the same token classes (accepted bits per position and the
-context-dependent groups) and the C++ Moore refinement (native/dfa_minimize.cpp) the same
+(sglc/grammar/native/token_walk.cpp) with the C++ context check (native/context_check.cpp) the
+same token classes (accepted bits per position and the context-dependent groups left after
+pruning) and the C++ Moore refinement (native/dfa_minimize.cpp) the same
 automaton, on every engine test grammar and fixture over SmolLM2's vocabulary and on a tiny
 vocabulary; the walk's budget stops name the same limits; with SGLC_NATIVE_OPS=0 numpy runs.
 """
@@ -19,6 +20,7 @@ from sglc.fsm import CompileBudgetError, Vocabulary
 from sglc.grammar import EngineBudget, compile_grammar, parse_gbnf, parse_lark
 from sglc.grammar.automaton import build_automaton
 from sglc.grammar.automaton_budget import EngineMeter
+from sglc.grammar.context_check_native import native_context_check
 from sglc.grammar.dfa_minimize_native import native_refiner
 from sglc.grammar.token_masks import classify_tokens
 from sglc.grammar.token_walk_native import native_walker, walk_tokens
@@ -38,6 +40,7 @@ def _fixture(name: str):
 
 def _assert_same_classes(grammar, vocab):
     assert native_walker() is not None, "native/token_walk.cpp did not build (see the log)"
+    assert native_context_check() is not None, "native/context_check.cpp did not build (see the log)"
     auto = build_automaton(grammar)
     native = classify_tokens(auto, vocab, EngineMeter(), native=True)
     numpy = classify_tokens(auto, vocab, EngineMeter(), native=False)

@@ -38,6 +38,7 @@ from sglc.fsm.vocabulary import Vocabulary
 
 from .automaton import Automaton
 from .automaton_budget import EngineMeter
+from .context_check_native import contexts_accept, native_context_check
 from .token_walk_native import native_walker, walk_tokens
 
 #: Positions x vocabulary walked at once (bounds the frontier arrays, ~100 MB at worst).
@@ -271,7 +272,7 @@ def classify_tokens(auto: Automaton, vocab: Vocabulary, meter: EngineMeter, nati
     if accepted.dtype == bool:  # the numpy walk's
         accepted = np.packbits(accepted, axis=1)
     _add_duplicates(vocab, accepted)
-    groups = _group_exits(vocab, pre, accepted, exits, len(positions), meter, auto)
+    groups = _group_exits(vocab, pre, accepted, exits, len(positions), meter, auto, native)
     return TokenClasses(vocab.size, position_of, accepted, *groups)
 
 
@@ -428,8 +429,17 @@ class _SomeContext:
         return got
 
 
+def _contexts_accept(auto: Automaton, queries: list[tuple[int, bytes]], native: bool) -> list[bool]:
+    """Per (exit node, suffix): whether some context takes the suffix (C++ where it builds)."""
+    lib = native_context_check() if native else None
+    if lib is not None:
+        return contexts_accept(lib, auto, queries)
+    possible = _SomeContext(auto)
+    return [possible.accepts(m, suffix) for m, suffix in queries]
+
+
 def _group_exits(vocab: Vocabulary, pre: _TriePreorder, accepted: np.ndarray, exits, num_positions: int,
-                 meter: EngineMeter, auto: Automaton):
+                 meter: EngineMeter, auto: Automaton, native: bool = True):
     """Context-dependent entries grouped by (position, exit node, suffix), tokens sorted."""
     by_dup: dict[int, list[int]] = {}
     for a, b in vocab.trie.duplicate_tokens.tolist():
@@ -444,8 +454,8 @@ def _group_exits(vocab: Vocabulary, pre: _TriePreorder, accepted: np.ndarray, ex
                     if not (int(row[tt >> 3]) >> (7 - (tt & 7))) & 1:
                         groups.setdefault((o, m, vocab.token_bytes(tt)[k:]), set()).add(tt)
     meter.check_time("grouping context-dependent tokens")
-    possible = _SomeContext(auto)
-    keys = sorted(k for k in groups if possible.accepts(k[1], k[2]))
+    keys = sorted(k for k, ok in zip(groups, _contexts_accept(auto, [(m, suffix) for _, m, suffix in groups],
+                                                              native)) if ok)
     meter.check_time("pruning context-dependent tokens")
     group_offsets = np.zeros(num_positions + 1, dtype=np.int64)
     np.add.at(group_offsets, np.array([k[0] + 1 for k in keys], dtype=np.int64), 1)

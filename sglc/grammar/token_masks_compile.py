@@ -22,6 +22,7 @@ from .automaton import Automaton, build_automaton
 from .automaton_budget import EngineBudget, EngineMeter
 from .ir import Grammar
 from .token_masks import TokenClasses, classify_tokens
+from .context_check_native import native_context_check
 from .dfa_minimize_native import native_refiner
 from .token_walk_native import native_walker
 
@@ -148,7 +149,7 @@ def compile_grammar(grammar: Grammar, vocab: Vocabulary, budget: EngineBudget | 
     ``GrammarError`` (not whole; :class:`~.automaton.LeftRecursionError`),
     ``EmptyLanguageError`` or ``CompileBudgetError`` naming the limit."""
     budget = budget if budget is not None else EngineBudget()
-    native_walker(), native_refiner()  # NOTE: built (once per machine) before the compile's clock starts
+    native_walker(), native_refiner(), native_context_check()  # NOTE: built (once per machine) before the compile's clock starts
     meter = EngineMeter(budget)
     auto = build_automaton(grammar, meter)
     classes = classify_tokens(auto, vocab, meter)
