@@ -82,6 +82,8 @@ def _build(source: Path, lib: Path) -> None:
 def load_library(source: Path) -> ctypes.CDLL | None:
     """``source`` built (the first time) and loaded, or None when native code is off or the
     build failed (logged once; raises :class:`NativeLibraryError` under ``SGLC_NATIVE_OPS=require``)."""
+    if source in _loaded:  # NOTE: every grammar compile asks; only the first builds
+        return _loaded[source]
     source = Path(source)
     with _lock:
         if source in _loaded:
