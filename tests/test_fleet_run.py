@@ -179,3 +179,29 @@ def test_a_restarted_worker_rejoins(fleet, graph, tmp_path):
         listed = json.loads(urllib.request.urlopen(f"{fleet.url}/workers", timeout=10).read())["workers"]
         assert worker_metrics(url)["num_requests"] > 0, f"the restarted worker took no request: {listed}"
         revived.kill()
+
+
+def test_program_hints_reach_the_workers_through_the_router(fleet):
+    """sglang-router drops ``program_hint``, so behind it the SGLang backend sends a hint in the
+    request id and ends a program on every worker: the worker that ran a hinted call holds its text
+    for the program (end_program releases it), the answer is the unhinted one, and an unhinted
+    program releases nothing."""
+    from sglc.executor.backends.sglang_http import SGLangBackend
+    from sglc.wire.backend import GenParams, Prompt
+    from sglc.wire.program_hint import ProgramHint
+
+    backend = SGLangBackend(fleet.url)
+    try:
+        assert not backend.is_sglc
+        assert sorted(backend.sglc_workers) == sorted(url.rstrip("/") for url, _, _ in fleet.workers)
+        params = GenParams(max_new_tokens=4, temperature=0.0)
+        text = CONTEXTS["ocean"] + "\nQuestion: Which is largest?\nAnswer:"
+        plain = backend.generate(Prompt(text), params)
+        hinted = backend.generate(Prompt(text, hint=ProgramHint("fleet-prog", next_use=0, lease_ms=60_000)), params)
+        assert hinted.text == plain.text
+        assert backend.end_program("fleet-prog") > 0
+        assert backend.end_program("fleet-prog") == 0  # already released
+        assert backend.end_program("never-hinted") == 0
+    finally:
+        backend.close()
+    assert SGLangBackend(fleet.workers[0][0]).sglc_workers == ()  # one server: its own program_hint field

@@ -391,9 +391,22 @@ def test_srt_end_program_is_zero_for_a_dead_or_older_server():
         server.stop(0)
 
 
+@pytest.mark.parametrize("hint", [ProgramHint("p"), ProgramHint("run:7.a-b_c", NEVER, 1500), ProgramHint("x" * 128, 1 << 20)])
+def test_a_hint_round_trips_through_a_request_id(hint):
+    """How a hint passes sglang-router: ``to_rid`` / ``from_rid``; other ids carry none."""
+    rid = hint.to_rid("0123abcdef")
+    assert rid.startswith("sglc-ph/") and ProgramHint.from_rid(rid) == hint
+    for other in (None, 7, "", "req-1", "sglc-p/0/0/n/p"):
+        assert ProgramHint.from_rid(other) is None
+    with pytest.raises(ValueError, match="nonce"):
+        hint.to_rid("not/a nonce")
+    with pytest.raises(ValueError, match="rid"):
+        ProgramHint.from_rid("sglc-ph/0/0/p")
+
+
 def test_sglang_http_body_carries_the_hint_only_for_an_sglc_server():
-    """`program_hint` (ProgramHint.to_json) goes on /generate to one sglc server, never to others; end_program
-    on a server that is not sglc, or unreachable, is 0."""
+    """`program_hint` (ProgramHint.to_json) goes on /generate to one sglc server, in the rid behind a router
+    of sglc workers, never to others; end_program on a server that is not sglc, or unreachable, is 0."""
     from sglc.executor.backends.sglang_http import SGLangBackend
 
     backend = SGLangBackend("http://127.0.0.1:1", info_timeout=1.0, retry=False)
@@ -404,9 +417,15 @@ def test_sglang_http_body_carries_the_hint_only_for_an_sglc_server():
         assert "program_hint" not in backend._body(Prompt("hi"), {})
         assert backend.end_program("prog:1") == 0  # nothing listens: 0, no exception
         backend._is_sglc = False
-        assert "program_hint" not in backend._body(prompt, {})
+        assert "program_hint" not in backend._body(prompt, {}) and "rid" not in backend._body(prompt, {})
         assert backend.end_program("prog:1") == 0
         json.dumps(backend._body(prompt, {}))
+        backend._sglc_workers = ("http://127.0.0.1:1",)  # behind a router with sglc workers: the rid carries it
+        body = backend._body(prompt, {})
+        assert "program_hint" not in body and ProgramHint.from_rid(body["rid"]) == prompt.hint
+        assert body["rid"] != backend._body(prompt, {})["rid"]  # unique per request
+        assert "rid" not in backend._body(Prompt("hi"), {})
+        assert backend.end_program("prog:1") == 0  # the worker does not answer: 0
     finally:
         backend.close()
 

@@ -213,6 +213,35 @@ def test_a_bad_http_program_hint_is_a_400_naming_it(base, runtime, hint):
     assert http_generate(base)[0] == 200
 
 
+def test_a_hint_in_the_request_id_reaches_the_engine(base, seen):
+    """Behind sglang-router a hint rides in ``rid`` (ProgramHint.to_rid): the engine gets it, the
+    answer is the unhinted one and carries the rid; other rids carry none; an explicit
+    ``program_hint`` wins over the rid's."""
+    status, plain = http_generate(base)
+    hint = ProgramHint("prog-rid:1", next_use=2, lease_ms=10**6)
+    status, out = http_generate(base, rid=hint.to_rid("n1"))
+    assert status == 200 and out["text"] == plain["text"] and out["meta_info"]["id"] == hint.to_rid("n1")
+    status, _ = http_generate(base, rid="plain-request-id")
+    assert status == 200
+    status, _ = http_generate(base, rid=hint.to_rid("n2"), program_hint={"program_id": "explicit"})
+    assert status == 200
+    status, _ = post_json(base, "/generate", {"text": [PROMPT, PROMPT], "sampling_params": GREEDY,
+                                              "rid": [hint.to_rid("n3"), "other"]})
+    assert status == 200
+    assert seen == [None, ProgramHint("prog-rid:1", 2, CAP), None, ProgramHint("explicit"),
+                    ProgramHint("prog-rid:1", 2, CAP), None]
+
+
+@pytest.mark.parametrize("rid", ["sglc-ph/x/0/n/p", "sglc-ph/0/0/n", "sglc-ph/0/0/n/a b", "sglc-ph/-7/0/n/p",
+                                 "sglc-ph/0/0/n-n/p"])
+def test_a_malformed_hint_rid_is_a_400_naming_rid(base, runtime, rid):
+    before = runtime.service.metrics()["num_requests"]
+    status, out = http_generate(base, rid=rid)
+    assert status == 400 and out["error"]["param"] == "rid", out
+    assert runtime.service.metrics()["num_requests"] == before
+    assert http_generate(base)[0] == 200
+
+
 def test_a_batch_hint_list_of_the_wrong_length_names_the_item(base):
     """A hint list must have one item per prompt; a bad item is named by its index."""
     status, out = post_json(base, "/generate", {"text": [PROMPT, PROMPT], "program_hint": [{"program_id": "p"}]})

@@ -45,6 +45,8 @@ class SglangGenerate:
         fanned = batch or sum(sp.num_samples for sp in sampling) > 1
         rids = self._rids(req, sampling, batch)
         hints = self._hints(req, len(prompts), batch)
+        if req.program_hint is None:  # NOTE: behind sglang-router a hint rides in the rid (ProgramHint.to_rid)
+            hints = [_rid_hint(rid) for rid in rids]
         for i, prompt in enumerate(prompts):  # NOTE: sizes before any constraint compiles
             _named(batch, i, partial(self.svc.resolve, prompt))
         opts, params = self._params(req, sampling, len(prompts), batch)
@@ -152,6 +154,14 @@ def _hint(value: Any, where: str) -> ProgramHint | None:
     except (ValueError, TypeError) as err:
         message = str(err)
         raise FieldError(where, message if message.startswith(where) else f"'{where}': {message}") from None
+
+
+def _rid_hint(rid: Any) -> ProgramHint | None:
+    """The program hint a request id carries (None for other ids); FieldError naming ``rid``."""
+    try:
+        return ProgramHint.from_rid(rid)
+    except (ValueError, TypeError) as err:
+        raise FieldError("rid", str(err)) from None
 
 
 def _named(batch: bool, i: int, fn: Callable[[], Any]) -> Any:

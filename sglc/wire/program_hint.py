@@ -19,6 +19,11 @@ Fields:
 
 The end of a program is its own message (``EndProgram`` over gRPC, ``Backend.end_program``):
 every prefix still held for the program is released at once.
+
+Behind sglang-router (``sglc fleet``) a hint rides in the request id: the router (0.3.2) rebuilds
+``/generate`` bodies from its own struct, dropping ``program_hint``, but forwards ``rid``.
+``to_rid`` writes ``sglc-ph/<next_use>/<lease_ms>/<nonce>/<program_id>`` (``/`` is never in a
+program id, the nonce keeps request ids unique) and ``from_rid`` reads it back on the worker.
 """
 from __future__ import annotations
 
@@ -34,6 +39,9 @@ MAX_NEXT_USE = 1 << 20
 MAX_LEASE_MS = 24 * 3600 * 1000
 MAX_PROGRAM_ID_CHARS = 128
 _PROGRAM_ID = re.compile(r"[A-Za-z0-9._:-]+")
+#: The request ids that carry a hint (see the module docstring).
+RID_PREFIX = "sglc-ph/"
+_NONCE = re.compile(r"[A-Za-z0-9]{1,64}")
 
 
 def check_program_id(program_id: Any, what: str = "program_id") -> str:
@@ -91,6 +99,26 @@ class ProgramHint:
         if "program_id" not in value:
             raise ValueError(f"{what} needs a program_id")
         return cls(value["program_id"], value.get("next_use", 0), value.get("lease_ms", 0))
+
+    # --- a request id (behind sglang-router) -------------------------------------------------
+    def to_rid(self, nonce: str) -> str:
+        """A request id carrying this hint; ``nonce`` (1-64 letters and digits) keeps ids unique."""
+        if not isinstance(nonce, str) or not _NONCE.fullmatch(nonce):
+            raise ValueError(f"a hint's rid nonce must be 1-64 letters and digits, got {nonce!r}")
+        return f"{RID_PREFIX}{self.next_use}/{self.lease_ms}/{nonce}/{self.program_id}"
+
+    @classmethod
+    def from_rid(cls, rid: Any, what: str = "rid") -> ProgramHint | None:
+        """The hint a request id carries; None for any other id; ValueError naming ``what`` for an
+        id that starts like one but is malformed."""
+        if not isinstance(rid, str) or not rid.startswith(RID_PREFIX):
+            return None
+        parts = rid[len(RID_PREFIX):].split("/", 3)
+        if len(parts) != 4 or not _NONCE.fullmatch(parts[2]) or not all(
+                re.fullmatch(r"-?[0-9]{1,10}", p) for p in parts[:2]):
+            raise ValueError(f"{what} {rid[:60]!r} starts with {RID_PREFIX!r} but is not "
+                             f"{RID_PREFIX}<next_use>/<lease_ms>/<nonce>/<program_id>")
+        return cls(parts[3], int(parts[0]), int(parts[1]))
 
     # --- protobuf (runtime.proto ProgramHint) -------------------------------------------------
     def to_pb(self, message: Any) -> None:

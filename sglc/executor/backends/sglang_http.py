@@ -24,9 +24,11 @@ deployment unchanged:
 - per-call metadata from ``meta_info``: prompt/cached/completion tokens, finish_reason, latency.
 - program hints (issue 28): a prompt's ``hint`` goes as ``"program_hint": {...}``
   (ProgramHint.to_json) on every ``/generate`` of the call, and ``end_program`` is
-  ``POST /end_program {"program_id": ...}`` (its ``released_tokens``; 0 on any error). Both only
-  when the endpoint is one sglc server (``is_sglc``, as for ``fsm``): a router drops the field
-  and SGLang has neither, so nothing extra is sent to them.
+  ``POST /end_program {"program_id": ...}`` (its ``released_tokens``; 0 on any error), when the
+  endpoint is one sglc server (``is_sglc``, as for ``fsm``). Behind sglang-router with sglc
+  workers (``sglc_workers``: ``sglc fleet``) the hint rides in the request id
+  (ProgramHint.to_rid: the router drops ``program_hint`` but forwards ``rid``) and end_program
+  goes to each worker. SGLang has neither, so nothing extra is sent to it.
 
 Faults: a call that gets no HTTP answer at all (connection refused / reset) or a 502/503 from a
 router is retried ONCE: no token has reached us, so a retry cannot duplicate text. Anything else,
@@ -42,6 +44,7 @@ import os
 import time
 import urllib.error
 import urllib.request
+import uuid
 from typing import Any, Callable, Optional
 
 from sglc.errors import BackendError
@@ -79,6 +82,7 @@ class SGLangBackend(Backend):
         self._info: Optional[ModelInfo] = None
         self._raw_info: Optional[dict] = None
         self._is_sglc: Optional[bool] = None
+        self._sglc_workers: Optional[tuple[str, ...]] = None
         self._pool = concurrent.futures.ThreadPoolExecutor(MAX_PARALLEL_CHOICES, thread_name_prefix="sglang-select")
 
     # --- HTTP ---
@@ -128,11 +132,35 @@ class SGLangBackend(Backend):
         struct and silently drops fields SGLang lacks (``fsm``), so behind a router (whose
         /get_server_info is its own) the constraint's source pattern goes as ``regex``."""
         if self._is_sglc is None:
-            try:
-                self._is_sglc = self._call("/get_server_info", None, self.info_timeout).get("version") == "sglc"
-            except BackendError:
-                self._is_sglc = False
+            self._is_sglc = self._speaks_sglc(self.url)
         return self._is_sglc
+
+    @property
+    def sglc_workers(self) -> tuple[str, ...]:
+        """Behind sglang-router (``sglc fleet``): the workers' URLs when the router's ``/workers``
+        lists only sglc servers, else (one server, SGLang workers, no router) (). Hints then ride
+        in the request id (the router drops ``program_hint`` but forwards ``rid``) and
+        ``end_program`` goes to every worker (the router has no such route)."""
+        if self._sglc_workers is None:
+            self._sglc_workers = ()
+            if not self.is_sglc:
+                try:
+                    listed = self._call("/workers", None, self.info_timeout).get("workers") or []
+                    urls = tuple(str(w["url"]).rstrip("/") for w in listed)
+                    if urls and all(self._speaks_sglc(u) for u in urls):
+                        self._sglc_workers = urls
+                except (BackendError, AttributeError, KeyError, TypeError):
+                    pass
+        return self._sglc_workers
+
+    def _speaks_sglc(self, url: str) -> bool:
+        """Whether the server at ``url`` says ``version: sglc`` in ``/get_server_info``."""
+        request = urllib.request.Request(f"{url}/get_server_info", headers=self._headers, method="GET")
+        try:
+            with urllib.request.urlopen(request, timeout=self.info_timeout) as response:
+                return json.loads(response.read()).get("version") == "sglc"
+        except (OSError, ValueError, AttributeError, http.client.HTTPException):
+            return False
 
     def model_info(self) -> ModelInfo:
         if self._info is None:
@@ -172,6 +200,8 @@ class SGLangBackend(Backend):
         body = {"text": prompt.text, "sampling_params": sampling_params, **extra}
         if prompt.hint is not None and self.is_sglc:
             body["program_hint"] = prompt.hint.to_json()
+        elif prompt.hint is not None and self.sglc_workers:
+            body["rid"] = prompt.hint.to_rid(uuid.uuid4().hex)
         return body
 
     @staticmethod
@@ -266,11 +296,15 @@ class SGLangBackend(Backend):
         return ScoreResult([ChoiceLogprobs(token_logprobs=lp) for lp in scored], meta)
 
     def end_program(self, program_id: str) -> int:
-        """``POST /end_program`` on an sglc server: the cached tokens it released; 0 on any error
-        (advice: no retry, a short deadline) and for other servers (they take no hints)."""
-        if not self.is_sglc:
-            return 0
-        request = urllib.request.Request(f"{self.url}/end_program", data=json.dumps({"program_id": program_id}).encode(),
+        """``POST /end_program`` on an sglc server, or on every sglc worker behind a router: the
+        cached tokens released; 0 on any error (advice: no retry, a short deadline) and for other
+        servers (they take no hints)."""
+        if self.is_sglc:
+            return self._end_program_at(self.url, program_id)
+        return sum(self._end_program_at(url, program_id) for url in self.sglc_workers)
+
+    def _end_program_at(self, url: str, program_id: str) -> int:
+        request = urllib.request.Request(f"{url}/end_program", data=json.dumps({"program_id": program_id}).encode(),
                                          headers=self._headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=min(self.info_timeout, END_PROGRAM_TIMEOUT_S)) as response:
