@@ -1,4 +1,4 @@
-"""The compile-time context check of token_masks.py (``_SomeContext``: can some stack below take
+"""The compile-time context check (context_check.py ``SomeContext``: can some stack below take
 a suffix after a token leaves its rule?) in C++: ``native/context_check.cpp`` through ctypes.
 None where native code is off or cannot be built (the Python walk runs, with the same answers).
 """

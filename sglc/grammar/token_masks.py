@@ -12,7 +12,7 @@ stack: leaving ``n``'s own rule.
   ``ceil(vocab / 8)`` bytes per position;
 - **context-dependent**: after ``k >= 1`` bytes it reaches a node ``m`` where ``n``'s rule may
   end (inner stack empty), its next byte is in the rule's FOLLOW set and some stack context
-  could take the rest (``_SomeContext``: a walk whose pops past the bottom go to every call
+  could take the rest (context_check.py: a walk whose pops past the bottom go to every call
   site of the rule, run once per (exit node, suffix) at compile time). Whether it is allowed
   depends on the stack below, so the matcher checks it at run time: from the stack ``(m,
   parent)``, can the suffix ``token[k:]`` be consumed? Entries are grouped by ``(m, suffix)``
@@ -38,7 +38,7 @@ from sglc.fsm.vocabulary import Vocabulary
 
 from .automaton import Automaton
 from .automaton_budget import EngineMeter
-from .context_check_native import contexts_accept, native_context_check
+from .context_check import contexts_accept
 from .token_walk_native import native_walker, walk_tokens
 
 #: Positions x vocabulary walked at once (bounds the frontier arrays, ~100 MB at worst).
@@ -365,79 +365,6 @@ def _add_duplicates(vocab: Vocabulary, packed: np.ndarray) -> None:
                          (bits << (7 - (b & 7)).astype(np.uint8)).astype(np.uint8))
 
 
-class _SomeContext:
-    """Whether *some* stack below could take a suffix after leaving a rule at node ``m``: the
-    matcher's walk with an open bottom (a pop past it continues at the return node of every
-    call site of the rule). Suffixes no context takes (``")["`` after a number) are dropped at
-    compile time instead of being checked at every step."""
-
-    def __init__(self, auto: Automaton) -> None:
-        self.table = auto.table
-        self._rows: dict[int, list[int]] = {}  # NOTE: per node as reached: most are never
-        self.final = auto.final.tolist()
-        self.has_bytes = auto.has_bytes.tolist()
-        self.node_rule = auto.node_rule.tolist()
-        starts = auto.rule_start.tolist()
-        self.refs = [[(starts[c], t) for c, t in auto.refs(n)] for n in range(auto.num_nodes)]
-        self.callers: dict[int, list[int]] = {}
-        for n in range(auto.num_nodes):
-            for c, t in auto.refs(n):
-                self.callers.setdefault(c, []).append(t)
-        self._memo: dict[tuple[int, bytes], tuple[bool, frozenset]] = {}
-
-    def _close(self, configs: set[tuple[int, ...]]) -> set[tuple[int, ...]]:
-        out: set[tuple[int, ...]] = set()
-        seen = set(configs)
-        work = list(configs)
-        while work:
-            st = work.pop()
-            n = st[-1]
-            if self.has_bytes[n]:
-                out.add(st)
-            nxt = [st[:-1] + (t, start) for start, t in self.refs[n]]
-            if self.final[n]:
-                nxt += [st[:-1]] if len(st) > 1 else [(t,) for t in self.callers.get(self.node_rule[n], ())]
-            for new in nxt:
-                if new not in seen:
-                    seen.add(new)
-                    work.append(new)
-        return out
-
-    def row(self, node: int) -> list[int]:
-        got = self._rows.get(node)
-        if got is None:
-            got = self._rows[node] = self.table[node].tolist()
-        return got
-
-    def accepts(self, m: int, suffix: bytes) -> bool:
-        return self._after(m, suffix)[0]
-
-    def _after(self, m: int, prefix: bytes) -> tuple[bool, frozenset]:
-        """(every byte of ``prefix`` was taken, the configurations after it), memoized per prefix:
-        the suffixes of one exit node share most of their prefixes."""
-        key = (m, prefix)
-        got = self._memo.get(key)
-        if got is None:
-            if not prefix:
-                got = (True, frozenset(self._close({(m,)})))
-            else:
-                configs = self._after(m, prefix[:-1])[1]  # NOTE: empty once a byte was refused
-                b = prefix[-1]
-                moved = {st[:-1] + (self.row(st[-1])[b],) for st in configs if self.row(st[-1])[b] >= 0}
-                got = (bool(moved), frozenset(self._close(moved)) if moved else frozenset())
-            self._memo[key] = got
-        return got
-
-
-def _contexts_accept(auto: Automaton, queries: list[tuple[int, bytes]], native: bool) -> list[bool]:
-    """Per (exit node, suffix): whether some context takes the suffix (C++ where it builds)."""
-    lib = native_context_check() if native else None
-    if lib is not None:
-        return contexts_accept(lib, auto, queries)
-    possible = _SomeContext(auto)
-    return [possible.accepts(m, suffix) for m, suffix in queries]
-
-
 def _group_exits(vocab: Vocabulary, pre: _TriePreorder, accepted: np.ndarray, exits, num_positions: int,
                  meter: EngineMeter, auto: Automaton, native: bool = True):
     """Context-dependent entries grouped by (position, exit node, suffix), tokens sorted."""
@@ -454,7 +381,7 @@ def _group_exits(vocab: Vocabulary, pre: _TriePreorder, accepted: np.ndarray, ex
                     if not (int(row[tt >> 3]) >> (7 - (tt & 7))) & 1:
                         groups.setdefault((o, m, vocab.token_bytes(tt)[k:]), set()).add(tt)
     meter.check_time("grouping context-dependent tokens")
-    keys = sorted(k for k, ok in zip(groups, _contexts_accept(auto, [(m, suffix) for _, m, suffix in groups],
+    keys = sorted(k for k, ok in zip(groups, contexts_accept(auto, [(m, suffix) for _, m, suffix in groups],
                                                               native)) if ok)
     meter.check_time("pruning context-dependent tokens")
     group_offsets = np.zeros(num_positions + 1, dtype=np.int64)

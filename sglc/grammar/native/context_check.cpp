@@ -1,5 +1,5 @@
 // Whether *some* stack below could take a suffix after a token leaves a rule at node m
-// (sglc/grammar/token_masks.py `_SomeContext`, whose Python walk is the reference and the
+// (sglc/grammar/context_check.py `SomeContext`, whose Python walk is the reference and the
 // fallback): the matcher's walk with an open bottom, where a pop past the bottom continues at
 // the return node of every call site of the rule. Suffixes no context takes are dropped at compile
 // time instead of being checked at every decoding step.
