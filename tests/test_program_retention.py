@@ -184,11 +184,17 @@ def test_end_program_releases_and_sends_its_texts_first(table):
 
 
 def test_a_program_keeps_only_its_newest_text_on_one_path(table):
+    """A chain (each call extends the last, the last never extended): one live hint at a time, and
+    ending the program releases it all (the newest text replacing the program's only older one
+    once lost the program's record, so end_program released nothing)."""
     cache = make_cache()
     first = toks(1, 10)
     finish(cache, table, first, ProgramHint("p", next_use=0))
     finish(cache, table, first + toks(2, 10), ProgramHint("p", next_use=0))
     assert len(cache.retention) == 1 and cache.retention.pinned_tokens() == 20
+    finish(cache, table, first + toks(2, 10) + toks(3, 5), ProgramHint("p", next_use=NEVER))
+    assert cache.retention.end_program("p") == 20
+    assert cache.retention.pinned_tokens() == 0 and len(cache.retention) == 0
 
 
 def test_hints_survive_splits_and_random_churn(table):

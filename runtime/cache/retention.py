@@ -140,13 +140,13 @@ class RetentionTable:
         self._drop(node)
         self._evict_first.discard(node)
         self._live[node] = Retained(hint.program_id, hint.next_use, self.clock() + lease, rank)
-        mine = self._by_program.setdefault(hint.program_id, set())
         up = node.parent
         while up is not None and up.parent is not None:  # NOTE: its path covers the program's older texts
-            if up in mine:
+            if up in self._by_program.get(hint.program_id, ()):
                 self._drop(up)
             up = up.parent
-        mine.add(node)
+        # NOTE: looked up after the drops: dropping the program's last older text deletes its set
+        self._by_program.setdefault(hint.program_id, set()).add(node)
         self._enforce_capacity()
 
     def end_program(self, program_id: str) -> int:
