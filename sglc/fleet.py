@@ -284,9 +284,17 @@ class Fleet:
         urls = [w.url for w in self.workers]
         args = [sys.executable, "-c", _ROUTER_MAIN, "--host", self.config.host,
                 "--port", str(self.router_port), "--policy", self.config.policy, "--worker-urls", *urls,
-                "--log-level", "warn", *self._breaker_args(), *self.config.router_args]
+                "--log-level", "warn", *self._breaker_args(), *self._metrics_args(), *self.config.router_args]
         self.router = subprocess.Popen(args, env=self._key_env(), stdin=subprocess.DEVNULL, stdout=sys.stderr,
                                        stderr=sys.stderr, preexec_fn=_die_with_parent)
+
+    def _metrics_args(self) -> list[str]:
+        """The router's Prometheus exporter on a free port of the fleet's host: its default (29000)
+        is fixed, and a second router on the machine panicked binding it (a second fleet, a test
+        run beside a fleet)."""
+        if any(a.startswith("--prometheus-port") for a in self.config.router_args):
+            return []  # NOTE: the user's own --router-arg wins
+        return ["--prometheus-host", self.config.host, "--prometheus-port", str(free_port(self.config.host))]
 
     def _breaker_args(self) -> list[str]:
         if any(a.startswith("--cb-timeout-duration-secs") for a in self.config.router_args):

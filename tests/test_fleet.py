@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -14,6 +15,9 @@ import pytest
 from fleet_helpers import ROOT, FleetProcess, alive, wait_gone, worker_metrics
 
 pytestmark = pytest.mark.model
+
+#: sglang-router 0.3.2's Prometheus exporter port when none is given.
+ROUTER_DEFAULT_METRICS_PORT = 29000
 
 
 def post(url: str, body: dict) -> dict:
@@ -25,8 +29,16 @@ def post(url: str, body: dict) -> dict:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_fleet_serves_through_the_router_and_leaves_no_process_behind(sig):
     """Two workers behind the router answer /generate at the router's URL; SIGTERM stops the
-    router and both workers (exit 0), and SIGKILL of the fleet process still takes them down."""
+    router and both workers (exit 0), and SIGKILL of the fleet process still takes them down. The
+    router's default metrics port is held meanwhile (as by another router on the machine): the
+    fleet's router takes a free one instead of panicking."""
     fleet = FleetProcess(dp=2)
+    held = socket.socket()
+    try:
+        held.bind(("127.0.0.1", ROUTER_DEFAULT_METRICS_PORT))
+        held.listen()
+    except OSError:
+        pass  # NOTE: already taken by someone else: the case under test all the same
     try:
         fleet.start()
         listed = json.loads(urllib.request.urlopen(f"{fleet.url}/workers", timeout=10).read())
@@ -48,6 +60,7 @@ def test_fleet_serves_through_the_router_and_leaves_no_process_behind(sig):
             assert not [line for line in fleet.stderr if "tokenizer" in line.lower()], log
     finally:
         fleet.kill_everything()
+        held.close()
 
 
 def test_missing_router_is_a_one_line_error_naming_the_extra():
