@@ -20,6 +20,7 @@ Prints one JSON row per constraint and a table; returns 1 if any output broke it
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import re
 import sys
@@ -66,10 +67,10 @@ def _tree_ok(v) -> bool:
 
 
 def _lark(grammar: str):
-    from grammar_oracle import lark_parser_for  # NOTE: lazy: lark is only needed here
-
-    parser = lark_parser_for(parse_gbnf(grammar))
-    return parser.accepts
+    # NOTE: the tests' IR -> lark oracle, a repository module (not a dependency): imported by path,
+    # as bench_grammar.py imports the engine tests' helpers
+    oracle = importlib.import_module("grammar_oracle")
+    return oracle.lark_parser_for(parse_gbnf(grammar)).accepts
 
 
 def cases() -> list[tuple[str, dict, object]]:

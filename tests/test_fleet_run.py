@@ -118,6 +118,32 @@ def test_streaming_through_the_router_equals_the_plain_answer(fleet):
         backend.close()
 
 
+def test_program_hints_reach_the_workers_through_the_router(fleet):
+    """sglang-router drops ``program_hint``, so behind it the SGLang backend sends a hint in the
+    request id and ends a program on every worker: the worker that ran a hinted call holds its text
+    for the program (end_program releases it), the answer is the unhinted one, and an unhinted
+    program releases nothing."""
+    from sglc.executor.backends.sglang_http import SGLangBackend
+    from sglc.wire.backend import GenParams, Prompt
+    from sglc.wire.program_hint import ProgramHint
+
+    backend = SGLangBackend(fleet.url)
+    try:
+        assert not backend.is_sglc
+        assert sorted(backend.sglc_workers) == sorted(url.rstrip("/") for url, _, _ in fleet.workers)
+        params = GenParams(max_new_tokens=4, temperature=0.0)
+        text = CONTEXTS["ocean"] + "\nQuestion: Which is largest?\nAnswer:"
+        plain = backend.generate(Prompt(text), params)
+        hinted = backend.generate(Prompt(text, hint=ProgramHint("fleet-prog", next_use=0, lease_ms=60_000)), params)
+        assert hinted.text == plain.text
+        assert backend.end_program("fleet-prog") > 0
+        assert backend.end_program("fleet-prog") == 0  # already released
+        assert backend.end_program("never-hinted") == 0
+    finally:
+        backend.close()
+    assert SGLangBackend(fleet.workers[0][0]).sglc_workers == ()  # one server: its own program_hint field
+
+
 def test_a_killed_worker_loses_only_its_inputs_with_a_clear_error(fleet, graph, tmp_path):
     """Kill one worker mid-run: every input either has the single-worker answer (it ran on the live
     worker, or was retried before any token came back) or a per-input error naming the failed call;
@@ -180,28 +206,3 @@ def test_a_restarted_worker_rejoins(fleet, graph, tmp_path):
         assert worker_metrics(url)["num_requests"] > 0, f"the restarted worker took no request: {listed}"
         revived.kill()
 
-
-def test_program_hints_reach_the_workers_through_the_router(fleet):
-    """sglang-router drops ``program_hint``, so behind it the SGLang backend sends a hint in the
-    request id and ends a program on every worker: the worker that ran a hinted call holds its text
-    for the program (end_program releases it), the answer is the unhinted one, and an unhinted
-    program releases nothing."""
-    from sglc.executor.backends.sglang_http import SGLangBackend
-    from sglc.wire.backend import GenParams, Prompt
-    from sglc.wire.program_hint import ProgramHint
-
-    backend = SGLangBackend(fleet.url)
-    try:
-        assert not backend.is_sglc
-        assert sorted(backend.sglc_workers) == sorted(url.rstrip("/") for url, _, _ in fleet.workers)
-        params = GenParams(max_new_tokens=4, temperature=0.0)
-        text = CONTEXTS["ocean"] + "\nQuestion: Which is largest?\nAnswer:"
-        plain = backend.generate(Prompt(text), params)
-        hinted = backend.generate(Prompt(text, hint=ProgramHint("fleet-prog", next_use=0, lease_ms=60_000)), params)
-        assert hinted.text == plain.text
-        assert backend.end_program("fleet-prog") > 0
-        assert backend.end_program("fleet-prog") == 0  # already released
-        assert backend.end_program("never-hinted") == 0
-    finally:
-        backend.close()
-    assert SGLangBackend(fleet.workers[0][0]).sglc_workers == ()  # one server: its own program_hint field

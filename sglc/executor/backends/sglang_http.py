@@ -132,35 +132,39 @@ class SGLangBackend(Backend):
         struct and silently drops fields SGLang lacks (``fsm``), so behind a router (whose
         /get_server_info is its own) the constraint's source pattern goes as ``regex``."""
         if self._is_sglc is None:
-            self._is_sglc = self._speaks_sglc(self.url)
+            self._is_sglc = self._server_version(self.url) == "sglc"
         return self._is_sglc
 
     @property
     def sglc_workers(self) -> tuple[str, ...]:
-        """Behind sglang-router (``sglc fleet``): the workers' URLs when the router's ``/workers``
-        lists only sglc servers, else (one server, SGLang workers, no router) (). Hints then ride
-        in the request id (the router drops ``program_hint`` but forwards ``rid``) and
-        ``end_program`` goes to every worker (the router has no such route)."""
+        """Behind sglang-router (``sglc fleet``): the URLs of the healthy workers its ``/workers``
+        lists when each that answers is an sglc server, else (one server, SGLang workers, no
+        router) (). Hints then ride in the request id (the router drops ``program_hint`` but
+        forwards ``rid``) and ``end_program`` goes to each of them (the router has no such route).
+        Read once: a worker restarted later on another port gets no end_program (its hints expire
+        with their leases)."""
         if self._sglc_workers is None:
             self._sglc_workers = ()
             if not self.is_sglc:
                 try:
                     listed = self._call("/workers", None, self.info_timeout).get("workers") or []
-                    urls = tuple(str(w["url"]).rstrip("/") for w in listed)
-                    if urls and all(self._speaks_sglc(u) for u in urls):
-                        self._sglc_workers = urls
+                    urls = [str(w["url"]).rstrip("/") for w in listed if w.get("is_healthy", True)]
                 except (BackendError, AttributeError, KeyError, TypeError):
-                    pass
+                    urls = []
+                answers = {u: self._server_version(u) for u in urls}
+                if any(v == "sglc" for v in answers.values()) and all(v in ("sglc", None) for v in answers.values()):
+                    self._sglc_workers = tuple(u for u, v in answers.items() if v == "sglc")
         return self._sglc_workers
 
-    def _speaks_sglc(self, url: str) -> bool:
-        """Whether the server at ``url`` says ``version: sglc`` in ``/get_server_info``."""
+    def _server_version(self, url: str) -> Optional[str]:
+        """The ``version`` the server at ``url`` gives in ``/get_server_info`` ('' when it gives
+        none), or None when it does not answer."""
         request = urllib.request.Request(f"{url}/get_server_info", headers=self._headers, method="GET")
         try:
             with urllib.request.urlopen(request, timeout=self.info_timeout) as response:
-                return json.loads(response.read()).get("version") == "sglc"
+                return str(json.loads(response.read()).get("version") or "")
         except (OSError, ValueError, AttributeError, http.client.HTTPException):
-            return False
+            return None
 
     def model_info(self) -> ModelInfo:
         if self._info is None:
