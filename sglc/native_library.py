@@ -22,6 +22,7 @@ import sysconfig
 import tempfile
 import threading
 from pathlib import Path
+from typing import Callable
 
 from .cache_root import cache_root
 
@@ -41,11 +42,13 @@ class NativeLibraryError(RuntimeError):
     """``SGLC_NATIVE_OPS=require`` and a library could not be built or loaded."""
 
 
-def _compiler() -> str:
+def compiler() -> str:
+    """The C++ compiler: ``$CXX``, else c++ or g++ on the PATH."""
     return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
 
 
-def _compiler_version(cxx: str) -> str:
+def compiler_version(cxx: str) -> str:
+    """``cxx --version``'s first line (part of a build's key); '' if it does not run."""
     try:
         out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30)
         return out.stdout.splitlines()[0] if out.stdout else ""
@@ -55,9 +58,9 @@ def _compiler_version(cxx: str) -> str:
 
 def library_path(source: Path) -> Path:
     """Where ``source``'s library is (or will be) built."""
-    cxx = _compiler()
+    cxx = compiler()
     h = hashlib.sha256()
-    for part in (source.read_bytes(), " ".join(CFLAGS).encode(), _compiler_version(cxx).encode(),
+    for part in (source.read_bytes(), " ".join(CFLAGS).encode(), compiler_version(cxx).encode(),
                  sysconfig.get_platform().encode()):
         h.update(part)
         h.update(b"\0")
@@ -69,7 +72,7 @@ def _build(source: Path, lib: Path) -> None:
     with tempfile.NamedTemporaryFile(dir=lib.parent, suffix=".so.tmp", delete=False) as tmp:
         partial = Path(tmp.name)
     try:
-        cmd = [_compiler(), *CFLAGS, str(source), "-o", str(partial)]
+        cmd = [compiler(), *CFLAGS, str(source), "-o", str(partial)]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if out.returncode != 0:
             tail = " | ".join(out.stderr.strip().splitlines()[-6:])
@@ -79,9 +82,10 @@ def _build(source: Path, lib: Path) -> None:
         partial.unlink(missing_ok=True)
 
 
-def load_library(source: Path) -> ctypes.CDLL | None:
-    """``source`` built (the first time) and loaded, or None when native code is off or the
-    build failed (logged once; raises :class:`NativeLibraryError` under ``SGLC_NATIVE_OPS=require``)."""
+def load_library(source: Path, declare: Callable[[ctypes.CDLL], None] | None = None) -> ctypes.CDLL | None:
+    """``source`` built (the first time), loaded and given to ``declare`` once (it sets the
+    functions' argtypes and restype), or None when native code is off or the build failed (logged
+    once; raises :class:`NativeLibraryError` under ``SGLC_NATIVE_OPS=require``)."""
     if source in _loaded:  # NOTE: every grammar compile asks; only the first builds
         return _loaded[source]
     source = Path(source)
@@ -98,6 +102,8 @@ def load_library(source: Path) -> ctypes.CDLL | None:
                 if not path.exists():
                     _build(source, path)
                 lib = ctypes.CDLL(str(path))
+                if declare is not None:
+                    declare(lib)
             except (OSError, RuntimeError, subprocess.SubprocessError) as e:
                 if mode == "require":
                     raise NativeLibraryError(f"{source.name}: {e}") from e

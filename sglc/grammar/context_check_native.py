@@ -17,19 +17,16 @@ SOURCE = Path(__file__).parent / "native" / "context_check.cpp"
 _i64p = np.ctypeslib.ndpointer(dtype=np.int64, flags="C_CONTIGUOUS")
 _i32p = np.ctypeslib.ndpointer(dtype=np.int32, flags="C_CONTIGUOUS")
 _u8p = np.ctypeslib.ndpointer(dtype=np.uint8, flags="C_CONTIGUOUS")
-_declared: dict[int, ctypes.CDLL] = {}
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    lib.sglc_context_accepts.restype = None
+    lib.sglc_context_accepts.argtypes = [_i32p, _u8p, _u8p, _i32p, _i64p, _i32p, _i32p, _i64p, _i32p,
+                                         _i32p, _i64p, _u8p, ctypes.c_int64, _u8p]
 
 
 def native_context_check() -> ctypes.CDLL | None:
-    lib = load_library(SOURCE)
-    if lib is None:
-        return None
-    if id(lib) not in _declared:
-        lib.sglc_context_accepts.restype = None
-        lib.sglc_context_accepts.argtypes = [_i32p, _u8p, _u8p, _i32p, _i64p, _i32p, _i32p, _i64p, _i32p,
-                                             _i32p, _i64p, _u8p, ctypes.c_int64, _u8p]
-        _declared[id(lib)] = lib
-    return _declared[id(lib)]
+    return load_library(SOURCE, _declare)
 
 
 def contexts_accept(lib: ctypes.CDLL, auto: Automaton, queries: list[tuple[int, bytes]]) -> list[bool]:

@@ -12,18 +12,15 @@ from sglc.native_library import load_library
 
 SOURCE = Path(__file__).parent / "native" / "dfa_minimize.cpp"
 _i64p = np.ctypeslib.ndpointer(dtype=np.int64, flags="C_CONTIGUOUS")
-_declared: dict[int, ctypes.CDLL] = {}
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    lib.sglc_moore_refine.restype = ctypes.c_int64
+    lib.sglc_moore_refine.argtypes = [_i64p, ctypes.c_int64, ctypes.c_int64, _i64p]
 
 
 def native_refiner() -> ctypes.CDLL | None:
-    lib = load_library(SOURCE)
-    if lib is None:
-        return None
-    if id(lib) not in _declared:
-        lib.sglc_moore_refine.restype = ctypes.c_int64
-        lib.sglc_moore_refine.argtypes = [_i64p, ctypes.c_int64, ctypes.c_int64, _i64p]
-        _declared[id(lib)] = lib
-    return _declared[id(lib)]
+    return load_library(SOURCE, _declare)
 
 
 def moore_refine(lib: ctypes.CDLL, moves: np.ndarray, block: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ _u8p = np.ctypeslib.ndpointer(dtype=np.uint8, flags="C_CONTIGUOUS")
 STATUS_LIMITS = {1: "max_precompute_cells", 2: "max_context_entries", 3: "max_compile_seconds"}
 
 
-def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+def _declare(lib: ctypes.CDLL) -> None:
     lib.sglc_walk_tokens.restype = ctypes.c_void_p
     lib.sglc_walk_tokens.argtypes = [_i32p, _u8p, _i64p, _i32p, _i32p, _i32p, _i32p, _u8p,
                                      _i32p, _u8p, _i32p, _i32p, _i32p, _i64p, ctypes.c_int64, ctypes.c_int64,
@@ -37,20 +37,11 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.sglc_walk_exits.argtypes = [ctypes.c_void_p, _i64p, _i64p, _i64p]
     lib.sglc_walk_free.restype = None
     lib.sglc_walk_free.argtypes = [ctypes.c_void_p]
-    return lib
-
-
-_declared: dict[int, ctypes.CDLL] = {}
 
 
 def native_walker() -> ctypes.CDLL | None:
     """The built walk library (declared), or None: the numpy walk runs."""
-    lib = load_library(SOURCE)
-    if lib is None:
-        return None
-    if id(lib) not in _declared:
-        _declared[id(lib)] = _declare(lib)
-    return _declared[id(lib)]
+    return load_library(SOURCE, _declare)
 
 
 def walk_tokens(lib: ctypes.CDLL, auto: Automaton, trie_walk: tuple[np.ndarray, ...], trie_depth: int,

@@ -40,6 +40,8 @@ from typing import Iterator
 
 import torch
 
+from sglc.native_library import compiler, compiler_version
+
 from ..cache_root import cache_root
 from . import capabilities
 
@@ -109,26 +111,13 @@ def binding_key() -> str:
                     torch.__version__, sys.implementation.cache_tag, sysconfig.get_platform()])
 
 
-def _compiler() -> str:
-    return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
-
-
-def compiler_version(cxx: str) -> str:
-    """``cxx --version``'s first line (part of a variant's key); '' if it does not run."""
-    try:
-        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30)
-        return out.stdout.splitlines()[0] if out.stdout else ""
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
 def variant_command(level: str, output: Path, cxx: str | None = None, compile_only: bool = False,
                     program: Path | None = None) -> list[str]:
     """The compiler command that builds ``level``'s variant into ``output``: a shared library, an
     object file (``compile_only``), or a static program whose ``main`` is in ``program`` (the
     tests' kernel driver, cross-compiled for another architecture)."""
     macro, _, flags = VARIANTS[level]
-    cmd = [cxx or _compiler(), *VARIANT_CFLAGS, f"-D{macro}", *flags, f"-I{KERNELS}"]
+    cmd = [cxx or compiler(), *VARIANT_CFLAGS, f"-D{macro}", *flags, f"-I{KERNELS}"]
     sources = [str(KERNELS / "table.cpp")]
     if compile_only:
         cmd = [c for c in cmd if c != "-shared"] + ["-c"]
@@ -160,7 +149,7 @@ def compile_variant(level: str, output: Path, compile_only: bool = False, cxx: s
 
 def variant_library(level: str) -> Path:
     """The built library of ``level``'s variant (building it the first time)."""
-    cxx = _compiler()
+    cxx = compiler()
     folder = cache_root() / "native" / f"kernels-{level}-{variant_key(level, cxx)}"
     lib = folder / f"sglc_kernels_{level}.so"
     if lib.exists():
