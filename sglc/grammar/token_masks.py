@@ -269,8 +269,6 @@ def classify_tokens(auto: Automaton, vocab: Vocabulary, meter: EngineMeter, nati
         accepted, exits = _walk_native(lib, auto, vocab, positions, pre, meter)
     else:
         accepted, exits = _walk_numpy(auto, vocab, positions, pre, meter)
-    if accepted.dtype == bool:  # the numpy walk's
-        accepted = np.packbits(accepted, axis=1)
     _add_duplicates(vocab, accepted)
     groups = _group_exits(vocab, pre, accepted, exits, len(positions), meter, auto, native)
     return TokenClasses(vocab.size, position_of, accepted, *groups)
@@ -295,7 +293,8 @@ def _walk_native(lib, auto: Automaton, vocab: Vocabulary, positions: np.ndarray,
 
 def _walk_numpy(auto: Automaton, vocab: Vocabulary, positions: np.ndarray, pre: _TriePreorder,
                 meter: EngineMeter) -> tuple[np.ndarray, list]:
-    """The walk over many positions at once, one trie level at a time (see classify_tokens)."""
+    """The walk over many positions at once, one trie level at a time (see classify_tokens):
+    (accepted as packed bits, exits), as the native walk returns them."""
     trie = vocab.trie
     V = vocab.size
     accepted = np.zeros((len(positions), V), dtype=bool)
@@ -350,7 +349,7 @@ def _walk_numpy(auto: Automaton, vocab: Vocabulary, positions: np.ndarray, pre: 
             accepted[cols[0][has], tok[has]] = True
             level += 1
             meter.check_time("classifying tokens at grammar positions")
-    return accepted, exits
+    return np.packbits(accepted, axis=1), exits
 
 
 def _add_duplicates(vocab: Vocabulary, packed: np.ndarray) -> None:

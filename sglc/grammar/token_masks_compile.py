@@ -21,9 +21,9 @@ from sglc.fsm.vocabulary import Vocabulary
 from .automaton import Automaton, build_automaton
 from .automaton_budget import EngineBudget, EngineMeter
 from .ir import Grammar
-from .token_masks import TokenClasses, classify_tokens
 from .context_check_native import native_context_check
 from .dfa_minimize_native import native_refiner
+from .token_masks import TokenClasses, classify_tokens
 from .token_walk_native import native_walker
 
 #: Bytes of cached top-set masks per compiled grammar (48 KiB each on a 49k vocabulary: 341).
