@@ -1,9 +1,10 @@
-"""The grammar's native code gives exactly what its numpy versions give: the C++ token walk
-(sglc/grammar/native/token_walk.cpp) with the C++ context check (native/context_check.cpp) the
-same token classes (accepted bits per position and the context-dependent groups left after
-pruning) and the C++ Moore refinement (native/dfa_minimize.cpp) the same
-automaton, on every engine test grammar and fixture over SmolLM2's vocabulary and on a tiny
-vocabulary; the walk's budget stops name the same limits; with SGLC_NATIVE_OPS=0 numpy runs.
+"""The grammar's native code gives exactly what its Python versions give: the C++ automaton
+build (sglc/grammar/native/automaton_build.cpp: determinize, trim, minimize, assemble, analyse)
+the same automaton, and the C++ token walk (native/token_walk.cpp) with the C++ context check
+(native/context_check.cpp) the same token classes (accepted bits per position and the
+context-dependent groups left after pruning), on every engine test grammar and fixture over
+SmolLM2's vocabulary and on a tiny vocabulary; both builds and both walks stop at their budgets
+naming the same limits and refuse the same grammars; with SGLC_NATIVE_OPS=0 Python runs.
 """
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from sglc.fsm import CompileBudgetError, Vocabulary
 from sglc.grammar import EngineBudget, compile_grammar, parse_gbnf, parse_lark
 from sglc.grammar.automaton import build_automaton
 from sglc.grammar.automaton_budget import EngineMeter
+from sglc.grammar.automaton_native import native_builder
 from sglc.grammar.context_check_native import native_context_check
-from sglc.grammar.dfa_minimize_native import native_refiner
 from sglc.grammar.token_masks import classify_tokens
 from sglc.grammar.token_walk_native import native_walker, walk_tokens
 from test_grammar_engine_cases import GRAMMARS, sexpr_grammar, smollm2_vocab
@@ -62,18 +63,72 @@ def test_the_native_walk_gives_the_numpy_classes_on_the_fixtures(fixture):
     _assert_same_classes(_fixture(fixture), smollm2_vocab())
 
 
-@pytest.mark.parametrize("name", sorted(GRAMMARS) + sorted(p.name for p in FIXTURES.iterdir()))
-def test_the_native_minimization_gives_the_numpy_automaton(name, monkeypatch):
-    import sglc.grammar.automaton as automaton
-    from sglc.grammar.rule_automaton import minimize
+AUTOMATON_FIELDS = ("rule_start", "node_rule", "table", "final", "ref_offsets", "ref_callee", "ref_return",
+                    "nullable", "follow")
 
-    assert native_refiner() is not None, "native/dfa_minimize.cpp did not build (see the log)"
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS) + sorted(p.name for p in FIXTURES.iterdir()))
+def test_the_native_build_gives_the_python_automaton(name):
+    assert native_builder() is not None, "native/automaton_build.cpp did not build (see the log)"
     grammar = GRAMMARS[name]() if name in GRAMMARS else _fixture(name)
-    native = build_automaton(grammar)
-    monkeypatch.setattr(automaton, "minimize", lambda dfa: minimize(dfa, native=False))
-    numpy = build_automaton(grammar)
-    for field in ("rule_start", "node_rule", "table", "final", "ref_offsets", "ref_callee", "ref_return", "follow"):
-        assert np.array_equal(getattr(native, field), getattr(numpy, field)), field
+    native = build_automaton(grammar, native=True)
+    python = build_automaton(grammar, native=False)
+    assert native.rule_names == python.rule_names and native.root == python.root
+    for field in AUTOMATON_FIELDS:
+        a, b = getattr(native, field), getattr(python, field)
+        assert a.dtype == b.dtype and np.array_equal(a, b), field
+
+
+def test_both_builds_drop_rules_that_match_nothing_and_refuse_an_empty_root():
+    from sglc.fsm.errors import EmptyLanguageError
+
+    grammar = parse_gbnf('root ::= "a" | "b" dead\ndead ::= "x" dead')
+    native, python = build_automaton(grammar, native=True), build_automaton(grammar, native=False)
+    assert native.rule_names == python.rule_names == ("root",)
+    for field in AUTOMATON_FIELDS:
+        assert np.array_equal(getattr(native, field), getattr(python, field)), field
+    for native in (True, False):
+        with pytest.raises(EmptyLanguageError, match="root"):
+            build_automaton(parse_gbnf('root ::= "a" root'), native=native)
+
+
+def test_both_builds_refuse_left_recursion_naming_the_cycle():
+    from sglc.grammar.left_recursion import LeftRecursionError
+
+    grammar = parse_gbnf('root ::= a\na ::= b "x" | "y"\nb ::= a "z" | "w"')
+    cycles = []
+    for native in (True, False):
+        with pytest.raises(LeftRecursionError) as err:
+            build_automaton(grammar, native=native)
+        cycles.append(err.value.cycle)
+    assert cycles[0] == cycles[1] and cycles[0][0] == cycles[0][-1]
+
+
+# NOTE: "a" then eight more of [ab] from the end: a 40-node NFA, a 512-node DFA (subset blow-up)
+BLOWUP = 'root ::= [ab]* "a" [ab] [ab] [ab] [ab] [ab] [ab] [ab] [ab]'
+
+
+def test_both_builds_stop_at_the_dfa_node_limit_naming_it():
+    for native in (True, False):
+        with pytest.raises(CompileBudgetError) as err:
+            build_automaton(parse_gbnf(BLOWUP), EngineMeter(EngineBudget(max_automaton_nodes=200)), native=native)
+        assert err.value.limit == "max_automaton_nodes" and "automaton nodes 201" in str(err.value)
+    assert build_automaton(parse_gbnf(BLOWUP), native=True).num_nodes == 512
+
+
+@pytest.mark.parametrize("max_nodes,seconds,status", [(200, 60.0, 1), (10**6, 0.0, 2)])
+def test_the_native_build_stops_at_each_limit_and_says_which(max_nodes, seconds, status):
+    """Nodes and the clock: the build stops at the first passed and reports it
+    (build_automaton turns that into the meter's named error)."""
+    from sglc.grammar.automaton_native import build_rules
+    from sglc.grammar.rule_automaton import GrammarNFA
+
+    nfa = GrammarNFA(parse_gbnf(BLOWUP), ["root"])
+    ends = [nfa.add_rule("root")]
+    built, got, value = build_rules(native_builder(), nfa, ends, max_nodes, seconds)
+    assert built is None and got == status
+    if status == 1:
+        assert value == max_nodes + 1
 
 
 def test_a_tiny_vocabulary_with_duplicates_and_context_dependent_tokens():

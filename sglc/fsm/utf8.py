@@ -7,6 +7,8 @@ token that ends in the middle of a multi-byte character). Surrogates are skipped
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .charset import MAX_CODE_POINT, SURROGATES
 
 ByteSeq = tuple[tuple[int, int], ...]
@@ -18,8 +20,12 @@ def _encoded_length(cp: int) -> int:
     return 1 if cp <= 0x7F else 2 if cp <= 0x7FF else 3 if cp <= 0xFFFF else 4
 
 
-def utf8_sequences(lo: int, hi: int) -> list[ByteSeq]:
-    """Byte-range sequences whose encodings together are exactly UTF-8 of ``lo..hi``."""
+@lru_cache(maxsize=4096)
+def utf8_sequences(lo: int, hi: int) -> tuple[ByteSeq, ...]:
+    """Byte-range sequences whose encodings together are exactly UTF-8 of ``lo..hi``. Cached: a
+    grammar's few character classes come back in every rule that uses them, and in every compile."""
+    if lo <= hi <= 0x7F and lo >= 0:
+        return (((lo, hi),),)
     if not 0 <= lo <= hi <= MAX_CODE_POINT:
         raise ValueError(f"bad code point range {lo:#x}..{hi:#x}")
     out: list[ByteSeq] = []
@@ -58,4 +64,4 @@ def utf8_sequences(lo: int, hi: int) -> list[ByteSeq]:
             ea, eb = chr(a).encode("utf-8"), chr(b).encode("utf-8")
             out.append(tuple(zip(ea, eb)))
     out.sort()
-    return out
+    return tuple(out)

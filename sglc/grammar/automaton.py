@@ -26,6 +26,7 @@ dropped (they cannot be taken).
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -36,7 +37,8 @@ from sglc.fsm.errors import EmptyLanguageError
 from .automaton_budget import EngineMeter
 from .ir import Grammar, RuleRef, walk
 from .left_recursion import check_left_recursion, rewrite_direct_left_recursion
-from .rule_automaton import RuleDFA, RuleNFA, determinize, minimize, nfa_size, trim
+from .automaton_native import OUT_OF_TIME, ROOT_MATCHES_NOTHING, TOO_MANY_NODES, build_rules, native_builder
+from .rule_automaton import GrammarNFA, RuleDFA, determinize, minimize, nfa_size, trim
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,9 +78,9 @@ class Automaton:
 
 # --- inlining ------------------------------------------------------------------------------
 
-def _recursive_rules(grammar: Grammar) -> set[str]:
-    """Rules on a reference cycle (Tarjan's SCCs, iteratively)."""
-    graph = {name: sorted({n.name for n in walk(expr) if isinstance(n, RuleRef)}) for name, expr in grammar.rules.items()}
+def _recursive_rules(graph: dict[str, list[str]]) -> set[str]:
+    """Rules on a reference cycle of ``graph`` (rule -> the rules it references, sorted; Tarjan's
+    SCCs, iteratively)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     on_stack: set[str] = set()
@@ -123,34 +125,50 @@ def _recursive_rules(grammar: Grammar) -> set[str]:
 
 # --- assembly and analysis -----------------------------------------------------------------
 
-def build_automaton(grammar: Grammar, meter: EngineMeter | None = None) -> Automaton:
-    """Compile ``grammar`` (verified here) into byte-level rule automata."""
+def build_automaton(grammar: Grammar, meter: EngineMeter | None = None, native: bool = True) -> Automaton:
+    """Compile ``grammar`` (verified here) into byte-level rule automata. After the NFA the build
+    runs in C++ (automaton_native.py) unless ``native`` is False or native code is off or cannot
+    be built; the Python stages give the same arrays."""
     meter = meter if meter is not None else EngineMeter()
     grammar = rewrite_direct_left_recursion(grammar.verify())
-    recursive = _recursive_rules(grammar)
+    graph = {name: sorted({n.name for n in walk(expr) if isinstance(n, RuleRef)}) for name, expr in grammar.rules.items()}
+    recursive = _recursive_rules(graph)
     # Kept rules: the root and the recursive rules the root reaches (through inlined ones).
     kept = {grammar.root}
     seen = {grammar.root}
     stack = [grammar.root]
     while stack:
-        for node in walk(grammar.rules[stack.pop()]):
-            if isinstance(node, RuleRef) and node.name not in seen:
-                seen.add(node.name)
-                stack.append(node.name)
-                if node.name in recursive:
-                    kept.add(node.name)
+        for name in graph[stack.pop()]:
+            if name not in seen:
+                seen.add(name)
+                stack.append(name)
+                if name in recursive:
+                    kept.add(name)
     limit = meter.budget.max_automaton_nodes
     sizes = nfa_size(grammar, kept, limit)
     meter.check("max_automaton_nodes", sum(sizes.values()), "grammar NFA nodes (rules inlined, repeats expanded)")
 
     names = [grammar.root] + sorted(kept - {grammar.root})
+    nfa = GrammarNFA(grammar, names)
+    ends = [nfa.add_rule(name) for name in names]
+    meter.check_time("building the grammar's NFA")
+    lib = native_builder() if native else None
+    if lib is not None:
+        built, status, value = build_rules(lib, nfa, ends, limit, meter.deadline - time.monotonic())
+        if status == TOO_MANY_NODES:
+            meter.check("max_automaton_nodes", value, "grammar automaton nodes")
+        elif status == OUT_OF_TIME:
+            meter.check_time("determinizing and minimizing the grammar's rules")
+        elif status == ROOT_MATCHES_NOTHING:
+            raise EmptyLanguageError(f"the grammar's root rule {grammar.root!r} matches no string")
+        if built is None:  # NOTE: a check above raises; this would mean the build and the meter disagree
+            raise RuntimeError(f"the native automaton build stopped (status {status}) under no limit")
+        return _automaton([names[i] for i in built.rules.tolist()], built.rule_start, built.node_rule, built.table,
+                          built.final.view(bool), built.ref_offsets, built.ref_callee, built.ref_return,
+                          built.nullable.view(bool), built.follow.view(bool))
     dfas: dict[str, RuleDFA] = {}
     used = 0
-    for name in names:
-        nfa = RuleNFA(grammar, kept)
-        start, end = nfa.node(), nfa.node()
-        nfa.build(grammar.rules[name], start, end)
-        meter.check_time("building the grammar's NFA")
+    for name, (start, end) in zip(names, ends):
         dfas[name] = determinize(nfa, start, end, meter, used)
         used += dfas[name].num_nodes
     # Productive rules (match some string), to a fixpoint; then trim and minimize.
@@ -205,10 +223,16 @@ def _assemble(names: list[str], dfas: dict[str, RuleDFA]) -> Automaton:
     nodes_rule = np.concatenate(node_rule)
 
     nullable = _nullable(rule_start, table, final, ref_lists)
-    check_left_recursion(names, rule_start, table, ref_lists, nullable)
     follow = _follow_bytes(rule_start, nodes_rule, table, final, ref_lists, nullable)
-    return Automaton(tuple(names), 0, rule_start, nodes_rule, table, final, ref_offsets, ref_callee,
-                     ref_return, nullable, follow)
+    return _automaton(names, rule_start, nodes_rule, table, final, ref_offsets, ref_callee, ref_return, nullable,
+                      follow)
+
+
+def _automaton(names: list[str], rule_start, node_rule, table, final, ref_offsets, ref_callee, ref_return, nullable,
+               follow) -> Automaton:
+    check_left_recursion(names, rule_start, ref_offsets, ref_callee, ref_return, nullable)
+    return Automaton(tuple(names), 0, rule_start, node_rule, table, final, ref_offsets, ref_callee, ref_return,
+                     nullable, follow)
 
 
 def _can_end(final: np.ndarray, ref_lists, nullable: np.ndarray) -> np.ndarray:

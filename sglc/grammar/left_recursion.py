@@ -83,15 +83,18 @@ def rewrite_direct_left_recursion(grammar: Grammar) -> Grammar:
     return Grammar(rules, grammar.root)
 
 
-def check_left_recursion(names, rule_start, table, ref_lists, nullable) -> None:
-    """Raise LeftRecursionError if some rule can call itself before consuming a byte."""
+def check_left_recursion(names, rule_start, ref_offsets, ref_callee, ref_return, nullable) -> None:
+    """Raise LeftRecursionError if some rule can call itself before consuming a byte (the
+    automaton's references: those of node n are ``ref_offsets[n]:ref_offsets[n + 1]``)."""
+    offsets, callee, ret = ref_offsets.tolist(), ref_callee.tolist(), ref_return.tolist()
     corners: list[set[int]] = []
     for r, start in enumerate(rule_start.tolist()):
         seen = {start}
         stack = [start]
         callees: set[int] = set()
         while stack:
-            for c, t in ref_lists[stack.pop()]:
+            n = stack.pop()
+            for c, t in zip(callee[offsets[n]:offsets[n + 1]], ret[offsets[n]:offsets[n + 1]]):
                 callees.add(c)
                 if nullable[c] and t not in seen:
                     seen.add(t)

@@ -7,7 +7,8 @@ Its state is a set of parse stacks (``matcher_stacks.Tops``). Each step's mask i
     + the context-dependent tokens of each top whose suffix the full stack accepts
     + EOS when the text may end here.
 
-Context-dependent checks are memoized per (stack, group) in the matcher's stack pool, and whole
+Context-dependent checks are decided by the frame below the top when it can (frame_check.py,
+shared by all requests), else memoized per (stack, group) in the matcher's stack pool; whole
 masks per state (a state repeats while a loop runs: string contents, digits, whitespace).
 ``advance`` / ``advance_bytes`` walk the token's bytes through the stacks (the same code the
 checks use); ``rollback`` pops the history, one entry per step.
@@ -20,11 +21,14 @@ import numpy as np
 
 from sglc.fsm.errors import ConstraintViolationError
 
+from .frame_check import DEPENDS, TAKEN
 from .matcher_stacks import DEAD, StackPool, Tops
 from .token_masks_compile import CompiledGrammar
 
 #: Whole masks (with context-dependent tokens) a matcher keeps, least recently used dropped.
 _MASKS_PER_MATCHER = 32
+#: Stack frames below a top that decide a context-dependent check before the whole stack is walked.
+_FRAMES_CHECKED = 4
 #: Longest jump-forward run ``forced_bytes`` returns.
 _MAX_FORCED = 4096
 
@@ -40,7 +44,6 @@ class GrammarMatcher:
         self._pool = _pool if _pool is not None else StackPool(compiled)
         self._states: list[Tops] = [self._pool.start()]
         self._finished: list[bool] = [False]
-        self._eos = np.array(compiled.eos_token_ids, dtype=np.int64)
         self._eos_set = frozenset(compiled.eos_token_ids)
 
     # --- queries -----------------------------------------------------------------------------
@@ -76,36 +79,48 @@ class GrammarMatcher:
         return made
 
     def _compute_mask(self, st: Tops) -> np.ndarray:
+        compiled = self.compiled
+        node = self._pool.node
+        stacks = st.stacks
+        # NOTE: the common state has one stack and no context-dependent tokens: kept lean.
+        tops = (node[stacks[0]],) if len(stacks) == 1 else tuple(sorted({node[s] for s in stacks}))
+        groups_of = compiled.node_groups
+        extra: list[int] = []
+        for s in stacks:
+            groups = groups_of[node[s]]
+            if groups:
+                self._add_context_tokens(s, groups, extra)
+        if not extra and not st.can_end and tops:
+            return compiled.union_mask(tops)
+        return compiled.composed_mask(tops, tuple(sorted(set(extra))), st.can_end)
+
+    def _add_context_tokens(self, s: int, groups: tuple[tuple[int, int], ...], extra: list[int]) -> None:
+        """Append to ``extra`` the context-dependent groups at stack ``s``'s top whose suffix the
+        stack below takes."""
         pool, compiled = self._pool, self.compiled
         node, parent = pool.node, pool.parent
-        tops = tuple(sorted({node[s] for s in st.stacks}))
-        base = compiled.union_mask(tops) if tops else None
-        extra: list[int] = []
-        groups_of = compiled.node_groups
-        suffixes = compiled.classes.suffixes
-        checks = pool.checks
-        for s in st.stacks:
-            groups = groups_of[node[s]]
-            if not groups:
-                continue
-            p = parent[s]
-            for g, m in groups:
-                key = (pool.intern(m, p), g)
-                ok = checks.get(key)
-                if ok is None:
-                    ok = checks[key] = pool.walk(pool.closure(key[0]), suffixes[g]).alive
-                if ok:
+        p = parent[s]
+        for g, m in groups:
+            # The nearest frames usually decide (shared by all requests); else the whole stack.
+            q, frames = p, ()
+            decided = DEPENDS
+            while len(frames) < _FRAMES_CHECKED:
+                if q >= 0:
+                    frames += (node[q],)
+                    q = parent[q]
+                decided = compiled.frame_check(g, frames, q < 0)
+                if decided != DEPENDS or q < 0:
+                    break
+            if decided != DEPENDS:
+                if decided == TAKEN:
                     extra.append(g)
-        if base is not None and not extra and not st.can_end:
-            return base
-        out = base.copy() if base is not None else np.zeros(compiled.vocab_size, dtype=bool)
-        if extra:
-            arrays = compiled.group_token_arrays
-            out[np.concatenate([arrays[g] for g in extra])] = True
-        if st.can_end and len(self._eos):
-            out[self._eos] = True
-        out.setflags(write=False)
-        return out
+                continue
+            key = (pool.intern(m, p), g)
+            ok = pool.checks.get(key)
+            if ok is None:
+                ok = pool.checks[key] = pool.walk(pool.closure(key[0]), compiled.classes.suffixes[g]).alive
+            if ok:
+                extra.append(g)
 
     def _after(self, token_id: int) -> Tops:
         """The state after ``token_id`` (DEAD when refused); EOS is handled by the callers."""
@@ -187,7 +202,6 @@ class GrammarMatcher:
         other._pool = self._pool
         other._states = list(self._states)
         other._finished = list(self._finished)
-        other._eos = self._eos
         other._eos_set = self._eos_set
         return other
 

@@ -8,32 +8,41 @@ is checked before the work; ``determinize`` checks the DFA's nodes and the clock
 """
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
 from sglc.fsm.utf8 import utf8_sequences
 
 from .automaton_budget import EngineMeter
-from .dfa_minimize_native import moore_refine, native_refiner
 from .errors import GrammarError
 from .ir import CharClass, Choice, Expr, Grammar, Literal, Repeat, RuleRef, Seq
 
 
-class RuleNFA:
-    """Thompson NFA of one rule: byte-range edges, rule-reference edges, epsilon edges."""
+class GrammarNFA:
+    """Thompson NFA of the kept rules in one node numbering: byte-range edges, rule-reference
+    edges (to a kept rule, by its index in ``rules``) and epsilon edges, each kind one flat list
+    (what the native build reads; :attr:`adjacency` is the per-node view the Python stages read)."""
 
     # NOTE: its size was counted on the IR (``nfa_size``, an upper bound) and checked before.
-    def __init__(self, grammar: Grammar, kept: set[str]) -> None:
+    def __init__(self, grammar: Grammar, rules: list[str]) -> None:
         self.grammar = grammar
-        self.kept = kept
-        self.eps: list[list[int]] = []
-        self.bytes: list[list[tuple[int, int, int]]] = []
-        self.refs: list[list[tuple[str, int]]] = []
+        self.rules = rules
+        self.rule_index = {name: i for i, name in enumerate(rules)}
+        self.num_nodes = 0
+        self.eps_edges: list[int] = []  # src, dst, src, dst, ...
+        self.byte_edges: list[int] = []  # src, lo, hi, dst, ...
+        self.ref_edges: list[int] = []  # src, rule index, dst, ...
 
     def node(self) -> int:
-        self.eps.append([])
-        self.bytes.append([])
-        self.refs.append([])
-        return len(self.eps) - 1
+        self.num_nodes += 1
+        return self.num_nodes - 1
+
+    def add_rule(self, name: str) -> tuple[int, int]:
+        """Build kept rule ``name``: its (start, end) nodes."""
+        start, end = self.node(), self.node()
+        self.build(self.grammar.rules[name], start, end)
+        return start, end
 
     def build(self, expr: Expr, start: int, end: int, depth: int = 0) -> None:
         """Add ``expr`` between nodes ``start`` and ``end``."""
@@ -44,17 +53,17 @@ class RuleNFA:
             data = expr.text.encode("utf-8")
             for i, b in enumerate(data):
                 nxt = end if i == len(data) - 1 else self.node()
-                self.bytes[cur].append((b, b, nxt))
+                self.byte_edges.extend((cur, b, b, nxt))
                 cur = nxt
             if not data:
-                self.eps[start].append(end)
+                self.eps_edges.extend((start, end))
         elif isinstance(expr, CharClass):
             for lo, hi in expr.chars.ranges:
                 for seq in utf8_sequences(lo, hi):
                     cur = start
                     for i, (a, b) in enumerate(seq):
                         nxt = end if i == len(seq) - 1 else self.node()
-                        self.bytes[cur].append((a, b, nxt))
+                        self.byte_edges.extend((cur, a, b, nxt))
                         cur = nxt
         elif isinstance(expr, Seq):
             cur = start
@@ -63,12 +72,11 @@ class RuleNFA:
                 self.build(item, cur, nxt, depth + 1)
                 cur = nxt
             if not expr.items:
-                self.eps[start].append(end)
+                self.eps_edges.extend((start, end))
         elif isinstance(expr, Choice):
             for option in expr.options:
                 s, e = self.node(), self.node()
-                self.eps[start].append(s)
-                self.eps[e].append(end)
+                self.eps_edges.extend((start, s, e, end))
                 self.build(option, s, e, depth + 1)
         elif isinstance(expr, Repeat):
             cur = start
@@ -78,32 +86,51 @@ class RuleNFA:
                 cur = nxt
             if expr.max is None:
                 s, e = self.node(), self.node()
-                self.eps[cur].extend((s, end))
-                self.eps[e].extend((s, end))
+                self.eps_edges.extend((cur, s, cur, end, e, s, e, end))
                 self.build(expr.item, s, e, depth + 1)
             else:
                 for _ in range(expr.max - expr.min):
                     nxt = self.node()
-                    self.eps[cur].append(end)
+                    self.eps_edges.extend((cur, end))
                     self.build(expr.item, cur, nxt, depth + 1)
                     cur = nxt
-                self.eps[cur].append(end)
+                self.eps_edges.extend((cur, end))
         elif isinstance(expr, RuleRef):
-            if expr.name in self.kept:
-                self.refs[start].append((expr.name, end))
+            index = self.rule_index.get(expr.name)
+            if index is not None:
+                self.ref_edges.extend((start, index, end))
             else:
                 self.build(self.grammar.rules[expr.name], start, end, depth + 1)
         else:
             raise TypeError(f"not a grammar expression: {expr!r}")
 
+    @cached_property
+    def adjacency(self) -> tuple[list[list[int]], list[list[tuple[int, int, int]]], list[list[tuple[str, int]]]]:
+        """Per node: epsilon targets, (lo, hi, target) byte edges, (callee name, target) references.
+        Read once every rule is built."""
+        eps: list[list[int]] = [[] for _ in range(self.num_nodes)]
+        byte: list[list[tuple[int, int, int]]] = [[] for _ in range(self.num_nodes)]
+        refs: list[list[tuple[str, int]]] = [[] for _ in range(self.num_nodes)]
+        e = self.eps_edges
+        for i in range(0, len(e), 2):
+            eps[e[i]].append(e[i + 1])
+        e = self.byte_edges
+        for i in range(0, len(e), 4):
+            byte[e[i]].append((e[i + 1], e[i + 2], e[i + 3]))
+        e = self.ref_edges
+        for i in range(0, len(e), 3):
+            refs[e[i]].append((self.rules[e[i + 1]], e[i + 2]))
+        return eps, byte, refs
+
 
 def nfa_size(grammar: Grammar, kept: set[str], limit: int) -> dict[str, int]:
     """NFA nodes each kept rule will need (inlining and repeats expanded), computed on the IR
     without building anything; capped just above ``limit``."""
-    memo: dict[Expr, int] = {}
+    # NOTE: keyed by identity: hashing a frozen IR node hashes its whole subtree, at every visit.
+    memo: dict[int, int] = {}
 
     def size(expr: Expr, depth: int) -> int:
-        got = memo.get(expr)
+        got = memo.get(id(expr))
         if got is not None:
             return got
         if depth > 10_000:
@@ -122,7 +149,7 @@ def nfa_size(grammar: Grammar, kept: set[str], limit: int) -> dict[str, int]:
         else:  # RuleRef
             n = 1 if expr.name in kept else size(grammar.rules[expr.name], depth + 1)
         n = min(n, limit + 1)
-        memo[expr] = n
+        memo[id(expr)] = n
         return n
 
     return {name: size(grammar.rules[name], 0) for name in kept}
@@ -141,7 +168,10 @@ class RuleDFA:
         return len(self.final)
 
 
-def determinize(nfa: RuleNFA, start: int, end: int, meter: EngineMeter, used: int) -> RuleDFA:
+def determinize(nfa: GrammarNFA, start: int, end: int, meter: EngineMeter, used: int) -> RuleDFA:
+    """The DFA of the rule between NFA nodes ``start`` and ``end`` (subset construction; a rule
+    reference is one more input symbol); ``used``: DFA nodes of the rules before it."""
+    nfa_eps, nfa_bytes, nfa_refs = nfa.adjacency
     closure_memo: dict[int, frozenset[int]] = {}
 
     set_memo: dict[frozenset[int], frozenset[int]] = {}
@@ -161,7 +191,7 @@ def determinize(nfa: RuleNFA, start: int, end: int, meter: EngineMeter, used: in
                 seen = {n}
                 stack = [n]
                 while stack:
-                    for m in nfa.eps[stack.pop()]:
+                    for m in nfa_eps[stack.pop()]:
                         if m not in seen:
                             seen.add(m)
                             stack.append(m)
@@ -182,7 +212,7 @@ def determinize(nfa: RuleNFA, start: int, end: int, meter: EngineMeter, used: in
         cur = order[i]
         i += 1
         row = np.full(256, -1, dtype=np.int32)
-        edges = [e for n in cur for e in nfa.bytes[n]]
+        edges = [e for n in cur for e in nfa_bytes[n]]
         if edges:
             # Sweep the byte axis: at each cut, edges starting there join, edges ending leave.
             starts: dict[int, list[int]] = {}
@@ -210,7 +240,7 @@ def determinize(nfa: RuleNFA, start: int, end: int, meter: EngineMeter, used: in
                 row[a:b] = got
         by_rule: dict[str, list[int]] = {}
         for n in cur:
-            for name, t in nfa.refs[n]:
+            for name, t in nfa_refs[n]:
                 by_rule.setdefault(name, []).append(t)
         ref_row: dict[str, int] = {}
         for name, targets in sorted(by_rule.items()):
@@ -266,9 +296,8 @@ def trim(dfa: RuleDFA, productive: set[str]) -> RuleDFA | None:
     return RuleDFA(table, dfa.final[keep].copy(), new_refs)
 
 
-def minimize(dfa: RuleDFA, native: bool = True) -> RuleDFA:
-    """Moore partition refinement (node 0 stays the start); the refinement loop runs in C++
-    (dfa_minimize_native.py) unless ``native`` is False or native code is unavailable."""
+def minimize(dfa: RuleDFA) -> RuleDFA:
+    """Moore partition refinement (node 0 stays the start)."""
     names = sorted({k for r in dfa.refs for k in r})
     n = dfa.num_nodes
     ref_cols = np.full((n, len(names)), -1, dtype=np.int64)
@@ -280,12 +309,7 @@ def minimize(dfa: RuleDFA, native: bool = True) -> RuleDFA:
     _, distinct = np.unique(columns.view(np.dtype((np.void, columns.strides[0]))).ravel(), return_index=True)
     moves = np.concatenate([dfa.table[:, np.sort(distinct)], ref_cols], axis=1).astype(np.int64)
     block = dfa.final.astype(np.int64)
-    lib = native_refiner() if native else None
-    if lib is not None:
-        block = moore_refine(lib, moves, block)
-        num = int(block.max()) + 1 if n else 0
-    else:
-        block, num = _moore_refine_numpy(moves, block)
+    block, num = _moore_refine(moves, block)
     # Renumber so the start's block is 0, in first-seen order.
     order: dict[int, int] = {}
     for b in block.tolist():
@@ -299,8 +323,8 @@ def minimize(dfa: RuleDFA, native: bool = True) -> RuleDFA:
     return RuleDFA(table, dfa.final[reps].copy(), refs)
 
 
-def _moore_refine_numpy(moves: np.ndarray, block: np.ndarray) -> tuple[np.ndarray, int]:
-    """(blocks, their count): the refinement loop of :func:`minimize` in numpy."""
+def _moore_refine(moves: np.ndarray, block: np.ndarray) -> tuple[np.ndarray, int]:
+    """(blocks, their count): the refinement loop of :func:`minimize`."""
     num = int(block.max()) + 1 if len(block) else 0
     while True:
         ext = np.append(block, -1)  # target -1 -> block -1

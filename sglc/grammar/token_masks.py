@@ -95,6 +95,10 @@ class _TriePreorder:
     node_token: np.ndarray
 
     @cached_property
+    def max_depth(self) -> int:
+        return int(self.depth.max(initial=0))
+
+    @cached_property
     def walk_arrays(self) -> tuple[np.ndarray, ...]:
         """What the native walk reads, per preorder index: (trie node, byte, token, depth,
         subtree end, tokens at or below), contiguous: a depth-first walk is a forward scan."""
@@ -278,7 +282,7 @@ def _walk_native(lib, auto: Automaton, vocab: Vocabulary, positions: np.ndarray,
                  meter: EngineMeter) -> tuple[np.ndarray, list]:
     budget = meter.budget
     accepted, exits, status, value = walk_tokens(
-        lib, auto, pre.walk_arrays, int(pre.depth.max(initial=0)), positions, vocab.size,
+        lib, auto, pre.walk_arrays, pre.max_depth, positions, vocab.size,
         budget.max_precompute_cells, budget.max_context_entries, meter.deadline - time.monotonic())
     if status == 1:
         meter.check("max_precompute_cells", value, "token precompute steps")

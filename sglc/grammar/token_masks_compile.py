@@ -4,9 +4,9 @@ shareable product a :class:`~sglc.grammar.matcher.GrammarMatcher` runs on.
 It holds the byte automaton (``automaton.py``), the per-position token classes
 (``token_masks.py``) and the vocabulary, plus read-only tables in the shapes the matcher's
 Python loop reads fastest (lists, built on first use). Its one mutable part is a cache, under a
-lock, of "union of accepted tokens" masks per set of stack-top nodes: those depend only on the
-grammar, so every request on the grammar shares them. It pickles (arrays and the vocabulary;
-caches are dropped), so a worker process can build it.
+lock, of masks per set of stack-top nodes (and per set of context-dependent groups taken, and
+EOS or not): those depend only on the grammar, so every request on the grammar shares them. It
+pickles (arrays and the vocabulary; caches are dropped), so a worker process can build it.
 """
 from __future__ import annotations
 
@@ -19,15 +19,18 @@ import numpy as np
 from sglc.fsm.vocabulary import Vocabulary
 
 from .automaton import Automaton, build_automaton
-from .automaton_budget import EngineBudget, EngineMeter
-from .ir import Grammar
+from .automaton_budget import DEFAULT_ENGINE_BUDGET, EngineBudget, EngineMeter
+from .automaton_native import native_builder
 from .context_check_native import native_context_check
-from .dfa_minimize_native import native_refiner
+from .frame_check import check_in_frames
+from .ir import Grammar
 from .token_masks import TokenClasses, classify_tokens
 from .token_walk_native import native_walker
 
-#: Bytes of cached top-set masks per compiled grammar (48 KiB each on a 49k vocabulary: 341).
+#: Bytes of cached masks per compiled grammar (48 KiB each on a 49k vocabulary: 341).
 _UNION_CACHE_BYTES = 16 * 2**20
+#: Cached frame checks per compiled grammar (a few dozen bytes each); cleared when full.
+_MAX_FRAME_CHECKS = 1 << 20
 
 
 class CompiledGrammar:
@@ -43,8 +46,9 @@ class CompiledGrammar:
         self._init_caches()
 
     def _init_caches(self) -> None:
+        self._frames: dict[tuple[int, tuple[int, ...], bool], int] = {}
         self._lock = threading.Lock()
-        self._unions: OrderedDict[tuple[int, ...], np.ndarray] = OrderedDict()
+        self._unions: OrderedDict[tuple, np.ndarray] = OrderedDict()  # union_mask's and composed_mask's
         self._max_unions = max(16, _UNION_CACHE_BYTES // max(self.vocab.size, 1))
 
     def __getstate__(self) -> dict:
@@ -124,17 +128,63 @@ class CompiledGrammar:
     def union_mask(self, nodes: tuple[int, ...]) -> np.ndarray:
         """Bool [vocab]: tokens accepted inside the rule at any of ``nodes`` (sorted, distinct
         stack tops). Cached and shared: read-only."""
-        with self._lock:
-            got = self._unions.get(nodes)
-            if got is not None:
-                self._unions.move_to_end(nodes)
-                return got
+        got = self._unions.get(nodes)  # NOTE: one OrderedDict call is atomic: a hit needs no lock
+        if got is not None:
+            self._lru_touch(nodes)
+            return got
         rows = self.classes.position_of[list(nodes)]
         packed = np.bitwise_or.reduce(self.classes.accepted[rows], axis=0)
         made = np.unpackbits(packed, count=self.vocab.size).view(bool)
         made.setflags(write=False)
         with self._lock:
             self._unions[nodes] = made
+            while len(self._unions) > self._max_unions:
+                self._unions.popitem(last=False)
+        return made
+
+    def frame_check(self, group: int, frames: tuple[int, ...], bottom: bool) -> int:
+        """Whether the stack frames ``frames`` (return nodes, nearest first; ``bottom``: nothing
+        below them) decide the context-dependent ``group`` (frame_check.py: TAKEN, REFUSED or
+        DEPENDS). Cached and shared."""
+        key = (group, frames, bottom)
+        got = self._frames.get(key)
+        if got is None:
+            if len(self._frames) >= _MAX_FRAME_CHECKS:
+                self._frames.clear()
+            got = self._frames[key] = check_in_frames(
+                self.next_rows, self.node_refs, self.node_final, self.node_has_bytes,
+                self.group_exit_nodes[group], frames, bottom, self.classes.suffixes[group])
+        return got
+
+    @cached_property
+    def group_exit_nodes(self) -> list[int]:
+        return self.classes.group_node.tolist()
+
+    def _lru_touch(self, key) -> None:
+        try:
+            self._unions.move_to_end(key)
+        except KeyError:  # NOTE: another thread evicted it since the get: still a valid mask
+            pass
+
+    def composed_mask(self, tops: tuple[int, ...], extra: tuple[int, ...], eos: bool) -> np.ndarray:
+        """Bool [vocab]: :meth:`union_mask` of ``tops`` plus the tokens of context-dependent
+        groups ``extra`` (sorted, distinct) plus EOS when ``eos``. Cached and shared like the
+        unions (a matcher meets the same few combinations again and again: a 49k-token copy each
+        time was most of a new state's mask)."""
+        key = (tops, extra, eos)
+        got = self._unions.get(key)
+        if got is not None:
+            self._lru_touch(key)
+            return got
+        made = self.union_mask(tops).copy() if tops else np.zeros(self.vocab.size, dtype=bool)
+        if extra:
+            arrays = self.group_token_arrays
+            made[np.concatenate([arrays[g] for g in extra])] = True
+        if eos and self.eos_token_ids:
+            made[list(self.eos_token_ids)] = True
+        made.setflags(write=False)
+        with self._lock:
+            self._unions[key] = made
             while len(self._unions) > self._max_unions:
                 self._unions.popitem(last=False)
         return made
@@ -148,8 +198,8 @@ def compile_grammar(grammar: Grammar, vocab: Vocabulary, budget: EngineBudget | 
     """Compile ``grammar`` against ``vocab`` under ``budget`` (the default when None): raises
     ``GrammarError`` (not whole; :class:`~.automaton.LeftRecursionError`),
     ``EmptyLanguageError`` or ``CompileBudgetError`` naming the limit."""
-    budget = budget if budget is not None else EngineBudget()
-    native_walker(), native_refiner(), native_context_check()  # NOTE: built (once per machine) before the compile's clock starts
+    budget = budget if budget is not None else DEFAULT_ENGINE_BUDGET
+    native_builder(), native_walker(), native_context_check()  # NOTE: built (once per machine) before the compile's clock starts
     meter = EngineMeter(budget)
     auto = build_automaton(grammar, meter)
     classes = classify_tokens(auto, vocab, meter)
