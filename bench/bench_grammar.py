@@ -8,13 +8,13 @@ Per grammar:
   xgrammar ``GrammarCompiler.compile_grammar`` (cache off, 1 thread); llguidance ``LLMatcher``
   construction (its grammar is the same IR printed as lark by the tests' ``to_lark``;
   llguidance's own ``gbnf_to_lark`` refuses our printed classes' escapes).
-  Best of ``--repeats``.
+  Best of ``--repeats`` (10: a sub-millisecond compile is noise in any one run).
 - **mask**: per-token mask time p50/p99 along the same sampled token paths (sglc's temperature-1
   sampler of tests/test_grammar_engine_cases.py, seeded): sglc ``GrammarMatcher.mask()`` (a
   fresh matcher per path, so nothing is cached across paths but the compiled grammar's own
   tables), xgrammar ``fill_next_token_bitmask``, llguidance ``fill_next_token_bitmask``.
 
-    python bench/bench_grammar.py [--paths 20] [--repeats 3] [--grammars json,sql]
+    python bench/bench_grammar.py [--paths 20] [--repeats 10] [--grammars json,sql]
 """
 from __future__ import annotations
 
@@ -247,7 +247,7 @@ def _fmt_us(pair) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--paths", type=int, default=20, help="sampled token paths per grammar")
-    ap.add_argument("--repeats", type=int, default=3, help="compile timings: best of this many")
+    ap.add_argument("--repeats", type=int, default=10, help="compile timings: best of this many")
     ap.add_argument("--grammars", default=",".join(GRAMMARS), help="comma-separated subset")
     args = ap.parse_args()
     vocab = smollm2_vocab()
