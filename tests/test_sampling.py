@@ -202,6 +202,55 @@ def test_mask_allowing_nothing_raises():
         _sample(_logits(1), [SamplingParams(temperature=0)], masks=[torch.zeros(V, dtype=torch.bool)])
 
 
+def test_checked_masks_skip_the_dead_row_read_unless_tokens_were_banned():
+    """masks_checked (the runner checked each mask allows some token) skips the read of the
+    masked logits; with tokens banned (min_new_tokens) the mask and the ban together can still
+    leave nothing, and that is still caught."""
+    logits = torch.zeros(2, V)
+    only_eos = torch.zeros(V, dtype=torch.bool)
+    only_eos[2] = True
+    params = [SamplingParams(temperature=0, min_new_tokens=4)] * 2
+    batch = SamplingBatch.build(params, V, output_ids=[[7], [7]], masks=[only_eos, only_eos], masks_checked=True,
+                                eos_token_ids=[2])
+    with pytest.raises(ValueError, match="allows no token"):
+        Sampler(seed=0)(logits, batch)
+    unbanned = [SamplingParams(temperature=0)] * 2
+    batch = SamplingBatch.build(unbanned, V, masks=[only_eos, only_eos], masks_checked=True, eos_token_ids=[2])
+    assert Sampler(seed=0)(logits, batch).tolist() == [2, 2]
+
+
+def test_masks_on_every_row_and_on_some_rows_restrict_alike():
+    """Every row masked (one in-place fill) and some rows masked (an indexed fill) give the same
+    rows the same tokens."""
+    logits = _logits(3)
+    mask = torch.zeros(V, dtype=torch.bool)
+    mask[[5, 11, 17]] = True
+    greedy = [SamplingParams(temperature=0)] * 3
+    every = _sample(logits, greedy, masks=[mask, mask, mask])
+    some = _sample(logits, greedy, masks=[mask, None, mask])
+    assert every[0] == some[0] and every[2] == some[2] and set(every.tolist()) <= {5, 11, 17}
+    assert some[1] == int(logits[1].argmax())
+
+
+def test_mask_liveness_reads_each_mask_once_and_forgets_dropped_ones():
+    import gc
+
+    from sglc_runtime.sampling.mask_liveness import MaskLiveness
+
+    live = MaskLiveness(V, "cpu")
+    some, none = torch.zeros(V, dtype=torch.bool), torch.zeros(V, dtype=torch.bool)
+    some[3] = True
+    past_vocab = torch.zeros(V + 4, dtype=torch.bool)
+    past_vocab[V + 1] = True  # NOTE: ids past the model's vocabulary are never allowed
+    assert live.allow_some([some, none, past_vocab, some]) == [True, False, False, True]
+    some[3] = False  # NOTE: masks are immutable in use; this shows the answer is memoized
+    assert live.allow_some([some]) == [True]
+    del some
+    gc.collect()
+    fresh = torch.zeros(V, dtype=torch.bool)  # may reuse the dropped tensor's id
+    assert live.allow_some([fresh]) == [False]
+
+
 def test_min_new_tokens_bans_eos_and_stop_ids_until_reached():
     """Before min_new_tokens outputs exist eos/stop ids cannot be chosen; afterwards they can."""
     logits = torch.zeros(1, V)

@@ -15,7 +15,8 @@ import torch
 
 from ..cache.kv_buffer import KVBuffer
 from ..sampling.logprobs import token_logprobs, top_logprobs
-from ..sampling.sampler import Sampler, SamplingBatch, stack_bool_masks
+from ..sampling.mask_liveness import MaskLiveness
+from ..sampling.sampler import Sampler, SamplingBatch
 from ..sampling.token_result import TokenResult
 from ..scheduling.request import Req
 from ..scheduling.schedule_batch import ScheduleBatch, ScheduledReq
@@ -36,6 +37,7 @@ class ModelRunner:
         self.vocab_size = model.config.vocab_size
         self.eos_token_ids = eos_token_ids
         self.device = model.device
+        self.mask_liveness = MaskLiveness(self.vocab_size, self.device)
         # NOTE: slots [num_pool_slots, kv_buffer.num_slots) are never handed out by the pool.
         self.scratch = torch.arange(num_pool_slots, kv_buffer.num_slots, dtype=torch.long)
         if self.scratch.numel() < 1:
@@ -120,15 +122,12 @@ class ModelRunner:
             masks = [s.cursor.allowed_mask() if s.cursor is not None else None for s in states]
             rows = [j for j, m in enumerate(masks) if m is not None and m.dtype == torch.bool]
             if rows:
-                # NOTE: one reduction and one read for every row: on a GPU a read per row was a
-                # device round trip per constrained request and step.
-                alive = stack_bool_masks([masks[j] for j in rows], self.vocab_size, self.device).any(dim=1).tolist()
-                for j, ok in zip(rows, alive):
+                for j, ok in zip(rows, self.mask_liveness.allow_some([masks[j] for j in rows])):
                     if not ok:
                         errors[j], masks[j] = "constraint error: the constraint allows no next token", None
         return SamplingBatch.build(
             [r.sampling_params for r in reqs], self.vocab_size,
-            output_ids=[r.output_ids for r in reqs], generators=gens, masks=masks,
+            output_ids=[r.output_ids for r in reqs], generators=gens, masks=masks, masks_checked=True,
             eos_token_ids=self.eos_token_ids, device=self.device,
         )
 

@@ -29,7 +29,9 @@ class SamplingBatch:
     float or None (None = no row uses it); greedy [B] bool or None (None = no row is greedy);
     generators: per-row torch.Generator or None (None = the sampler's own generator).
     masks: per-row bool allowed-token mask [<=V] (True = allowed; ids past its end are
-    disallowed) or float additive mask [V], or None.
+    disallowed) or float additive mask [V], or None; masks_checked: the caller checked that
+    every bool mask allows some token (the sampler then skips that check when nothing else
+    removes tokens).
     """
 
     all_greedy: bool
@@ -43,6 +45,7 @@ class SamplingBatch:
     penalties: PenaltyBatch | None
     banned: Sequence[Sequence[int] | None] | None
     masks: Sequence[torch.Tensor | None] | None
+    masks_checked: bool = False
 
     @classmethod
     def build(
@@ -53,6 +56,7 @@ class SamplingBatch:
         output_ids: Sequence[Sequence[int]] | None = None,
         generators: Sequence[torch.Generator | None] | None = None,
         masks: Sequence[torch.Tensor | None] | None = None,
+        masks_checked: bool = False,
         eos_token_ids: Sequence[int] = (),
         device: torch.device | str = "cpu",
     ) -> SamplingBatch:
@@ -103,6 +107,7 @@ class SamplingBatch:
             penalties=PenaltyBatch.build(params, outs, vocab_size, device),
             banned=banned,
             masks=masks if masks is not None and any(m is not None for m in masks) else None,
+            masks_checked=masks_checked,
         )
 
 
@@ -113,25 +118,30 @@ def make_generator(seed: int, device: torch.device | str = "cpu") -> torch.Gener
     return g
 
 
-def apply_masks(logits: torch.Tensor, masks: Sequence[torch.Tensor | None]) -> None:
+def apply_masks(logits: torch.Tensor, masks: Sequence[torch.Tensor | None], check: bool = True) -> None:
     """Apply per-row constraint masks to `logits` [B, V] in place.
 
     A bool mask marks allowed tokens (ids past its length are disallowed, so a mask sized to
     the tokenizer works with a padded model vocabulary); a float mask is added to the row.
-    Raises ValueError when a mask leaves a row with no allowed token.
+    Raises ValueError when a mask leaves a row with no allowed token. ``check=False`` skips that
+    check (a read of the result, which waits for a GPU) where the caller knows every bool mask
+    allows some token and nothing else removed tokens (the model runner: see Sampler).
     """
     bool_rows = [i for i, m in enumerate(masks) if m is not None and m.dtype == torch.bool]
-    for i, m in enumerate(masks):
-        if m is not None and m.dtype != torch.bool:
-            logits[i] += m.to(logits.device, logits.dtype)
-    rows = [i for i, m in enumerate(masks) if m is not None]
+    float_rows = [i for i, m in enumerate(masks) if m is not None and m.dtype != torch.bool]
+    for i in float_rows:
+        logits[i] += masks[i].to(logits.device, logits.dtype)
     if bool_rows:
-        # NOTE: one stacked mask and one indexed write for all rows: on a GPU, per-row masked
-        # fills were a handful of kernel launches per constrained request and step.
+        # NOTE: one stacked mask and one write for all rows: on a GPU, per-row masked fills were
+        # a handful of kernel launches per constrained request and step.
         allowed = stack_bool_masks([masks[i] for i in bool_rows], logits.shape[1], logits.device)
-        index = torch.tensor(bool_rows, device=logits.device)
-        logits[index] = logits[index].masked_fill_(~allowed, float("-inf"))
-    if rows:
+        if len(bool_rows) == logits.shape[0]:  # NOTE: every row (the usual constrained batch): in place
+            logits.masked_fill_(~allowed, float("-inf"))
+        else:
+            index = torch.tensor(bool_rows, device=logits.device)
+            logits[index] = logits[index].masked_fill_(~allowed, float("-inf"))
+    rows = sorted(bool_rows + float_rows)
+    if rows and (check or float_rows):
         # NOTE: one check for all masked rows: on a GPU, reading the result waits for the device.
         dead = torch.isneginf(logits[rows]).all(dim=1).nonzero().flatten().tolist()
         if dead:
@@ -171,7 +181,9 @@ class Sampler:
             if batch.banned is not None:
                 suppress_tokens(logits, batch.banned)
             if batch.masks is not None:
-                apply_masks(logits, batch.masks)
+                # NOTE: penalties keep logits finite; only banned tokens can empty a masked row
+                # whose bool mask allows some token (checked per mask by the model runner).
+                apply_masks(logits, batch.masks, check=not batch.masks_checked or batch.banned is not None)
         if batch.all_greedy:
             return logits.argmax(dim=-1)
         probs = torch.softmax(logits / batch.temperatures, dim=-1)
