@@ -135,12 +135,7 @@ class CompiledGrammar:
         rows = self.classes.position_of[list(nodes)]
         packed = np.bitwise_or.reduce(self.classes.accepted[rows], axis=0)
         made = np.unpackbits(packed, count=self.vocab.size).view(bool)
-        made.setflags(write=False)
-        with self._lock:
-            self._unions[nodes] = made
-            while len(self._unions) > self._max_unions:
-                self._unions.popitem(last=False)
-        return made
+        return self._keep(nodes, made)
 
     def frame_check(self, group: int, frames: tuple[int, ...], bottom: bool) -> int:
         """Whether the stack frames ``frames`` (return nodes, nearest first; ``bottom``: nothing
@@ -166,6 +161,15 @@ class CompiledGrammar:
         except KeyError:  # NOTE: another thread evicted it since the get: still a valid mask
             pass
 
+    def _keep(self, key, made: np.ndarray) -> np.ndarray:
+        """Cache ``made`` (read-only from now on) under ``key``, least recently used out first."""
+        made.setflags(write=False)
+        with self._lock:
+            self._unions[key] = made
+            while len(self._unions) > self._max_unions:
+                self._unions.popitem(last=False)
+        return made
+
     def composed_mask(self, tops: tuple[int, ...], extra: tuple[int, ...], eos: bool) -> np.ndarray:
         """Bool [vocab]: :meth:`union_mask` of ``tops`` plus the tokens of context-dependent
         groups ``extra`` (sorted, distinct) plus EOS when ``eos``. Cached and shared like the
@@ -182,12 +186,7 @@ class CompiledGrammar:
             made[np.concatenate([arrays[g] for g in extra])] = True
         if eos and self.eos_token_ids:
             made[list(self.eos_token_ids)] = True
-        made.setflags(write=False)
-        with self._lock:
-            self._unions[key] = made
-            while len(self._unions) > self._max_unions:
-                self._unions.popitem(last=False)
-        return made
+        return self._keep(key, made)
 
     def __repr__(self) -> str:
         return (f"CompiledGrammar({len(self.automaton.rule_names)} rules, {self.automaton.num_nodes} nodes, "
