@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from ..attention import AttentionBackend
+from ..freed_memory import return_freed_memory
 from ..model_config import ModelConfig
 from .decoder import DecoderForCausalLM
 from .gemma import GemmaForCausalLM
@@ -70,10 +71,12 @@ def load_model(
     ``decode_gguf``: decode them to float32 first, so that ``quantization`` re-quantizes them.
     """
     config = ModelConfig.from_pretrained(path)
-    return get_model_class(config.architecture).from_pretrained(
+    model = get_model_class(config.architecture).from_pretrained(
         path, dtype=dtype, device=device, attention=attention, pack_weights=pack_weights,
         quantization=quantization, native_ops=native_ops, gguf=gguf, decode_gguf=decode_gguf,
     )
+    return_freed_memory()  # NOTE: the load's temporaries, kept by malloc otherwise (freed_memory.py)
+    return model
 
 
 __all__ = ["MODEL_REGISTRY", "DecoderForCausalLM", "LlamaForCausalLM", "expected_shapes", "get_model_class",
