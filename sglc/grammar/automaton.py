@@ -5,7 +5,9 @@ rules on a reference cycle (JSON's ``value`` / ``object`` / ``array``) keep auto
 other rule reference disappears into bytes. Each kept rule becomes a Thompson NFA over UTF-8
 byte ranges (``sglc.fsm.utf8``) and references to kept rules, then a DFA (subset construction;
 a rule reference is one more input symbol), trimmed and minimized (rule_automaton.py); this
-module decides which rules are kept, assembles their DFAs and analyses the whole.
+module decides which rules are kept, assembles their DFAs and analyses the whole. Everything after
+the NFA also runs in C++ (automaton_native.py), to the same arrays: that is the path taken
+wherever native code builds.
 
 Nodes of all rules share one numbering. For node ``n``:
 
