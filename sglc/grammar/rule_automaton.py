@@ -325,7 +325,9 @@ def minimize(dfa: RuleDFA) -> RuleDFA:
 
 def _moore_refine(moves: np.ndarray, block: np.ndarray) -> tuple[np.ndarray, int]:
     """(blocks, their count): the refinement loop of :func:`minimize`."""
-    num = int(block.max()) + 1 if len(block) else 0
+    # NOTE: the blocks there are, not max + 1: with every node final the one block is id 1, and
+    # a first round that split it in two looked stable (a bounded repeat "x"{1,3} minimized to x*).
+    num = len(np.unique(block))
     while True:
         ext = np.append(block, -1)  # target -1 -> block -1
         sig = np.ascontiguousarray(np.concatenate([block[:, None], ext[moves]], axis=1))
