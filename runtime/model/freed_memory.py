@@ -18,9 +18,12 @@ import functools
 def _trim():
     name = ctypes.util.find_library("c")
     try:
-        return getattr(ctypes.CDLL(name), "malloc_trim") if name else None
+        trim = getattr(ctypes.CDLL(name), "malloc_trim") if name else None
     except (OSError, AttributeError):
         return None
+    if trim is not None:
+        trim.argtypes = [ctypes.c_size_t]
+    return trim
 
 
 def return_freed_memory() -> bool:
@@ -28,6 +31,5 @@ def return_freed_memory() -> bool:
     trim = _trim()
     if trim is None:
         return False
-    trim.argtypes = [ctypes.c_size_t]
     trim(0)
     return True
