@@ -163,6 +163,9 @@ def run_once(base: Any, compiled: Any, inputs: list[dict], slots: int, hints: bo
         "hit_rate": round(cached / prompt, 4) if prompt else 0.0,
         "retractions": after.num_retractions - before.num_retractions,
         "hint_evictions": after.hint_evictions - before.hint_evictions,
+        "provisional_programs": after.provisional_programs - before.provisional_programs,
+        "promoted_programs": after.promoted_programs - before.promoted_programs,
+        "busy": round((after.busy_s - before.busy_s) / wall, 3),  # NOTE: share of the wall the engine was stepping
         "outputs": outputs,
     }
 
@@ -220,7 +223,7 @@ def main() -> None:
     print(f"# program hints on vs off: {args.programs} programs at once; cpu {report['cpu']}; "
           f"load {report['load_before']:.2f}")
     print(f"{'workload':18} {'pool':>5} {'slots':>6} {'mode':4} {'prog/s':>7} {'p50 s':>7} {'p99 s':>7} "
-          f"{'computed':>9} {'recomp':>8} {'hit':>5} {'diff':>4}")
+          f"{'computed':>9} {'recomp':>8} {'hit':>5} {'busy':>5} {'diff':>4}")
     for name in names:
         program, inputs = WORKLOADS[name](args.programs + WARMUP_PROGRAMS, args.seed)
         inputs, warmup = inputs[:args.programs], inputs[args.programs:]
@@ -245,7 +248,7 @@ def main() -> None:
                 rows.append({k2: v for k2, v in r.items() if k2 != "outputs"})
                 print(f"{name:18} {frac:5.0%} {slots:6d} {'on' if hints else 'off':4} {r['programs_per_s']:7.2f} "
                       f"{r['p50_s']:7.2f} {r['p99_s']:7.2f} {r['computed_tokens']:9d} {r['recomputed_tokens']:8d} "
-                      f"{r['hit_rate']:5.2f} {differ:4d}" + (f"  errors {r['errors']}" if r["errors"] else ""))
+                      f"{r['hit_rate']:5.2f} {r['busy']:5.0%} {differ:4d}" + (f"  errors {r['errors']}" if r["errors"] else ""))
             on, off = pair[True], pair[False]
             print(f"{'':18} {frac:5.0%} ratio on/off: programs/s {on['programs_per_s'] / off['programs_per_s']:.2f}x, "
                   f"p99 {on['p99_s'] / off['p99_s']:.2f}x, recomputed {on['recomputed_tokens']} vs {off['recomputed_tokens']}")

@@ -403,3 +403,80 @@ def test_programs_that_never_end_stop_holding_new_ones_back():
     assert "b1" in [e.req.rid for e in batch.reqs]
     s.process_results(batch, runner(batch))
     drain(s, runner)
+
+
+# --- provisional programs: an idle engine starts a held program off committed programs' texts ---
+def test_provisional_texts_go_first_and_pin_nothing(table):
+    cache = make_cache(capacity=15)
+    committed, farther, provisional, plain = seqs(4)
+    finish(cache, table, committed, ProgramHint("c", next_use=0))
+    finish(cache, table, farther, ProgramHint("o", next_use=5))  # past the capacity: demoted
+    finish(cache, table, plain)
+    cache.retention.set_provisional(frozenset({"p"}))
+    finish(cache, table, provisional, ProgramHint("p", next_use=0))
+    assert cache.retention.pinned_tokens() == 10  # the provisional text protects nothing
+    order = []
+    for _ in range(4):
+        cache.evict(10)
+        order.append(next(name for name, ids in (("p", provisional), ("o", farther), ("plain", plain), ("c", committed))
+                          if name not in order and cached(cache, ids) == 0))
+    assert order == ["p", "o", "plain", "c"]
+
+
+def test_a_promoted_programs_texts_count_towards_the_capacity(table):
+    cache = make_cache(capacity=15)
+    first, second = seqs(2)
+    finish(cache, table, first, ProgramHint("c", next_use=0))
+    cache.retention.set_provisional(frozenset({"p"}))
+    finish(cache, table, second, ProgramHint("p", next_use=0))
+    assert cache.retention.pinned_tokens() == 10
+    cache.retention.set_provisional(frozenset())  # promoted: 20 protected tokens would pass 15
+    assert cache.retention.pinned_tokens() == 10 and cache.retention.counts["capped"] == 1
+
+
+def test_program_table_orders_committed_before_provisional_and_promotes_in_start_order():
+    t = ProgramTable()
+    t.on_admitted(hinted("a1", [1], "a:0"), 50, 0)
+    t.on_admitted(hinted("p1", [1], "p:0"), 40, 0, provisional=True)
+    t.on_admitted(hinted("q1", [1], "q:0"), 45, 0, provisional=True)
+    waiting = [hinted("q2", [1], "q:0"), req("new", [2]), hinted("p2", [1], "p:0"), hinted("a2", [1], "a:0")]
+    assert [r.rid for r in t.order(waiting, list)] == ["a2", "p2", "q2", "new"]
+    assert t.provisional_ids == {"p:0", "q:0"} and t.is_provisional(waiting[0])
+    assert t.promote(80) == 0  # 50 + 40 > 80: p waits, and q behind it
+    assert t.promote(95) == 1 and t.provisional_ids == {"q:0"}  # 90 fits; 135 does not
+    t.end("a:0")
+    t.end("p:0")
+    assert t.promote(10) == 1 and not t.provisional_ids  # nothing committed: the oldest goes anyway
+    t.on_admitted(hinted("r1", [1], "r:0"), 5, 0, provisional=True)
+    t.end("r:0")
+    assert not t.provisional_ids and t.counts == {"provisional": 3, "promoted": 2}
+
+
+def test_idle_engine_starts_a_held_program_provisional_and_keeps_committed_texts():
+    """Programs a and b wait on tools with their texts cached; c's first call would pass the
+    memory rule, but nothing runs: it starts provisional. When a's next call needs memory, c's
+    text goes before b's; once a and b end, c is promoted."""
+    s = make_sched(num_kv_slots=200, max_running=8, policy="fcfs", max_context=200)
+    runner = SlotCheckingRunner()
+    s.add_request(hinted("warm", toks(50, 80), "agent:warm", max_new=10))
+    drain(s, runner)
+    s.end_program("agent:warm")  # the family's runs need 90 tokens
+    s.tree_cache.evict(s.tree_cache.evictable_size())
+    texts = {p: toks(ord(p), 20) for p in "abc"}
+    for p in "ab":
+        s.add_request(hinted(f"{p}1", texts[p], f"agent:{p}", max_new=2))
+    drain(s, runner)
+    c1 = hinted("c1", texts["c"], "agent:c", max_new=2)
+    s.add_request(c1)
+    batch = s.schedule()  # 3 x 90 > 0.9 x 200, but the engine would idle: c starts provisional
+    assert [e.req.rid for e in batch.reqs] == ["c1"] and s.programs.is_provisional(c1)
+    s.process_results(batch, runner(batch))
+    drain(s, runner)
+    assert s.stats().provisional_programs == 1
+    s.add_request(hinted("a2", texts["a"] + [5, 6] + toks(7, 140), "agent:a", max_new=2))
+    drain(s, runner)  # a2 needs ~164 slots of 200: c's text goes, b's stays
+    assert cached(s.tree_cache, texts["c"]) == 0 and cached(s.tree_cache, texts["b"]) == 20
+    s.end_program("agent:a")
+    s.end_program("agent:b")
+    assert s.schedule() is None and not s.programs.is_provisional(c1)
+    assert s.stats().promoted_programs == 1

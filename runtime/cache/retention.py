@@ -7,10 +7,12 @@ expected next use instead of recency alone (Belady from the hints, as KVFlow doe
 agent step graph):
 
     1. evict first: texts no call will extend (``next_use`` NEVER) and those of ended programs;
-    2. then hinted texts over the capacity (below), in hint order;
-    3. then unhinted texts and texts whose lease ran out, least recently used first;
-    4. then hinted texts within the capacity, in hint order;
-    5. last, texts of programs with a call waiting in the queue now (``set_waiting``): a
+    2. then texts of provisional programs (``set_provisional``; scheduling/program_table.py):
+       programs started past the memory rule while the engine had nothing else to run;
+    3. then hinted texts over the capacity (below), in hint order;
+    4. then unhinted texts and texts whose lease ran out, least recently used first;
+    5. then hinted texts within the capacity, in hint order;
+    6. last, texts of programs with a call waiting in the queue now (``set_waiting``): a
        runnable call's prefix goes only when nothing else is left.
 
 Hint order: the farthest next use first; among equal next uses the least recently used first.
@@ -23,7 +25,7 @@ the default when it asks none) and after it the text is unhinted; the tokens on 
 protected hints (each token once, however many hints share it) never exceed ``capacity``: a new
 hint that would pass it demotes protected hints in eviction order (possibly itself) to class 2,
 which goes before every unhinted text, so hints never take memory from clients without them
-beyond the capacity.
+beyond the capacity. Provisional programs' texts count towards no capacity: they protect nothing.
 
 Nodes are the radix cache's ``TreeNode`` objects; a node split keeps its lower half as the same
 object, so a hint stays with the end of its text. A text is evicted leaf by leaf from its end:
@@ -40,7 +42,7 @@ from typing import Any, Callable
 from sglc.wire.program_hint import NEVER, ProgramHint
 
 #: Eviction classes, lowest evicted first.
-EVICT_FIRST, OVER_CAPACITY, UNHINTED, HINTED, WANTED_NOW = 0, 1, 2, 3, 4
+EVICT_FIRST, PROVISIONAL, OVER_CAPACITY, UNHINTED, HINTED, WANTED_NOW = 0, 1, 2, 3, 4, 5
 #: Lease of a hint that asks none, and the longest one granted (seconds).
 DEFAULT_LEASE_S = 30.0
 MAX_LEASE_S = 300.0
@@ -73,6 +75,7 @@ class RetentionTable:
         self._by_program: dict[str, set[Any]] = {}
         self._evict_first: set[Any] = set()
         self._waiting: frozenset[str] = frozenset()
+        self._provisional: frozenset[str] = frozenset()
         #: hints demoted by the capacity; hinted texts evicted while their lease was running.
         self.counts = dict(capped=0, evicted=0)
 
@@ -84,7 +87,9 @@ class RetentionTable:
         """Heap key of an evictable leaf: smaller goes first (see the module docstring)."""
         entry = self._live.get(node)
         if entry is not None and entry.deadline >= now:
-            if entry.protected:
+            if entry.program_id in self._provisional:
+                cls = PROVISIONAL
+            elif entry.protected:
                 cls = WANTED_NOW if entry.program_id in self._waiting else HINTED
             else:
                 cls = OVER_CAPACITY
@@ -122,6 +127,14 @@ class RetentionTable:
     def set_waiting(self, program_ids: frozenset[str]) -> None:
         """The programs with a call in the waiting queue now (the scheduler, once per step)."""
         self._waiting = program_ids
+
+    def set_provisional(self, program_ids: frozenset[str]) -> None:
+        """The provisional programs now (the scheduler, once per step). A program that left the
+        set was promoted: its texts count towards the capacity from now on."""
+        promoted = self._provisional - program_ids
+        self._provisional = program_ids
+        if promoted:
+            self._enforce_capacity()
 
     def hint(self, node: Any, hint: ProgramHint, rank: int = 0) -> None:
         """A hinted call's final text ends at ``node`` (the root for an empty text: ignored);
@@ -196,7 +209,7 @@ class RetentionTable:
                 del self._by_program[entry.program_id]
 
     def _protected(self) -> list[Any]:
-        return [n for n, e in self._live.items() if e.protected]
+        return [n for n, e in self._live.items() if e.protected and e.program_id not in self._provisional]
 
     def _expire(self) -> None:
         now = self.clock()

@@ -480,6 +480,7 @@ class Engine:
                 radix_s=self._radix.seconds, radix_calls=self._radix.calls, forward_s=t.forward_s,
                 process_s=t.process_s, busy_s=t.busy_s, hinted_tokens=s.hinted_tokens,
                 hint_evictions=s.hint_evictions, num_programs=s.num_programs,
+                provisional_programs=s.provisional_programs, promoted_programs=s.promoted_programs,
             )
 
     def reset_timers(self) -> None:

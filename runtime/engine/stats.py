@@ -87,6 +87,8 @@ class EngineStats:
     hinted_tokens: int = 0
     hint_evictions: int = 0
     num_programs: int = 0
+    provisional_programs: int = 0
+    promoted_programs: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -13,8 +13,16 @@ executor names runs ``graph_name:uuid``) learns how long its runs' footprints en
 runs that ended. A call that would start a program is held back while the expected footprints of
 the programs in flight (each: the larger of its own and its family's) plus its own would pass
 ``admit_share`` of the KV pool: when memory is tight, in-flight programs finish before new ones
-start, instead of every program thrashing everyone's prefixes (the scheduler admits it anyway
-when nothing is running, so the engine never idles on this).
+start, instead of every program thrashing everyone's prefixes.
+
+Provisional programs: when nothing runs (every program in flight waits on a tool, say) the
+scheduler still starts a new program, so the engine never idles because of a hint, but one the
+memory rule would hold back starts *provisional*: it runs only on memory no committed program's
+texts hold, its texts are evicted before theirs (cache/retention.py), and its calls come after
+theirs. It is promoted (committed) in start order as soon as the committed programs' expected
+footprints leave it room. Idle time so does work that either survives until the program is
+promoted or cost only time the engine had spare; before, such a program took the waiting
+programs' prefixes and every one of them recomputed its text when its tool returned.
 
 The waiting queue's own policy (lpm, fcfs, ...) still orders everything that is not an in-flight
 program's call, so clients that send no hints see exactly the old behaviour.
@@ -46,6 +54,7 @@ class _Program:
     seen: float  # last activity (clock seconds)
     shared: int  # tokens of its first call already cached when it started
     footprint: int  # longest prompt + max_new_tokens of its calls so far, less ``shared``
+    provisional: bool = False  # started past the memory rule; runs on memory committed ones do not hold
 
 
 def family_of(program_id: str) -> str:
@@ -65,6 +74,8 @@ class ProgramTable:
         self._ended: OrderedDict[str, None] = OrderedDict()
         self._families: OrderedDict[str, float] = OrderedDict()  # family -> learned footprint
         self._next_rank = 0
+        self._provisional: frozenset[str] = frozenset()
+        self.counts = dict(provisional=0, promoted=0)
 
     def __len__(self) -> int:
         return len(self._started)
@@ -81,6 +92,15 @@ class ProgramTable:
         """Whether ``req`` is a call of a program that has already started."""
         return req.hint is not None and req.hint.program_id in self._started
 
+    def is_provisional(self, req: Req) -> bool:
+        """Whether ``req`` is a call of a provisional program (see the module docstring)."""
+        return req.hint is not None and req.hint.program_id in self._provisional
+
+    @property
+    def provisional_ids(self) -> frozenset[str]:
+        """The provisional programs' ids (what the cache evicts before committed programs' texts)."""
+        return self._provisional
+
     # --- memory -----------------------------------------------------------------------------------
     def family_footprint(self, program_id: str) -> int:
         """What runs of ``program_id``'s family ended up needing (0 before any ended)."""
@@ -91,6 +111,28 @@ class ProgramTable:
         so far and its family's learned one. Programs idle past ``idle_s`` are forgotten first."""
         self._expire(self.clock())
         return sum(max(p.footprint, self.family_footprint(pid)) for pid, p in self._started.items())
+
+    def promote(self, limit: float) -> int:
+        """Commit provisional programs in start order while the committed programs' expected
+        footprints plus theirs fit ``limit`` tokens (the oldest also when nothing is committed).
+        Returns how many were promoted."""
+        if not self._provisional:
+            return 0
+        self._expire(self.clock())
+        committed = sum(max(p.footprint, self.family_footprint(pid)) for pid, p in self._started.items()
+                        if not p.provisional)
+        promoted = []
+        for pid, p in sorted(((pid, p) for pid, p in self._started.items() if p.provisional), key=lambda item: item[1].rank):
+            need = max(p.footprint, self.family_footprint(pid))
+            if committed and committed + need > limit:
+                break
+            p.provisional = False
+            committed += need
+            promoted.append(pid)
+        if promoted:
+            self._provisional = self._provisional.difference(promoted)
+            self.counts["promoted"] += len(promoted)
+        return len(promoted)
 
     def held_tokens(self) -> int:
         """Tokens the in-flight programs hold at most now: their footprints so far, plus the
@@ -103,10 +145,10 @@ class ProgramTable:
         return max(call_tokens, self.family_footprint(req.hint.program_id)) if req.hint is not None else call_tokens
 
     # --- lifecycle ----------------------------------------------------------------------------------
-    def on_admitted(self, req: Req, call_tokens: int, cached: int) -> None:
+    def on_admitted(self, req: Req, call_tokens: int, cached: int, *, provisional: bool = False) -> None:
         """``req`` (which will hold up to ``call_tokens`` tokens, ``cached`` of them found in the
-        cache) was admitted: its program is in flight (from now, if it was not). A call of an
-        ended program loses its hint."""
+        cache) was admitted: its program is in flight (from now, if it was not; ``provisional``:
+        it starts provisional). A call of an ended program loses its hint."""
         if req.hint is None:
             return
         pid, now = req.hint.program_id, self.clock()
@@ -117,9 +159,12 @@ class ProgramTable:
         if entry is None:
             self._expire(now)
             while len(self._started) >= self.max_programs:
-                self._started.popitem(last=False)
-            entry = self._started[pid] = _Program(self._next_rank, now, cached, 0)
+                self._forget(next(iter(self._started)))
+            entry = self._started[pid] = _Program(self._next_rank, now, cached, 0, provisional)
             self._next_rank += 1
+            if provisional:
+                self._provisional = self._provisional | {pid}
+                self.counts["provisional"] += 1
         entry.seen = now
         entry.footprint = max(entry.footprint, call_tokens - entry.shared)
         self._started.move_to_end(pid)
@@ -131,7 +176,7 @@ class ProgramTable:
         self._ended.move_to_end(program_id)
         while len(self._ended) > self.max_programs:
             self._ended.popitem(last=False)
-        entry = self._started.pop(program_id, None)
+        entry = self._forget(program_id)
         if entry is None:
             return False
         family = family_of(program_id)
@@ -143,18 +188,28 @@ class ProgramTable:
         return True
 
     def order(self, waiting: Sequence[Req], policy_order: Callable[[Sequence[Req]], list[Req]]) -> list[Req]:
-        """In-flight programs' calls first, by program start (stable within a program), then
-        the rest in ``policy_order``."""
+        """In-flight programs' calls first, committed before provisional, each by program start
+        (stable within a program), then the rest in ``policy_order``."""
         first = [r for r in waiting if self.in_flight(r)]
         if not first:
             return policy_order(waiting)
         rest = [r for r in waiting if not self.in_flight(r)]
-        first.sort(key=lambda r: self._started[r.hint.program_id].rank)
+        first.sort(key=lambda r: self._admission_key(self._started[r.hint.program_id]))
         return first + policy_order(rest)
+
+    @staticmethod
+    def _admission_key(program: _Program) -> tuple[bool, int]:
+        return program.provisional, program.rank
+
+    def _forget(self, program_id: str) -> _Program | None:
+        entry = self._started.pop(program_id, None)
+        if entry is not None and entry.provisional:
+            self._provisional = self._provisional - {program_id}
+        return entry
 
     def _expire(self, now: float) -> None:
         while self._started:
             pid, entry = next(iter(self._started.items()))
             if now - entry.seen <= self.idle_s:
                 return
-            del self._started[pid]
+            self._forget(pid)

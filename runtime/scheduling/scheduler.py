@@ -17,7 +17,9 @@ start order (program_table.py); while anything runs, a call may not count as roo
 hints keep for programs older than its own (a call that starts a program, or carries no hint,
 counts none of them): older programs finish before younger ones take their memory; and a call
 that would start a program waits while the in-flight programs' expected footprints would not
-leave it room (program_table.py). The cache evicts by the hints (cache/retention.py).
+leave it room (program_table.py), unless nothing runs: then it starts *provisional*, on memory
+no committed program's texts hold, and is promoted when room frees. The cache evicts by the
+hints (cache/retention.py).
 The prefill-token budget (``SchedulerConfig.prefill_budget``) bounds the prefill tokens of every
 step, so with chunking on no request holds the engine for longer than one chunk.
 Not thread-safe: call everything from the engine's thread.
@@ -143,8 +145,11 @@ class Scheduler:
         """Plan the next step; None when there is nothing to run."""
         if self._inflight is not None:
             raise RuntimeError("Scheduler.schedule: process_results() of the previous batch is missing")
+        if self.programs.provisional_ids:
+            self.programs.promote(self.config.num_kv_slots * self.config.program_admit_share)
         if len(self.tree_cache.retention):
             self.tree_cache.retention.set_waiting(frozenset(r.hint.program_id for r in self.waiting if r.hint is not None))
+            self.tree_cache.retention.set_provisional(self.programs.provisional_ids)
         decodes = self._schedule_decodes()
         prefills = self._schedule_prefills()
         if not decodes and not prefills:
@@ -323,12 +328,16 @@ class Scheduler:
                 break
             fill = req.fill_ids
             call_tokens = len(fill) + min(req.max_new_tokens, cfg.clip_max_new_tokens) - len(req.output_ids)
-            if req.hint is not None and (self.running or out) and not self.programs.in_flight(req):
+            starts_provisional = False
+            if req.hint is not None and not self.programs.in_flight(req):
                 if in_flight is None:
                     in_flight = self.programs.expected_in_flight()
                 own = call_tokens - cache.peek_prefix_len(fill)
                 if in_flight + self.programs.expected_new(req, own) > cfg.num_kv_slots * cfg.program_admit_share:
-                    continue  # NOTE: memory is tight: the programs in flight finish first
+                    if self.running or out:
+                        continue  # NOTE: memory is tight: the programs in flight finish first
+                    # NOTE: nothing else would run: start it, but on memory committed programs do not hold
+                    starts_provisional = len(self.programs) > 0
             match = cache.match_prefix(fill[: self._max_prefix_len(req, len(fill))])
             if dedup is not None and dedup.should_hold(fill, match.prefix_len):
                 continue
@@ -344,16 +353,23 @@ class Scheduler:
             cache.inc_lock(match.last_node)
             need = extend + self.growth.estimate(min(req.max_new_tokens, cfg.clip_max_new_tokens) - len(req.output_ids))
             room = self.pool.num_free + cache.evictable_size() - reserved
-            if len(cache.retention) and (self.running or out):
+            if len(cache.retention):
                 if pinned is None:
                     pinned = cache.retention.pinned_by_rank()
-                room -= _older_pinned(pinned, self.programs.rank(req))
+                if starts_provisional or self.programs.is_provisional(req):
+                    # NOTE: off every committed program's protected texts; when nothing else runs
+                    # and it cannot fit there, it may take them (the engine never idles on a hint)
+                    held = _older_pinned(pinned, None)
+                    if self.running or out or need <= room - held:
+                        room -= held
+                elif self.running or out:
+                    room -= _older_pinned(pinned, self.programs.rank(req))
             if need > room or not self._make_room(n):
                 cache.dec_lock(match.last_node)
                 break
             if in_flight is not None and not self.programs.in_flight(req):
                 in_flight += self.programs.expected_new(req, call_tokens - match.prefix_len)
-            self._admit(req, match, call_tokens)
+            self._admit(req, match, call_tokens, provisional=starts_provisional)
             out.append(self._extend(req, n))
             reserved += need - n
             budget -= n
@@ -380,13 +396,13 @@ class Scheduler:
             limit = min(limit, max(first_row, 0))
         return limit
 
-    def _admit(self, req: Req, match, call_tokens: int) -> None:
+    def _admit(self, req: Req, match, call_tokens: int, *, provisional: bool = False) -> None:
         req.req_row = self.table.alloc_row()
         self.table.write(req.req_row, 0, match.slots)
         req.prefix_indices, req.last_node = match.slots, match.last_node
         req.kv_len, req.prefill_done, req.status = match.prefix_len, False, ReqStatus.RUNNING
         self.running.append(req)
-        self.programs.on_admitted(req, call_tokens, match.prefix_len)
+        self.programs.on_admitted(req, call_tokens, match.prefix_len, provisional=provisional)
         req.num_admissions += 1
         if req.num_admissions == 1:
             req.cached_tokens = min(match.prefix_len, len(req.origin_input_ids))
@@ -428,6 +444,7 @@ class Scheduler:
             num_retractions=c["retract"], new_token_ratio=self.growth.ratio, num_steps=c["steps"],
             hinted_tokens=self.tree_cache.retention.pinned_tokens(),
             hint_evictions=self.tree_cache.retention.counts["evicted"], num_programs=len(self.programs),
+            provisional_programs=self.programs.counts["provisional"], promoted_programs=self.programs.counts["promoted"],
         )
 
     def check_integrity(self) -> None:

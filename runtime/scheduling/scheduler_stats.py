@@ -22,3 +22,5 @@ class SchedulerStats(NamedTuple):
     hinted_tokens: int = 0  # cached tokens live program hints keep (each token once)
     hint_evictions: int = 0  # hinted texts evicted while their lease ran
     num_programs: int = 0  # programs in flight (calls admitted, not ended)
+    provisional_programs: int = 0  # programs started provisional (program_table.py), since start
+    promoted_programs: int = 0  # of those, promoted to committed

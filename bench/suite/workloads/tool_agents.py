@@ -57,14 +57,16 @@ def make_program(rounds: int, tokens: int, mean_delay_s: float) -> Any:
         time.sleep(tool_delay(seed, program, round_no, mean_delay_s))
         return tool_result(seed, program, round_no)
 
+    # NOTE: no stop="\n": SmolLM2's first token after "Planner: " is a newline, so every step
+    # generated nothing and the workload had no decode at all (384 tokens for 64 programs)
     @sgl.function
     def tool_agents(s, task, case_file, tool_seed, agent_id):
         s += sgl.system(SYSTEM)
         s += "Case file:\n" + case_file + "\nTask: " + task + "\n"
         for k in range(rounds):
-            s += "Planner: " + sgl.gen("plan_" + str(k), max_tokens=tokens, stop="\n") + "\n"
+            s += "Planner: " + sgl.gen("plan_" + str(k), max_tokens=tokens) + "\n"
             s += "Tool result: " + run_tool(s["plan_" + str(k)], tool_seed, agent_id, k) + "\n"
-            s += "Critic: " + sgl.gen("critique_" + str(k), max_tokens=tokens, stop="\n") + "\n"
+            s += "Critic: " + sgl.gen("critique_" + str(k), max_tokens=tokens) + "\n"
     return tool_agents
 
 
