@@ -122,7 +122,8 @@ class ProgramTable:
         committed = sum(max(p.footprint, self.family_footprint(pid)) for pid, p in self._started.items()
                         if not p.provisional)
         promoted = []
-        for pid, p in sorted(((pid, p) for pid, p in self._started.items() if p.provisional), key=lambda item: item[1].rank):
+        for pid in sorted(self._provisional, key=lambda pid: self._started[pid].rank):
+            p = self._started[pid]
             need = max(p.footprint, self.family_footprint(pid))
             if committed and committed + need > limit:
                 break
