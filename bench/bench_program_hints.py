@@ -22,6 +22,7 @@ is less than all the distinct tokens of the batch (recorded too, as "distinct_to
     python bench/bench_program_hints.py                      # all workloads, 64 programs
     python bench/bench_program_hints.py --programs 128 --workloads tool_agents,react_agent
     python bench/bench_program_hints.py --quick              # 16 programs, 2 workloads (minutes)
+    python bench/bench_program_hints.py --workloads multi_turn --fractions 1 --repeats 3   # noisy rows
 
 Writes bench/out/program_hints.json. One benchmark at a time on a quiet machine (`uptime`).
 """
@@ -202,6 +203,7 @@ def main() -> None:
     ap.add_argument("--fractions", default=",".join(str(f) for f in FRACTIONS))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--repeats", type=int, default=1, help="alternating on/off pairs per pool size")
     ap.add_argument("--tool-delay", type=float, default=TOOL_DELAY_S, help="tool_agents: mean tool seconds")
     ap.add_argument("--quick", action="store_true", help="16 programs, tool_agents and react_agent")
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "program_hints.json"))
@@ -213,6 +215,8 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown workload(s) {unknown}; known: {', '.join(WORKLOADS)}")
     fractions = [float(f) for f in args.fractions.split(",")]
+    if args.repeats < 1:
+        raise SystemExit(f"--repeats must be >= 1, got {args.repeats}")
     globals()["TOOL_DELAY_S"] = args.tool_delay  # NOTE: read by tool_agents() when the workload is built
 
     from sglc_runtime.engine import Engine
@@ -234,25 +238,32 @@ def main() -> None:
         rows = []
         for k, frac in enumerate(fractions):
             slots = max(int(ws * frac), 1024)
-            pair = {}
-            for hints in ((False, True) if k % 2 == 0 else (True, False)):
-                pair[hints] = run_once(base, compiled, inputs, slots, hints, warmup)
-            # NOTE: concurrent runs are not batch-invariant (hints off twice can differ in a few
-            # programs' greedy tokens); tests/test_program_hints_outputs.py checks equality one
-            # program at a time. This count is for information.
-            differ = sum(a != b for a, b in zip(pair[True]["outputs"], pair[False]["outputs"]))
-            for hints in (False, True):
-                r = pair[hints]
-                r["outputs_differing_from_other_mode"] = differ
-                r["fraction"] = frac
-                rows.append({k2: v for k2, v in r.items() if k2 != "outputs"})
-                print(f"{name:18} {frac:5.0%} {slots:6d} {'on' if hints else 'off':4} {r['programs_per_s']:7.2f} "
-                      f"{r['p50_s']:7.2f} {r['p99_s']:7.2f} {r['computed_tokens']:9d} {r['recomputed_tokens']:8d} "
-                      f"{r['hit_rate']:5.2f} {r['busy']:5.0%} {differ:4d}" + (f"  errors {r['errors']}" if r["errors"] else ""))
-            on, off = pair[True], pair[False]
-            print(f"{'':18} {frac:5.0%} ratio on/off: programs/s {on['programs_per_s'] / off['programs_per_s']:.2f}x, "
-                  f"p99 {on['p99_s'] / off['p99_s']:.2f}x, recomputed {on['recomputed_tokens']} vs {off['recomputed_tokens']}")
-            sys.stdout.flush()
+            rates: dict[bool, list[float]] = {False: [], True: []}
+            for rep in range(args.repeats):
+                pair = {}
+                for hints in ((False, True) if (k + rep) % 2 == 0 else (True, False)):
+                    pair[hints] = run_once(base, compiled, inputs, slots, hints, warmup)
+                # NOTE: concurrent runs are not batch-invariant (hints off twice can differ in a few
+                # programs' greedy tokens); tests/test_program_hints_outputs.py checks equality one
+                # program at a time. This count is for information.
+                differ = sum(a != b for a, b in zip(pair[True]["outputs"], pair[False]["outputs"]))
+                for hints in (False, True):
+                    r = pair[hints]
+                    r["outputs_differing_from_other_mode"] = differ
+                    r["fraction"] = frac
+                    r["repeat"] = rep
+                    rates[hints].append(r["programs_per_s"])
+                    rows.append({k2: v for k2, v in r.items() if k2 != "outputs"})
+                    print(f"{name:18} {frac:5.0%} {slots:6d} {'on' if hints else 'off':4} {r['programs_per_s']:7.2f} "
+                          f"{r['p50_s']:7.2f} {r['p99_s']:7.2f} {r['computed_tokens']:9d} {r['recomputed_tokens']:8d} "
+                          f"{r['hit_rate']:5.2f} {r['busy']:5.0%} {differ:4d}" + (f"  errors {r['errors']}" if r["errors"] else ""))
+                on, off = pair[True], pair[False]
+                print(f"{'':18} {frac:5.0%} ratio on/off: programs/s {on['programs_per_s'] / off['programs_per_s']:.2f}x, "
+                      f"p99 {on['p99_s'] / off['p99_s']:.2f}x, recomputed {on['recomputed_tokens']} vs {off['recomputed_tokens']}")
+                sys.stdout.flush()
+            if args.repeats > 1:
+                print(f"{'':18} {frac:5.0%} {args.repeats} pairs: programs/s on/off "
+                      f"{statistics.mean(rates[True]) / statistics.mean(rates[False]):.2f}x (means)")
         report["workloads"][name] = {"working_set_tokens": ws, "distinct_tokens": distinct, "runs": rows}
     base.shutdown()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
