@@ -147,9 +147,11 @@ class Scheduler:
             raise RuntimeError("Scheduler.schedule: process_results() of the previous batch is missing")
         if self.programs.provisional_ids:
             self.programs.promote(self.config.num_kv_slots * self.config.program_admit_share)
+        # NOTE: also while the cache holds no hint yet: a provisional program's first text must
+        # find itself provisional when it arrives
+        self.tree_cache.retention.set_provisional(self.programs.provisional_ids)
         if len(self.tree_cache.retention):
             self.tree_cache.retention.set_waiting(frozenset(r.hint.program_id for r in self.waiting if r.hint is not None))
-            self.tree_cache.retention.set_provisional(self.programs.provisional_ids)
         decodes = self._schedule_decodes()
         prefills = self._schedule_prefills()
         if not decodes and not prefills:
