@@ -131,6 +131,8 @@ class RetentionTable:
     def set_provisional(self, program_ids: frozenset[str]) -> None:
         """The provisional programs now (the scheduler, once per step). A program that left the
         set was promoted: its texts count towards the capacity from now on."""
+        if program_ids is self._provisional:
+            return  # NOTE: the program table hands the same set until it changes
         promoted = self._provisional - program_ids
         self._provisional = program_ids
         if promoted:

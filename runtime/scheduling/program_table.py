@@ -54,7 +54,6 @@ class _Program:
     seen: float  # last activity (clock seconds)
     shared: int  # tokens of its first call already cached when it started
     footprint: int  # longest prompt + max_new_tokens of its calls so far, less ``shared``
-    provisional: bool = False  # started past the memory rule; runs on memory committed ones do not hold
 
 
 def family_of(program_id: str) -> str:
@@ -120,14 +119,12 @@ class ProgramTable:
             return 0
         self._expire(self.clock())
         committed = sum(max(p.footprint, self.family_footprint(pid)) for pid, p in self._started.items()
-                        if not p.provisional)
+                        if pid not in self._provisional)
         promoted = []
         for pid in sorted(self._provisional, key=lambda pid: self._started[pid].rank):
-            p = self._started[pid]
-            need = max(p.footprint, self.family_footprint(pid))
+            need = max(self._started[pid].footprint, self.family_footprint(pid))
             if committed and committed + need > limit:
                 break
-            p.provisional = False
             committed += need
             promoted.append(pid)
         if promoted:
@@ -161,7 +158,7 @@ class ProgramTable:
             self._expire(now)
             while len(self._started) >= self.max_programs:
                 self._forget(next(iter(self._started)))
-            entry = self._started[pid] = _Program(self._next_rank, now, cached, 0, provisional)
+            entry = self._started[pid] = _Program(self._next_rank, now, cached, 0)
             self._next_rank += 1
             if provisional:
                 self._provisional = self._provisional | {pid}
@@ -195,16 +192,12 @@ class ProgramTable:
         if not first:
             return policy_order(waiting)
         rest = [r for r in waiting if not self.in_flight(r)]
-        first.sort(key=lambda r: self._admission_key(self._started[r.hint.program_id]))
+        first.sort(key=lambda r: (r.hint.program_id in self._provisional, self._started[r.hint.program_id].rank))
         return first + policy_order(rest)
-
-    @staticmethod
-    def _admission_key(program: _Program) -> tuple[bool, int]:
-        return program.provisional, program.rank
 
     def _forget(self, program_id: str) -> _Program | None:
         entry = self._started.pop(program_id, None)
-        if entry is not None and entry.provisional:
+        if program_id in self._provisional:
             self._provisional = self._provisional - {program_id}
         return entry
 

@@ -355,17 +355,18 @@ class Scheduler:
             cache.inc_lock(match.last_node)
             need = extend + self.growth.estimate(min(req.max_new_tokens, cfg.clip_max_new_tokens) - len(req.output_ids))
             room = self.pool.num_free + cache.evictable_size() - reserved
-            if len(cache.retention):
+            provisional = starts_provisional or self.programs.is_provisional(req)
+            if len(cache.retention) and (provisional or self.running or out):
                 if pinned is None:
                     pinned = cache.retention.pinned_by_rank()
-                if starts_provisional or self.programs.is_provisional(req):
+                if not provisional:
+                    room -= _older_pinned(pinned, self.programs.rank(req))
+                else:
                     # NOTE: off every committed program's protected texts; when nothing else runs
                     # and it cannot fit there, it may take them (the engine never idles on a hint)
                     held = _older_pinned(pinned, None)
                     if self.running or out or need <= room - held:
                         room -= held
-                elif self.running or out:
-                    room -= _older_pinned(pinned, self.programs.rank(req))
             if need > room or not self._make_room(n):
                 cache.dec_lock(match.last_node)
                 break
