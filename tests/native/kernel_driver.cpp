@@ -79,7 +79,7 @@ void int_linear(const sglc_kernel_table& t, Reader& in, Writer& out) {
 // gguf_linear: header [rows, k, tiles, slot] (k a multiple of 256); x [rows, k] (slot), q4 tiles
 // u8 [tiles, k/32, 256] with Q4_K's d and dmin u16 [tiles, k/256, 16] and sc, mn u8 [tiles,
 // k/32, 16], q8 tiles i8 [tiles, k/32, 512] with Q8_0's d u16 [tiles, k/32, 16], q6k tiles u8
-// [tiles, k/32, 512] with Q6_K's d u16 [tiles, k/256, 16] and sc i8 [tiles, k/16, 16], bias
+// [tiles, k/32, 384] with Q6_K's d u16 [tiles, k/256, 16] and sc i8 [tiles, k/16, 16], bias
 // (slot). Writes the Q4_K, Q8_0 and Q6_K products [rows, tiles * 16] (slot).
 void gguf_linear(const sglc_kernel_table& t, Reader& in, Writer& out) {
   const auto h = in.read<int64_t>(4);
@@ -94,7 +94,7 @@ void gguf_linear(const sglc_kernel_table& t, Reader& in, Writer& out) {
   const auto mn = in.read<uint8_t>(tiles * blocks * 16);
   const auto q8 = in.read<int8_t>(tiles * blocks * 512);
   const auto d8 = in.read<uint16_t>(tiles * blocks * 16);
-  const auto q6 = in.read<uint8_t>(tiles * blocks * 512);
+  const auto q6 = in.read<uint8_t>(tiles * blocks * 384);
   const auto d6 = in.read<uint16_t>(tiles * blocks / 8 * 16);
   const auto sc6 = in.read<int8_t>(tiles * blocks * 2 * 16);
   const auto bias = in.bytes(n * es);

@@ -3,8 +3,9 @@
 A GGUF linear keeps its file's levels and scales, repacked once into the native kernels' tile
 layout (``native/kernels/common/int_linear.h``): Q4_0 and Q4_1 as q4 tiles with float16 d and m
 (Q4_0's offset is -8 d, exact), Q4_K as q4 tiles with its super-block d and dmin and its 6-bit
-sub-block scales and mins (``q4k_linear``), Q6_K as bytes in the q8 tiles' layout with its d and
-int8 scales per 16 inputs (``q6k_linear``; 8 bits a level against the file's 6.6, +22%), Q8_0 as
+sub-block scales and mins (``q4k_linear``), Q6_K as a q4 tile of its levels' low 4 bits plus two
+loads of their high 2 bits, with its d and int8 scales per 16 inputs (``q6k_linear``: the file's
+6.56 bits a weight), Q8_0 as
 q8 tiles with a float16 scale per block (``q8b_linear``), and Q5_0 the same way (its levels q - 16
 are int8: exactly Q8_0 blocks; 8 bits a level against the file's 5.5). Nothing is dequantized or re-quantized, so the product is llama.cpp's (same
 levels, same int8 activation blocks) and memory stays at the file's size (plus a few % for
@@ -98,17 +99,32 @@ class GGUFQ8Linear(_TiledLinear):
         return self._finish(torch.ops.sglc_cpu.q8b_linear(x, self._tiles, self._d, None))
 
 
+def q6_tiles(levels: np.ndarray) -> torch.Tensor:
+    """6-bit levels uint8 [out, in] (out a multiple of 16) as q6k tiles [out / 16, in / 32, 6, 64]
+    (``common/int_linear.h``): loads 0-3 the q4 tile of the low 4 bits, loads 4 + s the high 2 bits
+    of inputs 16 s + 4 i + j at bits 2 i of byte 4 c + j."""
+    out, cols = levels.shape
+    blocks = levels.reshape(out, cols // 32, 32)
+    low = blocks & 0x0F
+    nibbles = q4_tiles_of_pairs(low[:, :, :16] | (low[:, :, 16:] << 4))
+    high = (blocks >> 4).reshape(out, cols // 32, 2, 4, 4)  # [channel, block, s, i, j]
+    planes = (high[:, :, :, 0] | (high[:, :, :, 1] << 2) | (high[:, :, :, 2] << 4) | (high[:, :, :, 3] << 6))
+    planes = planes.reshape(out // TILE, TILE, cols // 32, 2, 4).transpose(0, 2, 3, 1, 4)
+    planes = torch.from_numpy(np.ascontiguousarray(planes).reshape(out // TILE, cols // 32, 2, 64))
+    return torch.cat([nibbles, planes], dim=2)
+
+
 class GGUFQ6KLinear(_TiledLinear):
-    """Q6_K on ``q6k_linear``: levels 0..63 as bytes in the q8 tiles' layout, d per super-block,
-    an int8 scale per 16 inputs."""
+    """Q6_K on ``q6k_linear``: levels 0..63 as q6k tiles (4 + 2 bit planes), d per super-block, an
+    int8 scale per 16 inputs."""
 
     __slots__ = ("_args",)
 
     def __init__(self, w: GGUFWeight, bias: torch.Tensor | None) -> None:
         blk = decode_q6_k(w.raw, w.rows, w.cols)
         rows = -(-w.rows // TILE) * TILE
-        levels = pack_q8_tiles(torch.from_numpy(blk.levels.view(np.int8))).view(torch.uint8)  # NOTE: 0..63: same bits
-        self._args = (levels, _table(blk.d, rows, torch.float16), _table(blk.sc, rows, torch.int8))
+        self._args = (q6_tiles(_padded(blk.levels, rows)), _table(blk.d, rows, torch.float16),
+                      _table(blk.sc, rows, torch.int8))
         self.bias, self.out_features, self.in_features, self.type_name = bias, w.rows, w.cols, w.type_name
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:

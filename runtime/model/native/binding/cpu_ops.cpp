@@ -670,13 +670,13 @@ at::Tensor q4k_linear(const at::Tensor& x, const at::Tensor& weight, const at::T
                    });
 }
 
-// GGUF Q6_K: levels 0..63 as bytes in the q8 tiles' layout [N/16, K/32, 8, 64]; float16 d
+// GGUF Q6_K: levels 0..63 as q6k tiles [N/16, K/32, 6, 64] (4 + 2 bit planes); float16 d
 // [N/16, K/256, 16]; int8 scales per 16 inputs [N/16, K/16, 16].
 at::Tensor q6k_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& d, const at::Tensor& sc,
                       const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(weight.dim() == 4 && weight.size(2) == 8 && weight.size(3) == 64 && weight.is_contiguous() &&
+  TORCH_CHECK(weight.dim() == 4 && weight.size(2) == 6 && weight.size(3) == 64 && weight.is_contiguous() &&
                   weight.scalar_type() == at::kByte,
-              "q6k_linear: weight must be contiguous uint8 q6k tiles [out / 16, in / 32, 8, 64], got ", weight.sizes(),
+              "q6k_linear: weight must be contiguous uint8 q6k tiles [out / 16, in / 32, 6, 64], got ", weight.sizes(),
               " ", weight.scalar_type());
   const int64_t tiles = weight.size(0), blocks = weight.size(1), k = blocks * kQBlock;
   TORCH_CHECK(blocks % 8 == 0, "q6k_linear: in_features must be a multiple of 256 (K-quant super-blocks), got ", k);

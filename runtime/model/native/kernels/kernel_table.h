@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#define SGLC_KERNEL_ABI 4
+#define SGLC_KERNEL_ABI 5
 
 #ifdef __cplusplus
 extern "C" {
@@ -93,7 +93,8 @@ typedef void (*sglc_q8b_tile_fn)(const int8_t* w, const uint16_t* d, const struc
 // GGUF's Q4_K: levels in q4 tiles; float16 d and dmin per super-block of 256 inputs [tiles,
 // k/256, 16], 6-bit scale and min per block as bytes sc, mn [tiles, k/32, 16]:
 // w = (d * sc) * q - (dmin * mn).
-// GGUF's Q6_K: 6-bit levels (0..63, one byte each) in the q8 tiles' layout; float16 d per
+// GGUF's Q6_K: 6-bit levels (0..63) as q6k tiles [tiles, k/32, 6, 64] (a q4 tile of the low 4 bits,
+// then two loads of the high 2 bits: common/int_linear.h); float16 d per
 // super-block of 256 inputs [tiles, k/256, 16] and an int8 scale per 16 inputs [tiles, k/16, 16]:
 // w = (d * sc) * (q - 32).
 typedef void (*sglc_q6k_tile_fn)(const uint8_t* w, const uint16_t* d, const int8_t* sc,

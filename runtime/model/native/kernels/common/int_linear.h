@@ -18,9 +18,12 @@
 //   exact in float32, so GGUF's Q4_K levels and scales are kept as shipped.
 // - q8 tiles with block scales (GGUF's Q8_0): the q8 tiles' levels and float16 d [N/16, K/32,
 //   16] per block and channel: w = d * q.
-// - q6k tiles (GGUF's Q6_K): 6-bit levels 0..63, a byte each, in the q8 tiles' layout; float16 d
-//   per super-block [N/16, K/256, 16] and an int8 scale per 16 inputs [N/16, K/16, 16]:
-//   w = (d * sc) * (q - 32) (the product d * sc exact in float32).
+// - q6k tiles (GGUF's Q6_K): 6-bit levels 0..63 as 4 + 2 bit planes, uint8 [N/16, K/32, 6, 64]:
+//   loads 0-3 are a q4 tile of the levels' low 4 bits; loads 4 and 5 hold their high 2 bits,
+//   byte 4c + j of load 4 + s at bits 2i, 2i + 1 for input b*32 + 16s + 4i + j (the level whose
+//   low bits are nibble s of byte 4c + j of load i). 6 bits a weight as in the file (one byte a
+//   level streamed a third more). Float16 d per super-block [N/16, K/256, 16] and an int8 scale
+//   per 16 inputs [N/16, K/16, 16]: w = (d * sc) * (q - 32) (the product d * sc exact in float32).
 //
 // This file: the portable reference (what every variant must compute, and the generic
 // variant's kernels). The integer sums are exact and every variant applies the per-block float
@@ -36,6 +39,7 @@ constexpr int64_t kQBlock = 32;  // inputs per quantization block (GGUF's)
 constexpr int64_t kQTile = 16;   // output channels per tile
 constexpr int64_t kQ8BlockBytes = kQTile * kQBlock;
 constexpr int64_t kQ4BlockBytes = kQTile * kQBlock / 2;
+constexpr int64_t kQ6BlockBytes = kQTile * kQBlock * 6 / 8;  // 4 loads of nibbles, 2 of high bits
 
 // Weights stream from memory once per step (a model is far bigger than the caches) and the
 // hardware prefetchers do not keep ahead of a tile walked half by half and row group by row
@@ -198,8 +202,16 @@ void q8b_tile_ref(const int8_t* w, const uint16_t* d, const sglc_quantized_rows*
   }
 }
 
-// Q6_K: levels 0..63 in the q8 tiles' layout (loads 0-3 of a block: inputs 0-15, loads 4-7:
-// 16-31); each half block's sum is corrected by 32 * its activations' sum and scaled by d * sc.
+// One 6-bit level of a q6k tile's block: input 16 s + 4 i + j of channel c.
+inline int32_t q6_level(const uint8_t* wb, int64_t c, int s, int i, int j) {
+  const uint8_t byte = wb[64 * i + 4 * c + j];
+  const int32_t low = s == 0 ? (byte & 0x0F) : (byte >> 4);
+  const int32_t high = (wb[64 * (4 + s) + 4 * c + j] >> (2 * i)) & 0x03;
+  return low | (high << 4);
+}
+
+// Q6_K: each half block (16 inputs) has its own scale; its sum is corrected by 32 * the half's
+// activation sum and scaled by d * sc.
 template <typename T>
 void q6k_tile_ref(const uint8_t* w, const uint16_t* d, const int8_t* sc, const sglc_quantized_rows* act, int64_t t,
                   int64_t r0, int rows, int64_t n, const void* bias, void* out) {
@@ -207,18 +219,18 @@ void q6k_tile_ref(const uint8_t* w, const uint16_t* d, const int8_t* sc, const s
   for (int r = 0; r < rows; ++r) {
     float acc[kQTile] = {};
     for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* wb = w + (t * blocks + b) * kQ8BlockBytes;
+      const uint8_t* wb = w + (t * blocks + b) * kQ6BlockBytes;
       const int8_t* xq = act->q + (r0 + r) * k + b * kQBlock;
       const int64_t xb = (r0 + r) * blocks + b;
       for (int64_t c = 0; c < kQTile; ++c) {
         const float dc = half_bits_to_float(d[(t * (blocks / kKBlocks) + b / kKBlocks) * kQTile + c]);
-        for (int h = 0; h < 2; ++h) {
+        for (int s = 0; s < 2; ++s) {
           int32_t sum = 0;
-          for (int i = 4 * h; i < 4 * h + 4; ++i) {
-            for (int j = 0; j < 4; ++j) sum += static_cast<int32_t>(wb[64 * i + 4 * c + j]) * xq[4 * i + j];
+          for (int i = 0; i < 4; ++i) {
+            for (int j = 0; j < 4; ++j) sum += q6_level(wb, c, s, i, j) * xq[16 * s + 4 * i + j];
           }
-          const float scale = dc * static_cast<float>(sc[(t * blocks * 2 + 2 * b + h) * kQTile + c]);
-          acc[c] = std::fma(static_cast<float>(sum - 32 * act->sq16[2 * xb + h]), scale * act->dx[xb], acc[c]);
+          const float scale = dc * static_cast<float>(sc[(t * blocks * 2 + 2 * b + s) * kQTile + c]);
+          acc[c] = std::fma(static_cast<float>(sum - 32 * act->sq16[2 * xb + s]), scale * act->dx[xb], acc[c]);
         }
       }
     }

@@ -222,8 +222,17 @@ void q8_rows(const int8_t* w, const float* scales, const uint16_t* block_d, cons
   }
 }
 
-// Q6_K: levels 0..63 fit a signed byte, so sdot takes them as they are; each half block (loads
-// 0-3, 4-7) keeps its own sums, corrected by 32 * its activation sum.
+// One of a q6k tile block's level vectors (0..63) for the 4 channels at wb: inputs 16g + 4i + j,
+// nibble g of load i ORed with its 2 high bits (bits 2i of plane g) moved to bits 4-5.
+inline int8x16_t q6_level_vector(const uint8_t* wb, int g, int i) {
+  const uint8x16_t wv = vld1q_u8(wb + 64 * i), plane = vld1q_u8(wb + 256 + 64 * g);
+  const uint8x16_t nib = g == 0 ? vandq_u8(wv, vdupq_n_u8(0x0F)) : vshrq_n_u8(wv, 4);
+  const uint8x16_t high = vandq_u8(vshlq_u8(plane, vdupq_n_s8(static_cast<int8_t>(4 - 2 * i))), vdupq_n_u8(0x30));
+  return vreinterpretq_s8_u8(vorrq_u8(nib, high));
+}
+
+// Q6_K: levels 0..63 fit a signed byte, so sdot takes them as they are; each half block (inputs
+// 0-15, 16-31) keeps its own sums, corrected by 32 * its activation sum.
 template <int R, typename T>
 void q6k_tile_rows(const uint8_t* w, const uint16_t* d, const int8_t* sc, const sglc_quantized_rows* act, int64_t t,
                    int64_t r0, int64_t n, const void* bias, void* out) {
@@ -233,7 +242,7 @@ void q6k_tile_rows(const uint8_t* w, const uint16_t* d, const int8_t* sc, const 
     for (int c = 0; c < 4; ++c) acc[r][c] = vdupq_n_f32(0.f);
   }
   for (int64_t b = 0; b < blocks; ++b) {
-    const int8_t* wb = reinterpret_cast<const int8_t*>(w) + (t * blocks + b) * kQ8BlockBytes;
+    const uint8_t* wb = w + (t * blocks + b) * kQ6BlockBytes;
     const int64_t sup = (t * (blocks / kKBlocks) + b / kKBlocks) * kQTile;
     const int8_t* scb = sc + (t * blocks * 2 + 2 * b) * kQTile;
     float32x4_t scale[2][4];
@@ -244,20 +253,24 @@ void q6k_tile_rows(const uint8_t* w, const uint16_t* d, const int8_t* sc, const 
         scale[h][c] = vmulq_f32(load_half4(d + sup + 4 * c), vld1q_f32(lanes));
       }
     }
-    for (int r = 0; r < R; ++r) {
-      const int8_t* xq = act->q + (r0 + r) * k + b * kQBlock;
-      const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);
-      const int64_t xb = (r0 + r) * blocks + b;
-      for (int c = 0; c < 4; ++c) {
+    for (int c = 0; c < 4; ++c) {
+      int8x16_t lv[2][4];
+      for (int g = 0; g < 2; ++g) {
+        for (int i = 0; i < 4; ++i) lv[g][i] = q6_level_vector(wb + 16 * c, g, i);
+      }
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xq = act->q + (r0 + r) * k + b * kQBlock;
+        const int8x16_t x0 = vld1q_s8(xq), x1 = vld1q_s8(xq + 16);
+        const int64_t xb = (r0 + r) * blocks + b;
         int32x4_t h0 = vdupq_n_s32(0), h1 = vdupq_n_s32(0);
-        h0 = vdotq_laneq_s32(h0, vld1q_s8(wb + 16 * c), x0, 0);
-        h0 = vdotq_laneq_s32(h0, vld1q_s8(wb + 64 + 16 * c), x0, 1);
-        h0 = vdotq_laneq_s32(h0, vld1q_s8(wb + 128 + 16 * c), x0, 2);
-        h0 = vdotq_laneq_s32(h0, vld1q_s8(wb + 192 + 16 * c), x0, 3);
-        h1 = vdotq_laneq_s32(h1, vld1q_s8(wb + 256 + 16 * c), x1, 0);
-        h1 = vdotq_laneq_s32(h1, vld1q_s8(wb + 320 + 16 * c), x1, 1);
-        h1 = vdotq_laneq_s32(h1, vld1q_s8(wb + 384 + 16 * c), x1, 2);
-        h1 = vdotq_laneq_s32(h1, vld1q_s8(wb + 448 + 16 * c), x1, 3);
+        h0 = vdotq_laneq_s32(h0, lv[0][0], x0, 0);
+        h0 = vdotq_laneq_s32(h0, lv[0][1], x0, 1);
+        h0 = vdotq_laneq_s32(h0, lv[0][2], x0, 2);
+        h0 = vdotq_laneq_s32(h0, lv[0][3], x0, 3);
+        h1 = vdotq_laneq_s32(h1, lv[1][0], x1, 0);
+        h1 = vdotq_laneq_s32(h1, lv[1][1], x1, 1);
+        h1 = vdotq_laneq_s32(h1, lv[1][2], x1, 2);
+        h1 = vdotq_laneq_s32(h1, lv[1][3], x1, 3);
         h0 = vsubq_s32(h0, vdupq_n_s32(32 * act->sq16[2 * xb]));
         h1 = vsubq_s32(h1, vdupq_n_s32(32 * act->sq16[2 * xb + 1]));
         acc[r][c] = vfmaq_f32(acc[r][c], vcvtq_f32_s32(h0), vmulq_n_f32(scale[0][c], act->dx[xb]));

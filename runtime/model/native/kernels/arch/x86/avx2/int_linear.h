@@ -196,43 +196,62 @@ void q8_rows(const int8_t* w, const float* scales, const uint16_t* block_d, cons
   }
 }
 
-// Q6_K: levels 0..63 (unsigned) times activations: a vpmaddubsw pair sum is at most 2 * 63 * 127
-// = 16,002, so two loads' products add in int16 (<= 32,004) before each vpmaddwd; each half
-// block (loads 0-3, 4-7) keeps its own sums, corrected by 32 * its activation sum.
+// One of a q6k tile block's 8 level vectors (0..63) for the 8 channels at wb: inputs 16g + 4i + j,
+// the nibble g of load i ORed with its 2 high bits moved from bits 2i of plane g to bits 4-5 (the
+// 16-bit shifts carry bits across bytes only into positions the 0x30 mask drops).
+template <int G, int I>
+inline __m256i q6_level_vector(const uint8_t* wb) {
+  const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 64 * I));
+  const __m256i plane = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 256 + 64 * G));
+  const __m256i nib = _mm256_and_si256(G == 0 ? wv : _mm256_srli_epi16(wv, 4), _mm256_set1_epi8(0x0F));
+  const __m256i high = I < 2 ? _mm256_slli_epi16(plane, 4 - 2 * I) : I == 2 ? plane : _mm256_srli_epi16(plane, 2);
+  return _mm256_or_si256(nib, _mm256_and_si256(high, _mm256_set1_epi8(0x30)));
+}
+
+// Half g of a block (inputs 16g .. 16g + 15) for R rows: a vpmaddubsw pair sum is at most
+// 2 * 63 * 127 = 16,002, so two loads' products add in int16 (<= 32,004) before each vpmaddwd.
+template <int G, int R>
+inline void q6_half_sums(const uint8_t* wb, const int8_t* xq, int64_t k, __m256i h[R]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i v0 = q6_level_vector<G, 0>(wb), v1 = q6_level_vector<G, 1>(wb);
+  for (int r = 0; r < R; ++r) {
+    const int8_t* x = xq + r * k + 16 * G;
+    const __m256i pair = _mm256_add_epi16(_mm256_maddubs_epi16(v0, broadcast4(x)), _mm256_maddubs_epi16(v1, broadcast4(x + 4)));
+    h[r] = _mm256_madd_epi16(pair, ones);
+  }
+  const __m256i v2 = q6_level_vector<G, 2>(wb), v3 = q6_level_vector<G, 3>(wb);
+  for (int r = 0; r < R; ++r) {
+    const int8_t* x = xq + r * k + 16 * G;
+    const __m256i pair = _mm256_add_epi16(_mm256_maddubs_epi16(v2, broadcast4(x + 8)), _mm256_maddubs_epi16(v3, broadcast4(x + 12)));
+    h[r] = _mm256_add_epi32(h[r], _mm256_madd_epi16(pair, ones));
+  }
+}
+
+// Q6_K: levels 0..63 (unsigned) times activations; each half block (inputs 0-15, 16-31) keeps its
+// own sums, corrected by 32 * its activation sum and scaled by its own d * sc.
 template <int R, typename T>
 void q6k_tile_rows(const uint8_t* w, const uint16_t* d, const int8_t* sc, const sglc_quantized_rows* act, int64_t t,
                    int64_t r0, int64_t n, const void* bias, void* out) {
   const int64_t k = act->k, blocks = k / kQBlock;
-  const __m256i ones = _mm256_set1_epi16(1);
   for (int half = 0; half < 2; ++half) {
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* wb = w + (t * blocks + b) * kQ8BlockBytes + 32 * half;
-      if (half == 0) prefetch_block(wb, blocks * kQ8BlockBytes, 8);
+      const uint8_t* wb = w + (t * blocks + b) * kQ6BlockBytes + 32 * half;
+      if (half == 0) prefetch_block(wb, blocks * kQ6BlockBytes, 6);
       const __m256 dv = load_half8(d + (t * (blocks / kKBlocks) + b / kKBlocks) * kQTile + 8 * half);
       const int8_t* scb = sc + (t * blocks * 2 + 2 * b) * kQTile + 8 * half;
       const __m256 sc0 = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scb)))));
       const __m256 sc1 = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scb + kQTile)))));
-      __m256i h[2][R];
-      for (int g = 0; g < 2; ++g) {
-        for (int r = 0; r < R; ++r) h[g][r] = _mm256_setzero_si256();
-        for (int i = 4 * g; i < 4 * g + 4; i += 2) {
-          const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 64 * i));
-          const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 64 * (i + 1)));
-          for (int r = 0; r < R; ++r) {
-            const int8_t* xq = act->q + (r0 + r) * k + b * kQBlock;
-            const __m256i pair = _mm256_add_epi16(_mm256_maddubs_epi16(w0, broadcast4(xq + 4 * i)),
-                                                  _mm256_maddubs_epi16(w1, broadcast4(xq + 4 * (i + 1))));
-            h[g][r] = _mm256_add_epi32(h[g][r], _mm256_madd_epi16(pair, ones));
-          }
-        }
-      }
+      const int8_t* xq = act->q + r0 * k + b * kQBlock;
+      __m256i h0[R], h1[R];
+      q6_half_sums<0, R>(wb, xq, k, h0);
+      q6_half_sums<1, R>(wb, xq, k, h1);
       for (int r = 0; r < R; ++r) {
         const int64_t xb = (r0 + r) * blocks + b;
         const __m256 dx = _mm256_set1_ps(act->dx[xb]);
-        const __m256i c0 = _mm256_sub_epi32(h[0][r], _mm256_set1_epi32(32 * act->sq16[2 * xb]));
-        const __m256i c1 = _mm256_sub_epi32(h[1][r], _mm256_set1_epi32(32 * act->sq16[2 * xb + 1]));
+        const __m256i c0 = _mm256_sub_epi32(h0[r], _mm256_set1_epi32(32 * act->sq16[2 * xb]));
+        const __m256i c1 = _mm256_sub_epi32(h1[r], _mm256_set1_epi32(32 * act->sq16[2 * xb + 1]));
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c0), _mm256_mul_ps(sc0, dx), acc[r]);
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c1), _mm256_mul_ps(sc1, dx), acc[r]);
       }

@@ -162,9 +162,25 @@ void q4_tile_rows(const uint8_t* w, const Scales& scales, const sglc_quantized_r
   }
 }
 
-// Q6_K: levels 0..63 are vpdpbusd's unsigned operand as they are; loads 0-3 of a block hold
-// inputs 0-15 and 4-7 inputs 16-31, each half with its own scale, so each half's sum is kept
-// apart and corrected by 32 * that half's activation sum.
+// A q6k tile block's 8 level vectors, 0..63 each: lo[i] inputs 4i + j, hi[i] 16 + 4i + j (the q4
+// tile's nibbles, each ORed with its 2 high bits moved from bits 2i of the plane to bits 4-5).
+// The 16-bit shifts carry bits across bytes only into positions the 0x30 mask drops.
+inline void q6_levels(const uint8_t* wb, __m512i lo[4], __m512i hi[4]) {
+  const __m512i nibble = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8(0x30);
+  const __m512i p0 = _mm512_loadu_si512(wb + 256), p1 = _mm512_loadu_si512(wb + 320);
+  const __m512i h0[4] = {_mm512_slli_epi16(p0, 4), _mm512_slli_epi16(p0, 2), p0, _mm512_srli_epi16(p0, 2)};
+  const __m512i h1[4] = {_mm512_slli_epi16(p1, 4), _mm512_slli_epi16(p1, 2), p1, _mm512_srli_epi16(p1, 2)};
+  for (int i = 0; i < 4; ++i) {
+    const __m512i wv = _mm512_loadu_si512(wb + 64 * i);
+    // NOTE: 0xEC is (A & C) | B for A = levels, B = high bits (already masked), C = 0x0F
+    lo[i] = _mm512_ternarylogic_epi32(wv, _mm512_and_si512(h0[i], top), nibble, 0xEC);
+    hi[i] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(wv, 4), _mm512_and_si512(h1[i], top), nibble, 0xEC);
+  }
+}
+
+// Q6_K: levels 0..63 are vpdpbusd's unsigned operand as they are; the low half (inputs 0-15) and
+// the high half (16-31) each have their own scale, so each half's sum is kept apart and
+// corrected by 32 * that half's activation sum.
 template <int R, typename T>
 void q6k_tile_rows(const uint8_t* w, const uint16_t* d, const int8_t* sc, const sglc_quantized_rows* act, int64_t t,
                    int64_t r0, int64_t n, const void* bias, void* out) {
@@ -172,21 +188,21 @@ void q6k_tile_rows(const uint8_t* w, const uint16_t* d, const int8_t* sc, const 
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* wb = w + (t * blocks + b) * kQ8BlockBytes;
-    prefetch_block(wb, blocks * kQ8BlockBytes, 8);
-    __m512i wv[8];
-    for (int i = 0; i < 8; ++i) wv[i] = _mm512_loadu_si512(wb + 64 * i);
+    const uint8_t* wb = w + (t * blocks + b) * kQ6BlockBytes;
+    prefetch_block(wb, blocks * kQ6BlockBytes, 6);
+    __m512i lo[4], hi[4];
+    q6_levels(wb, lo, hi);
     const __m512 dv = load_half16(d + (t * (blocks / kKBlocks) + b / kKBlocks) * kQTile);
     const int8_t* scb = sc + (t * blocks * 2 + 2 * b) * kQTile;
     const __m512 s0 = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scb)))));
     const __m512 s1 = _mm512_mul_ps(dv, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scb + kQTile)))));
     for (int r = 0; r < R; ++r) {
       const int8_t* xq = act->q + (r0 + r) * k + b * kQBlock;
-      __m512i h0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[0], broadcast4(xq));
-      __m512i h1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[4], broadcast4(xq + 16));
+      __m512i h0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], broadcast4(xq));
+      __m512i h1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], broadcast4(xq + 16));
       for (int i = 1; i < 4; ++i) {
-        h0 = _mm512_dpbusd_epi32(h0, wv[i], broadcast4(xq + 4 * i));
-        h1 = _mm512_dpbusd_epi32(h1, wv[4 + i], broadcast4(xq + 16 + 4 * i));
+        h0 = _mm512_dpbusd_epi32(h0, lo[i], broadcast4(xq + 4 * i));
+        h1 = _mm512_dpbusd_epi32(h1, hi[i], broadcast4(xq + 16 + 4 * i));
       }
       const int64_t xb = (r0 + r) * blocks + b;
       const __m512 dx = _mm512_set1_ps(act->dx[xb]);
