@@ -1,8 +1,8 @@
 """Linears over GGUF tensors as shipped (runtime/model/models/gguf_linear.py), at every CPU level
-this machine runs: Q4_0, Q4_1, Q4_K, Q6_K, Q8_0 and Q5_0 (as Q8_0 blocks) on their native kernels compute the product of the
+this machine runs: Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K and Q8_0 on their native kernels compute the product of the
 file's own dequantized weights to within the int8 activation rounding (exactly where the
 activations are int8-representable), every level equal to the portable reference bit for bit;
-the other types run dequantized; embeddings decode only the looked-up rows."""
+the float types run dequantized; embeddings decode only the looked-up rows."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,7 +16,7 @@ from sglc_runtime.model.models.linear import Linear
 from sglc_runtime.model.native import load_cpu_ops, running_level
 from sglc_runtime.model.native.capabilities import supported_levels
 
-NATIVE = ("Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q6_K", "Q8_0")
+NATIVE = ("Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -77,8 +77,8 @@ def test_every_level_equals_the_reference_bit_for_bit(name):
         assert torch.equal(y, outs["generic"]), level
 
 
-@pytest.mark.parametrize("name", ["F16", "BF16", "Q5_1", "Q5_K"])
-def test_types_without_a_kernel_run_dequantized(name):
+@pytest.mark.parametrize("name", ["F16", "BF16"])
+def test_float_types_run_dequantized(name):
     w = weight(name, 32, 256, seed=5)
     lin = gguf_linear(w, None, torch.float32, pack=False)
     assert isinstance(lin, Linear)

@@ -155,6 +155,42 @@ def test_arm_gguf_linears_equal_the_reference_bit_for_bit(arm_drivers, tmp_path,
 @needs_arm_tools
 @pytest.mark.parametrize("level", ARM_LEVELS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_arm_q5_linears_equal_the_reference_bit_for_bit(arm_drivers, tmp_path, level, dtype):
+    """GGUF's Q5_0, Q5_1 and Q5_K (q5 tiles: nibbles plus a fifth-bit load) on aarch64 equal this
+    machine's portable reference exactly."""
+    from gguf_blocks import gguf_tensor
+
+    from sglc_runtime.model.gguf import GGUFWeight
+    from sglc_runtime.model.models.gguf_linear import GGUFQ5KLinear, GGUFQ5Linear
+
+    assert load_cpu_ops() is None
+    rows, k, n = 5, 512, 32
+    q50 = GGUFQ5Linear(GGUFWeight("q50", "Q5_0", n, k, gguf_tensor("Q5_0", n, k, seed=6)), None)
+    q51 = GGUFQ5Linear(GGUFWeight("q51", "Q5_1", n, k, gguf_tensor("Q5_1", n, k, seed=6)), None)
+    q5k = GGUFQ5KLinear(GGUFWeight("q5k", "Q5_K", n, k, gguf_tensor("Q5_K", n, k, seed=7)), None)
+    # NOTE: one set of levels and d for Q5_0 and Q5_1 (the driver runs them with m NULL, then m)
+    levels, d, m = q51._args
+    x = (torch.randn(rows, k, generator=torch.Generator().manual_seed(2)) * torch.linspace(0.3, 2, k)).to(dtype)
+    bias = torch.randn(n).to(dtype)
+    kl, kd, kdmin, ksc, kmn = q5k._args
+    header = np.array([rows, k, n // 16, SLOT[dtype]], np.int64)
+    out = Outputs(run_driver(arm_drivers[level], "q5_linear",
+                             [header, raw(x), levels.numpy(), raw(d.view(torch.bfloat16)), raw(m.view(torch.bfloat16)),
+                              kl.numpy(), raw(kd.view(torch.bfloat16)), raw(kdmin.view(torch.bfloat16)), ksc.numpy(),
+                              kmn.numpy(), raw(bias)],
+                             tmp_path))
+    y0, y1, yk = out.take(dtype, rows, n), out.take(dtype, rows, n), out.take(dtype, rows, n)
+    with running_level("generic"):
+        ref0 = torch.ops.sglc_cpu.q5_linear(x, levels, d, None, bias)
+        ref1 = torch.ops.sglc_cpu.q5_linear(x, levels, d, m, bias)
+        refk = torch.ops.sglc_cpu.q5k_linear(x, *q5k._args, bias)
+    assert q50._args[2] is None and q50._args[0].shape == levels.shape
+    assert torch.equal(y0, ref0) and torch.equal(y1, ref1) and torch.equal(yk, refk)
+
+
+@needs_arm_tools
+@pytest.mark.parametrize("level", ARM_LEVELS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("heads, kv_heads, head_dim, softcap",
                          [(9, 3, 64, 0.0), (8, 2, 64, 0.0), (4, 4, 64, 0.0), (6, 3, 32, 0.0), (8, 2, 64, 1.5),
                           (6, 3, 32, 1.5)])

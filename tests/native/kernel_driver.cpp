@@ -118,6 +118,45 @@ void gguf_linear(const sglc_kernel_table& t, Reader& in, Writer& out) {
   out.write(y6);
 }
 
+// q5_linear: header [rows, k, tiles, slot] (k a multiple of 256); x [rows, k] (slot), Q5_0 / Q5_1
+// q5 tiles u8 [tiles, k/32, 320] with d and m u16 [tiles, k/32, 16], Q5_K q5 tiles u8 [tiles, k/32,
+// 320] with d and dmin u16 [tiles, k/256, 16] and sc, mn u8 [tiles, k/32, 16], bias (slot).
+// Writes the Q5_0 (the first tiles and d, m NULL), Q5_1 and Q5_K products [rows, tiles * 16] (slot).
+void q5_linear(const sglc_kernel_table& t, Reader& in, Writer& out) {
+  const auto h = in.read<int64_t>(4);
+  const int64_t rows = h[0], k = h[1], tiles = h[2], n = tiles * 16, blocks = k / 32;
+  const int slot = static_cast<int>(h[3]);
+  const int64_t es = elem_size(slot);
+  const auto x = in.bytes(rows * k * es);
+  const auto q5 = in.read<uint8_t>(tiles * blocks * 320);
+  const auto d = in.read<uint16_t>(tiles * blocks * 16);
+  const auto m = in.read<uint16_t>(tiles * blocks * 16);
+  const auto q5k = in.read<uint8_t>(tiles * blocks * 320);
+  const auto dk = in.read<uint16_t>(tiles * blocks / 8 * 16);
+  const auto dmin = in.read<uint16_t>(tiles * blocks / 8 * 16);
+  const auto sc = in.read<uint8_t>(tiles * blocks * 16);
+  const auto mn = in.read<uint8_t>(tiles * blocks * 16);
+  const auto bias = in.bytes(n * es);
+  std::vector<int8_t> q(rows * k);
+  std::vector<float> dx(rows * blocks), sx(rows * blocks);
+  std::vector<int32_t> sq(rows * blocks), sq16(rows * blocks * 2);
+  t.quantize_rows[slot](x.data(), k, rows, k, q.data(), dx.data(), sx.data(), sq.data(), sq16.data());
+  const sglc_quantized_rows act{q.data(), dx.data(), sx.data(), sq.data(), sq16.data(), k};
+  std::vector<uint8_t> y0(rows * n * es), y1(rows * n * es), yk(rows * n * es);
+  for (int64_t tile = 0; tile < tiles; ++tile) {
+    for (int64_t r0 = 0; r0 < rows; r0 += t.int_rows_per_pass) {
+      const int group = static_cast<int>(std::min<int64_t>(t.int_rows_per_pass, rows - r0));
+      t.q5_tile[slot](q5.data(), d.data(), nullptr, &act, tile, r0, group, n, bias.data(), y0.data());
+      t.q5_tile[slot](q5.data(), d.data(), m.data(), &act, tile, r0, group, n, bias.data(), y1.data());
+      t.q5k_tile[slot](q5k.data(), dk.data(), dmin.data(), sc.data(), mn.data(), &act, tile, r0, group, n,
+                       bias.data(), yk.data());
+    }
+  }
+  out.write(y0);
+  out.write(y1);
+  out.write(yk);
+}
+
 // attention: header [heads, kv_heads, d, len, num_slots, slot]; q [heads, d], k and v
 // [num_slots, kv_heads, d] (slot), slots i64 [len], scale and softcap f32 [2]. Writes m, l f32
 // [heads] and the normalised output [heads, d] (slot).
@@ -175,7 +214,7 @@ void small_ops(const sglc_kernel_table& t, Reader& in, Writer& out) {
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: %s int_linear|gguf_linear|attention|small_ops|level <input> <output>\n", argv[0]);
+    std::fprintf(stderr, "usage: %s int_linear|gguf_linear|q5_linear|attention|small_ops|level <input> <output>\n", argv[0]);
     return 2;
   }
   const sglc_kernel_table& t = *sglc_kernels();
@@ -197,6 +236,8 @@ int main(int argc, char** argv) {
       int_linear(t, in, out);
     } else if (op == "gguf_linear") {
       gguf_linear(t, in, out);
+    } else if (op == "q5_linear") {
+      q5_linear(t, in, out);
     } else if (op == "attention") {
       attention(t, in, out);
     } else if (op == "small_ops") {

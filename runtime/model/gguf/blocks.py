@@ -75,9 +75,9 @@ class Q4Blocks:
 
 @dataclass(slots=True)
 class Q4KBlocks:
-    """Q4_K: w = (d * sc) * q - (dmin * mn), d and dmin per 256 values, sc and mn per 32."""
+    """Q4_K (and Q5_K): w = (d * sc) * q - (dmin * mn), d and dmin per 256 values, sc and mn per 32."""
 
-    levels: np.ndarray | None  # uint8 [rows, cols], 0..15 (None when decoded as pairs)
+    levels: np.ndarray | None  # uint8 [rows, cols], 0..15 (Q5_K: 0..31; None when decoded as pairs)
     d: np.ndarray  # uint16 [rows, cols / 256]
     dmin: np.ndarray  # uint16 [rows, cols / 256]
     sc: np.ndarray  # uint8 [rows, cols / 32], 0..63
@@ -118,11 +118,26 @@ def decode_q8_0(raw: np.ndarray, rows: int, cols: int) -> Q8Blocks:
     return Q8Blocks(np.ascontiguousarray(b[:, 2:34]).view(np.int8).reshape(rows, cols), _f16(b[:, 0:2]).reshape(rows, -1))
 
 
-def decode_q5_0(raw: np.ndarray, rows: int, cols: int) -> Q8Blocks:
-    """Q5_0 as Q8_0 blocks, exactly: its levels q - 16 (-16..15) fit int8 and its d is Q8_0's d."""
+@dataclass(slots=True)
+class Q5Blocks:
+    """5-bit levels with a float16 scale per block of 32: Q5_1 w = d * q + m, Q5_0 w = d * (q - 16)
+    (m None)."""
+
+    levels: np.ndarray  # uint8 [rows, cols], 0..31
+    d: np.ndarray  # uint16 [rows, cols / 32]
+    m: np.ndarray | None  # uint16 [rows, cols / 32] (Q5_1)
+
+
+def decode_q5_0(raw: np.ndarray, rows: int, cols: int) -> Q5Blocks:
     b = _blocks(raw, "Q5_0", rows, cols)
     q = _nibbles(b[:, 6:22]) | (_fifth_bits(b[:, 2:6]) << 4)
-    return Q8Blocks((q.astype(np.int8) - np.int8(16)).reshape(rows, cols), _f16(b[:, 0:2]).reshape(rows, -1))
+    return Q5Blocks(q.reshape(rows, cols), _f16(b[:, 0:2]).reshape(rows, -1), None)
+
+
+def decode_q5_1(raw: np.ndarray, rows: int, cols: int) -> Q5Blocks:
+    b = _blocks(raw, "Q5_1", rows, cols)
+    q = _nibbles(b[:, 8:24]) | (_fifth_bits(b[:, 4:8]) << 4)
+    return Q5Blocks(q.reshape(rows, cols), _f16(b[:, 0:2]).reshape(rows, -1), _f16(b[:, 2:4]).reshape(rows, -1))
 
 
 def k_scales_mins(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -162,6 +177,20 @@ def decode_q4_k(raw: np.ndarray, rows: int, cols: int, *, pairs: bool = False) -
         return Q4KBlocks(None, d, dmin, sc.reshape(rows, -1), mn.reshape(rows, -1), _k_pairs_4bit(b[:, 16:144], rows))
     return Q4KBlocks(_k_levels_4bit(b[:, 16:144]).reshape(rows, cols), d, dmin, sc.reshape(rows, -1),
                      mn.reshape(rows, -1))
+
+
+def _q5k_fifth_bits(qh: np.ndarray) -> np.ndarray:
+    """[n, 32] Q5_K qh bytes -> [n, 256] bits in value order (bit j of byte i: value i of sub-block j)."""
+    return ((qh.reshape(-1, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & 1).reshape(-1, QK_K)
+
+
+def decode_q5_k(raw: np.ndarray, rows: int, cols: int) -> Q4KBlocks:
+    """Q5_K: Q4_K's scales with 5-bit levels (0..31)."""
+    b = _blocks(raw, "Q5_K", rows, cols)
+    sc, mn = k_scales_mins(b[:, 4:16])
+    q = _k_levels_4bit(b[:, 48:176]) | (_q5k_fifth_bits(b[:, 16:48]) << 4)
+    return Q4KBlocks(q.reshape(rows, cols), _f16(b[:, 0:2]).reshape(rows, -1), _f16(b[:, 2:4]).reshape(rows, -1),
+                     sc.reshape(rows, -1), mn.reshape(rows, -1))
 
 
 @dataclass(slots=True)
@@ -227,8 +256,7 @@ def dequantize(name: str, raw: np.ndarray, rows: int, cols: int) -> np.ndarray:
         if name == "Q4_K":
             q = _k_levels_4bit(b[:, 16:144])
         else:
-            high = b[:, 16:48].reshape(-1, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
-            q = _k_levels_4bit(b[:, 48:176]) | ((high & 1).reshape(-1, QK_K) << 4)
+            q = _k_levels_4bit(b[:, 48:176]) | (_q5k_fifth_bits(b[:, 16:48]) << 4)
         return (d * q.reshape(-1, 8, 32).astype(np.float32) - dm).reshape(rows, cols)
     if name == "Q6_K":
         b = _blocks(raw, name, rows, cols)

@@ -2,14 +2,12 @@
 
 A GGUF tensor is stored as rows of fixed-size blocks (llama.cpp's ggml types). Three groups:
 
-- **native**: kept quantized, in the native kernels' tile layout (``models/gguf_linear.py``),
-  run by an integer kernel at every CPU level: Q4_0 and Q4_1 (``q4_linear``), Q4_K
-  (``q4k_linear``), Q6_K (``q6k_linear``: its 6-bit levels one byte each), Q8_0 (``q8b_linear``)
-  and Q5_0 (``q8b_linear`` too: its levels q - 16 are int8 and its scale is Q8_0's, so it becomes
-  Q8_0 blocks exactly, one byte a level against the file's 5.5 bits);
-- **dequantized**: F32, F16, BF16 and the types without a native kernel yet (Q5_1, Q5_K),
-  decoded by ``blocks.py`` into the model's compute dtype at load (float32 where the CPU has no
-  native bf16), with one log line naming the tensors;
+- **native**: kept quantized at the file's bits a weight, in the native kernels' tile layout
+  (``models/gguf_linear.py``), run by an integer kernel at every CPU level: Q4_0 and Q4_1
+  (``q4_linear``), Q4_K (``q4k_linear``), Q5_0 and Q5_1 (``q5_linear``), Q5_K (``q5k_linear``),
+  Q6_K (``q6k_linear``), Q8_0 (``q8b_linear``);
+- **dequantized**: F32, F16, BF16, decoded by ``blocks.py`` into the model's compute dtype at
+  load (float32 where the CPU has no native bf16), with one log line naming the tensors;
 - anything else (Q2_K, Q3_K, the IQ and TQ types, MXFP4, ...) is refused by name, listing these.
 """
 from __future__ import annotations
@@ -17,11 +15,11 @@ from __future__ import annotations
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 #: types with a native integer kernel (weights stay quantized in memory), and the kernel's operator
-NATIVE_KERNELS = {"Q4_0": "q4_linear", "Q4_1": "q4_linear", "Q4_K": "q4k_linear", "Q6_K": "q6k_linear",
-                  "Q8_0": "q8b_linear", "Q5_0": "q8b_linear"}
+NATIVE_KERNELS = {"Q4_0": "q4_linear", "Q4_1": "q4_linear", "Q4_K": "q4k_linear", "Q5_0": "q5_linear",
+                  "Q5_1": "q5_linear", "Q5_K": "q5k_linear", "Q6_K": "q6k_linear", "Q8_0": "q8b_linear"}
 NATIVE_TYPES = tuple(NATIVE_KERNELS)
 #: types decoded into a float dtype at load
-DEQUANTIZED_TYPES = ("F32", "F16", "BF16", "Q5_1", "Q5_K")
+DEQUANTIZED_TYPES = ("F32", "F16", "BF16")
 SUPPORTED_TYPES = NATIVE_TYPES + DEQUANTIZED_TYPES
 
 

@@ -5,11 +5,11 @@ layout (``native/kernels/common/int_linear.h``): Q4_0 and Q4_1 as q4 tiles with 
 (Q4_0's offset is -8 d, exact), Q4_K as q4 tiles with its super-block d and dmin and its 6-bit
 sub-block scales and mins (``q4k_linear``), Q6_K as a q4 tile of its levels' low 4 bits plus two
 loads of their high 2 bits, with its d and int8 scales per 16 inputs (``q6k_linear``: the file's
-6.56 bits a weight), Q8_0 as
-q8 tiles with a float16 scale per block (``q8b_linear``), and Q5_0 the same way (its levels q - 16
-are int8: exactly Q8_0 blocks; 8 bits a level against the file's 5.5). Nothing is dequantized or re-quantized, so the product is llama.cpp's (same
-levels, same int8 activation blocks) and memory stays at the file's size (plus a few % for
-unpacked K-quant scales). Where no native kernel runs (no compiler, the generic CPU level, a type
+6.56 bits a weight), Q5_0, Q5_1 and Q5_K as q5 tiles (a q4 tile of the low 4 bits plus a load
+of the fifth bits) with Q4_1's / Q4_K's scales (Q5_0: d alone, offset -16 d; ``q5_linear``,
+``q5k_linear``), Q8_0 as q8 tiles with a float16 scale per block (``q8b_linear``). Nothing is
+dequantized or re-quantized, so the product is llama.cpp's (same levels, same int8 activation
+blocks) and memory stays at the file's size (plus a few % for unpacked K-quant scales). Where no native kernel runs (no compiler, the generic CPU level, a type
 without a kernel: ``gguf.tensor_types``), the weight is dequantized (exactly, ``gguf.blocks``)
 into a float linear of the compute dtype.
 
@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..gguf.blocks import decode_q4_0, decode_q4_1, decode_q4_k, decode_q5_0, decode_q6_k, decode_q8_0
+from ..gguf.blocks import (decode_q4_0, decode_q4_1, decode_q4_k, decode_q5_0, decode_q5_1, decode_q5_k, decode_q6_k,
+                           decode_q8_0)
 from ..gguf.tensor_types import NATIVE_TYPES
 from ..gguf.weight import GGUFWeight
 from ..native import kernel_info, load_cpu_ops
@@ -28,6 +29,9 @@ from .linear import Linear
 from .quantized_linear import Int4Linear, pack_q8_tiles, tile_table
 
 TILE = 16
+#: types whose kernel is the q4 tiles' (4-bit levels, or 5 with one more load): they switch to a
+#: float copy at the int4 kernel's row count
+NIBBLE_TILE_TYPES = ("Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K")
 
 
 def _padded(t: np.ndarray, rows: int) -> np.ndarray:
@@ -83,13 +87,12 @@ class GGUFQ4KLinear(_TiledLinear):
 
 
 class GGUFQ8Linear(_TiledLinear):
-    """Q8_0 (and Q5_0, as Q8_0 blocks) on ``q8b_linear``: levels in q8 tiles, a float16 scale per
-    block and channel."""
+    """Q8_0 on ``q8b_linear``: levels in q8 tiles, a float16 scale per block and channel."""
 
     __slots__ = ("_tiles", "_d")
 
     def __init__(self, w: GGUFWeight, bias: torch.Tensor | None) -> None:
-        blk = (decode_q5_0 if w.type_name == "Q5_0" else decode_q8_0)(w.raw, w.rows, w.cols)
+        blk = decode_q8_0(w.raw, w.rows, w.cols)
         rows = -(-w.rows // TILE) * TILE
         self._tiles = pack_q8_tiles(torch.from_numpy(blk.levels))
         self._d = _table(blk.d, rows, torch.float16)
@@ -97,6 +100,58 @@ class GGUFQ8Linear(_TiledLinear):
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self._finish(torch.ops.sglc_cpu.q8b_linear(x, self._tiles, self._d, None))
+
+
+def q5_tiles(levels: np.ndarray) -> torch.Tensor:
+    """5-bit levels uint8 [out, in] (out a multiple of 16) as q5 tiles [out / 16, in / 32, 5, 64]
+    (``common/int_linear.h``): loads 0-3 the q4 tile of the low 4 bits, load 4 the fifth bit of
+    input 16 s + 4 i + j at bit 4 s + i of byte 4 c + j."""
+    out, cols = levels.shape
+    blocks = levels.reshape(out, cols // 32, 32)
+    low = blocks & 0x0F
+    nibbles = q4_tiles_of_pairs(low[:, :, :16] | (low[:, :, 16:] << 4))
+    fifth = (blocks >> 4).reshape(out, cols // 32, 8, 4)  # [channel, block, 4 s + i, j]
+    plane = np.zeros((out, cols // 32, 4), dtype=np.uint8)
+    for bit in range(8):
+        plane |= fifth[:, :, bit] << bit
+    plane = plane.reshape(out // TILE, TILE, cols // 32, 4).transpose(0, 2, 1, 3)
+    plane = torch.from_numpy(np.ascontiguousarray(plane).reshape(out // TILE, cols // 32, 1, 64))
+    return torch.cat([nibbles, plane], dim=2)
+
+
+class GGUFQ5Linear(_TiledLinear):
+    """Q5_0 and Q5_1 on ``q5_linear``: levels 0..31 as q5 tiles, float16 d (and Q5_1's m) per block
+    and channel; Q5_0's offset -16 d is the kernel's."""
+
+    __slots__ = ("_args",)
+
+    def __init__(self, w: GGUFWeight, bias: torch.Tensor | None) -> None:
+        blk = (decode_q5_0 if w.type_name == "Q5_0" else decode_q5_1)(w.raw, w.rows, w.cols)
+        rows = -(-w.rows // TILE) * TILE
+        self._args = (q5_tiles(_padded(blk.levels, rows)), _table(blk.d, rows, torch.float16),
+                      None if blk.m is None else _table(blk.m, rows, torch.float16))
+        self.bias, self.out_features, self.in_features, self.type_name = bias, w.rows, w.cols, w.type_name
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self._finish(torch.ops.sglc_cpu.q5_linear(x, *self._args, None))
+
+
+class GGUFQ5KLinear(_TiledLinear):
+    """Q5_K on ``q5k_linear``: levels 0..31 as q5 tiles with Q4_K's d / dmin per super-block and
+    sc / mn per block."""
+
+    __slots__ = ("_args",)
+
+    def __init__(self, w: GGUFWeight, bias: torch.Tensor | None) -> None:
+        blk = decode_q5_k(w.raw, w.rows, w.cols)
+        rows = -(-w.rows // TILE) * TILE
+        self._args = (q5_tiles(_padded(blk.levels, rows)), _table(blk.d, rows, torch.float16),
+                      _table(blk.dmin, rows, torch.float16), _table(blk.sc, rows, torch.uint8),
+                      _table(blk.mn, rows, torch.uint8))
+        self.bias, self.out_features, self.in_features, self.type_name = bias, w.rows, w.cols, w.type_name
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self._finish(torch.ops.sglc_cpu.q5k_linear(x, *self._args, None))
 
 
 def q6_tiles(levels: np.ndarray) -> torch.Tensor:
@@ -155,10 +210,14 @@ def gguf_linear(w: GGUFWeight, bias: torch.Tensor | None, dtype: torch.dtype, pa
     if use_native and w.type_name in NATIVE_TYPES:
         if w.type_name == "Q4_K":
             return GGUFQ4KLinear(w, bias)
-        if w.type_name in ("Q8_0", "Q5_0"):
+        if w.type_name == "Q8_0":
             return GGUFQ8Linear(w, bias)
         if w.type_name == "Q6_K":
             return GGUFQ6KLinear(w, bias)
+        if w.type_name in ("Q5_0", "Q5_1"):
+            return GGUFQ5Linear(w, bias)
+        if w.type_name == "Q5_K":
+            return GGUFQ5KLinear(w, bias)
         return _q4_tiles_linear(w, bias)
     weight = torch.from_numpy(w.dequantize()).to(dtype).contiguous()
     return Linear.build(weight, None if bias is None else bias.to(dtype), pack=pack)

@@ -13,7 +13,7 @@ import torch
 from ..gguf import GGUFWeight
 from ..gguf.reader import release_pages_of
 from ..native import bf16_is_native
-from .gguf_linear import gguf_linear
+from .gguf_linear import NIBBLE_TILE_TYPES, gguf_linear
 from .linear import Linear, can_pack_weights
 from .quantized_linear import (CastLinear, QuantizedLinear, RowDispatchLinear, large_batch_dtype, large_batch_rows,
                                native_large_batch_rows, quantized_linear)
@@ -139,7 +139,7 @@ class WeightLoader:
         large = Linear.build(torch.from_numpy(w.dequantize()).to(torch.bfloat16).contiguous(),
                              None if bias is None else bias.to(torch.bfloat16),
                              pack=m.pack_weights and can_pack_weights(torch.bfloat16, m.device))
-        min_rows = native_large_batch_rows(w.type_name in ("Q4_0", "Q4_1", "Q4_K"), head)
+        min_rows = native_large_batch_rows(w.type_name in NIBBLE_TILE_TYPES, head)
         return RowDispatchLinear(small, large if m.dtype == torch.bfloat16 else CastLinear(large), min_rows)
 
     def build_linear(self, weight: torch.Tensor, bias: torch.Tensor | None = None,

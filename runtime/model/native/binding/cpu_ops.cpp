@@ -589,29 +589,47 @@ at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Te
                        void* op, int64_t n_out) { kt->q8_tile[slot](wp, sp, act, t, r0, rows, n_out, bp, op); });
 }
 
-// Q4_1 levels [N/16, K/32, 4, 64] with float16 d and m [N/16, K/32, 16].
-at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& d, const at::Tensor& m,
-                     const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(weight.dim() == 4 && weight.size(2) == 4 && weight.size(3) == 64 && weight.is_contiguous() &&
+void check_level_tiles(const at::Tensor& weight, int64_t loads, const char* what, const char* tiles_name) {
+  TORCH_CHECK(weight.dim() == 4 && weight.size(2) == loads && weight.size(3) == 64 && weight.is_contiguous() &&
                   weight.scalar_type() == at::kByte,
-              "q4_linear: weight must be contiguous uint8 q4 tiles [out / 16, in / 32, 4, 64], got ",
+              what, ": weight must be contiguous uint8 ", tiles_name, " [out / 16, in / 32, ", loads, ", 64], got ",
               weight.sizes(), " ", weight.scalar_type());
+}
+
+// Q4_1 levels [N/16, K/32, 4, 64] (q4_linear) or Q5_1 / Q5_0 levels [N/16, K/32, 5, 64]
+// (q5_linear) with float16 d and m [N/16, K/32, 16]; m absent only for Q5_0 (w = d * (q - 16)).
+at::Tensor q45_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& d,
+                      const std::optional<at::Tensor>& m, const std::optional<at::Tensor>& bias, int bits) {
+  const char* what = bits == 4 ? "q4_linear" : "q5_linear";
+  check_level_tiles(weight, bits, what, bits == 4 ? "q4 tiles" : "q5 tiles");
   const int64_t tiles = weight.size(0), blocks = weight.size(1), k = blocks * kQBlock;
-  check_activations(x, k, "q4_linear");
-  for (const at::Tensor* t : {&d, &m}) {
+  check_activations(x, k, what);
+  TORCH_CHECK(bits == 5 || m.has_value(), what, ": m is required");
+  for (const at::Tensor* t : {&d, m.has_value() ? &*m : &d}) {
     TORCH_CHECK(t->dim() == 3 && t->size(0) == tiles && t->size(1) == blocks && t->size(2) == kQTile &&
                     t->is_contiguous() && t->scalar_type() == at::kHalf,
-                "q4_linear: block scales and mins must be contiguous float16 [", tiles, ", ", blocks, ", 16], got ",
+                what, ": block scales and mins must be contiguous float16 [", tiles, ", ", blocks, ", 16], got ",
                 t->sizes(), " ", t->scalar_type());
   }
-  check_bias(bias, x, tiles * kQTile, "q4_linear");
+  check_bias(bias, x, tiles * kQTile, what);
   const auto* kt = &kernels();
   const uint8_t* wp = weight.const_data_ptr<uint8_t>();
   const uint16_t* dp = reinterpret_cast<const uint16_t*>(d.const_data_ptr<at::Half>());
-  const uint16_t* mp = reinterpret_cast<const uint16_t*>(m.const_data_ptr<at::Half>());
-  return run_tiled(x, tiles, k, bias, "q4_linear",
+  const uint16_t* mp = m.has_value() ? reinterpret_cast<const uint16_t*>(m->const_data_ptr<at::Half>()) : nullptr;
+  const auto tile_fns = bits == 4 ? kt->q4_tile : kt->q5_tile;
+  return run_tiled(x, tiles, k, bias, what,
                    [&](int slot, int64_t t, int64_t r0, int rows, const sglc_quantized_rows* act, const void* bp,
-                       void* op, int64_t n_out) { kt->q4_tile[slot](wp, dp, mp, act, t, r0, rows, n_out, bp, op); });
+                       void* op, int64_t n_out) { tile_fns[slot](wp, dp, mp, act, t, r0, rows, n_out, bp, op); });
+}
+
+at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& d, const at::Tensor& m,
+                     const std::optional<at::Tensor>& bias) {
+  return q45_linear(x, weight, d, m, bias, 4);
+}
+
+at::Tensor q5_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& d,
+                     const std::optional<at::Tensor>& m, const std::optional<at::Tensor>& bias) {
+  return q45_linear(x, weight, d, m, bias, 5);
 }
 
 void check_block_table(const at::Tensor& t, int64_t tiles, int64_t blocks, at::ScalarType dtype, const char* what,
@@ -641,43 +659,50 @@ at::Tensor q8b_linear(const at::Tensor& x, const at::Tensor& weight, const at::T
                        void* op, int64_t n_out) { kt->q8b_tile[slot](wp, dp, act, t, r0, rows, n_out, bp, op); });
 }
 
-// GGUF Q4_K: q4 tiles [N/16, K/32, 4, 64]; float16 d and dmin [N/16, K/256, 16]; 6-bit scales and
-// mins as uint8 sc and mn [N/16, K/32, 16].
-at::Tensor q4k_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& d, const at::Tensor& dmin,
-                      const at::Tensor& sc, const at::Tensor& mn, const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(weight.dim() == 4 && weight.size(2) == 4 && weight.size(3) == 64 && weight.is_contiguous() &&
-                  weight.scalar_type() == at::kByte,
-              "q4k_linear: weight must be contiguous uint8 q4 tiles [out / 16, in / 32, 4, 64], got ", weight.sizes(),
-              " ", weight.scalar_type());
+// GGUF Q4_K: q4 tiles [N/16, K/32, 4, 64] (q4k_linear), Q5_K: q5 tiles [N/16, K/32, 5, 64]
+// (q5k_linear); float16 d and dmin [N/16, K/256, 16]; 6-bit scales and mins as uint8 sc and mn
+// [N/16, K/32, 16].
+at::Tensor qk_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& d, const at::Tensor& dmin,
+                     const at::Tensor& sc, const at::Tensor& mn, const std::optional<at::Tensor>& bias, int bits) {
+  const char* what = bits == 4 ? "q4k_linear" : "q5k_linear";
+  check_level_tiles(weight, bits, what, bits == 4 ? "q4 tiles" : "q5 tiles");
   const int64_t tiles = weight.size(0), blocks = weight.size(1), k = blocks * kQBlock;
-  TORCH_CHECK(blocks % 8 == 0, "q4k_linear: in_features must be a multiple of 256 (K-quant super-blocks), got ", k);
-  check_activations(x, k, "q4k_linear");
-  check_block_table(d, tiles, blocks / 8, at::kHalf, "q4k_linear", "d");
-  check_block_table(dmin, tiles, blocks / 8, at::kHalf, "q4k_linear", "dmin");
-  check_block_table(sc, tiles, blocks, at::kByte, "q4k_linear", "sc");
-  check_block_table(mn, tiles, blocks, at::kByte, "q4k_linear", "mn");
-  check_bias(bias, x, tiles * kQTile, "q4k_linear");
+  TORCH_CHECK(blocks % 8 == 0, what, ": in_features must be a multiple of 256 (K-quant super-blocks), got ", k);
+  check_activations(x, k, what);
+  check_block_table(d, tiles, blocks / 8, at::kHalf, what, "d");
+  check_block_table(dmin, tiles, blocks / 8, at::kHalf, what, "dmin");
+  check_block_table(sc, tiles, blocks, at::kByte, what, "sc");
+  check_block_table(mn, tiles, blocks, at::kByte, what, "mn");
+  check_bias(bias, x, tiles * kQTile, what);
   const auto* kt = &kernels();
   const uint8_t* wp = weight.const_data_ptr<uint8_t>();
   const uint16_t* dp = reinterpret_cast<const uint16_t*>(d.const_data_ptr<at::Half>());
   const uint16_t* dminp = reinterpret_cast<const uint16_t*>(dmin.const_data_ptr<at::Half>());
   const uint8_t* scp = sc.const_data_ptr<uint8_t>();
   const uint8_t* mnp = mn.const_data_ptr<uint8_t>();
-  return run_tiled(x, tiles, k, bias, "q4k_linear",
+  const auto tile_fns = bits == 4 ? kt->q4k_tile : kt->q5k_tile;
+  return run_tiled(x, tiles, k, bias, what,
                    [&](int slot, int64_t t, int64_t r0, int rows, const sglc_quantized_rows* act, const void* bp,
                        void* op, int64_t n_out) {
-                     kt->q4k_tile[slot](wp, dp, dminp, scp, mnp, act, t, r0, rows, n_out, bp, op);
+                     tile_fns[slot](wp, dp, dminp, scp, mnp, act, t, r0, rows, n_out, bp, op);
                    });
+}
+
+at::Tensor q4k_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& d, const at::Tensor& dmin,
+                      const at::Tensor& sc, const at::Tensor& mn, const std::optional<at::Tensor>& bias) {
+  return qk_linear(x, weight, d, dmin, sc, mn, bias, 4);
+}
+
+at::Tensor q5k_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& d, const at::Tensor& dmin,
+                      const at::Tensor& sc, const at::Tensor& mn, const std::optional<at::Tensor>& bias) {
+  return qk_linear(x, weight, d, dmin, sc, mn, bias, 5);
 }
 
 // GGUF Q6_K: levels 0..63 as q6k tiles [N/16, K/32, 6, 64] (4 + 2 bit planes); float16 d
 // [N/16, K/256, 16]; int8 scales per 16 inputs [N/16, K/16, 16].
 at::Tensor q6k_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& d, const at::Tensor& sc,
                       const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(weight.dim() == 4 && weight.size(2) == 6 && weight.size(3) == 64 && weight.is_contiguous() &&
-                  weight.scalar_type() == at::kByte,
-              "q6k_linear: weight must be contiguous uint8 q6k tiles [out / 16, in / 32, 6, 64], got ", weight.sizes(),
-              " ", weight.scalar_type());
+  check_level_tiles(weight, 6, "q6k_linear", "q6k tiles");
   const int64_t tiles = weight.size(0), blocks = weight.size(1), k = blocks * kQBlock;
   TORCH_CHECK(blocks % 8 == 0, "q6k_linear: in_features must be a multiple of 256 (K-quant super-blocks), got ", k);
   check_activations(x, k, "q6k_linear");
@@ -713,6 +738,8 @@ TORCH_LIBRARY(sglc_cpu, m) {
   m.def("q8b_linear(Tensor x, Tensor weight, Tensor d, Tensor? bias) -> Tensor");
   m.def("q4k_linear(Tensor x, Tensor weight, Tensor d, Tensor dmin, Tensor sc, Tensor mn, Tensor? bias) -> Tensor");
   m.def("q6k_linear(Tensor x, Tensor weight, Tensor d, Tensor sc, Tensor? bias) -> Tensor");
+  m.def("q5_linear(Tensor x, Tensor weight, Tensor d, Tensor? m, Tensor? bias) -> Tensor");
+  m.def("q5k_linear(Tensor x, Tensor weight, Tensor d, Tensor dmin, Tensor sc, Tensor mn, Tensor? bias) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(sglc_cpu, CPU, m) {
@@ -727,4 +754,6 @@ TORCH_LIBRARY_IMPL(sglc_cpu, CPU, m) {
   m.impl("q8b_linear", &q8b_linear);
   m.impl("q4k_linear", &q4k_linear);
   m.impl("q6k_linear", &q6k_linear);
+  m.impl("q5_linear", &q5_linear);
+  m.impl("q5k_linear", &q5k_linear);
 }

@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#define SGLC_KERNEL_ABI 5
+#define SGLC_KERNEL_ABI 6
 
 #ifdef __cplusplus
 extern "C" {
@@ -104,6 +104,11 @@ typedef void (*sglc_q4k_tile_fn)(const uint8_t* w, const uint16_t* d, const uint
                                  const uint8_t* mn, const struct sglc_quantized_rows* act, int64_t t, int64_t r0,
                                  int rows, int64_t n, const void* bias, void* out);
 
+// GGUF's Q5_0 / Q5_1 / Q5_K: 5-bit levels (0..31) as q5 tiles [tiles, k/32, 5, 64] (a q4 tile of the
+// low 4 bits, then one load of the fifth bits: common/int_linear.h). q5_tile takes Q4_1's d and
+// m per block (Q5_1: w = d * q + m), or m NULL for Q5_0 (w = d * (q - 16)); q5k_tile Q4_K's
+// scales and mins.
+
 struct sglc_kernel_table {
   int32_t abi;                 // SGLC_KERNEL_ABI
   const char* level;           // "generic", "avx2", "avx512", "neon_dotprod"
@@ -130,6 +135,8 @@ struct sglc_kernel_table {
   sglc_q8b_tile_fn q8b_tile[SGLC_NUM_INT_DTYPES];
   sglc_q4k_tile_fn q4k_tile[SGLC_NUM_INT_DTYPES];
   sglc_q6k_tile_fn q6k_tile[SGLC_NUM_INT_DTYPES];
+  sglc_q4_tile_fn q5_tile[SGLC_NUM_INT_DTYPES];
+  sglc_q4k_tile_fn q5k_tile[SGLC_NUM_INT_DTYPES];
 };
 
 // Scratch floats sglc_attend_fn needs.

@@ -90,12 +90,23 @@ void q8b_tile(const int8_t* w, const uint16_t* d, const sglc_quantized_rows* act
 template <typename T>
 void q4_tile(const uint8_t* w, const uint16_t* d, const uint16_t* m, const sglc_quantized_rows* act, int64_t t,
              int64_t r0, int rows, int64_t n, const void* bias, void* out) {
-  arch::q4_rows<T>(w, sglc::Q41Scales{d, m}, act, t, r0, rows, n, bias, out);
+  arch::q4_rows<T, 4>(w, sglc::Q41Scales{d, m}, act, t, r0, rows, n, bias, out);
+}
+template <typename T>
+void q5_tile(const uint8_t* w, const uint16_t* d, const uint16_t* m, const sglc_quantized_rows* act, int64_t t,
+             int64_t r0, int rows, int64_t n, const void* bias, void* out) {
+  if (m == nullptr) return arch::q4_rows<T, 5>(w, sglc::Q50Scales{d}, act, t, r0, rows, n, bias, out);
+  arch::q4_rows<T, 5>(w, sglc::Q41Scales{d, m}, act, t, r0, rows, n, bias, out);
 }
 template <typename T>
 void q4k_tile(const uint8_t* w, const uint16_t* d, const uint16_t* dmin, const uint8_t* sc, const uint8_t* mn,
               const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows, int64_t n, const void* bias, void* out) {
-  arch::q4_rows<T>(w, sglc::Q4KScales{d, dmin, sc, mn}, act, t, r0, rows, n, bias, out);
+  arch::q4_rows<T, 4>(w, sglc::Q4KScales{d, dmin, sc, mn}, act, t, r0, rows, n, bias, out);
+}
+template <typename T>
+void q5k_tile(const uint8_t* w, const uint16_t* d, const uint16_t* dmin, const uint8_t* sc, const uint8_t* mn,
+              const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows, int64_t n, const void* bias, void* out) {
+  arch::q4_rows<T, 5>(w, sglc::Q4KScales{d, dmin, sc, mn}, act, t, r0, rows, n, bias, out);
 }
 
 template <typename T>
@@ -134,6 +145,8 @@ const sglc_kernel_table kTable = {
     {q8b_tile<float>, q8b_tile<bf16>, q8b_tile<f16>},
     {q4k_tile<float>, q4k_tile<bf16>, q4k_tile<f16>},
     {q6k_tile<float>, q6k_tile<bf16>, q6k_tile<f16>},
+    {q5_tile<float>, q5_tile<bf16>, q5_tile<f16>},
+    {q5k_tile<float>, q5k_tile<bf16>, q5k_tile<f16>},
 };
 
 }  // namespace

@@ -16,6 +16,11 @@
 //   Q4_K: float16 d and dmin per super-block of 8 blocks [N/16, K/256, 16] and 6-bit scale and
 //   min per block as bytes [N/16, K/32, 16], w = (d * sc) * q - (dmin * mn): both products are
 //   exact in float32, so GGUF's Q4_K levels and scales are kept as shipped.
+// - q5 tiles (GGUF's Q5_0, Q5_1, Q5_K): 5-bit levels 0..31, uint8 [N/16, K/32, 5, 64]: loads 0-3
+//   are a q4 tile of the levels' low 4 bits, load 4 holds their fifth bits, byte 4c + j at bit
+//   4s + i for input b*32 + 16s + 4i + j (the level whose low bits are nibble s of byte 4c + j of
+//   load i). Their scales are the q4 tiles' policies: Q5_1 as Q4_1 (w = d * q + m), Q5_K as Q4_K,
+//   Q5_0 a float16 d per block and channel with w = d * (q - 16) (Q50Scales: offset -16 d, exact).
 // - q8 tiles with block scales (GGUF's Q8_0): the q8 tiles' levels and float16 d [N/16, K/32,
 //   16] per block and channel: w = d * q.
 // - q6k tiles (GGUF's Q6_K): 6-bit levels 0..63 as 4 + 2 bit planes, uint8 [N/16, K/32, 6, 64]:
@@ -39,6 +44,7 @@ constexpr int64_t kQBlock = 32;  // inputs per quantization block (GGUF's)
 constexpr int64_t kQTile = 16;   // output channels per tile
 constexpr int64_t kQ8BlockBytes = kQTile * kQBlock;
 constexpr int64_t kQ4BlockBytes = kQTile * kQBlock / 2;
+constexpr int64_t kQ5BlockBytes = kQTile * kQBlock * 5 / 8;  // 4 loads of nibbles, 1 of fifth bits
 constexpr int64_t kQ6BlockBytes = kQTile * kQBlock * 6 / 8;  // 4 loads of nibbles, 2 of high bits
 
 // Weights stream from memory once per step (a model is far bigger than the caches) and the
@@ -128,6 +134,14 @@ struct Q41Scales {  // Q4_1 and Q4_0: float16 d and m per block and channel
   }
 };
 
+struct Q50Scales {  // Q5_0: float16 d per block and channel, w = d * (q - 16)
+  const uint16_t* d;
+  float scale(int64_t t, int64_t b, int64_t blocks, int64_t c) const {
+    return half_bits_to_float(d[(t * blocks + b) * kQTile + c]);
+  }
+  float offset(int64_t t, int64_t b, int64_t blocks, int64_t c) const { return -16.f * scale(t, b, blocks, c); }
+};
+
 constexpr int64_t kKBlocks = 8;  // blocks of 32 per K-quant super-block (256 inputs)
 
 struct Q4KScales {  // Q4_K: d * sc and -(dmin * mn), sc and mn 6-bit per block, d and dmin per super-block
@@ -145,22 +159,37 @@ struct Q4KScales {  // Q4_K: d * sc and -(dmin * mn), sc and mn 6-bit per block,
   }
 };
 
-template <typename T, typename Scales>
+// Bytes of one block of a tile of Bits-bit levels (4: q4 tiles, 5: q5 tiles).
+template <int Bits>
+constexpr int64_t block_bytes() {
+  static_assert(Bits == 4 || Bits == 5, "q4 or q5 tiles");
+  return Bits == 4 ? kQ4BlockBytes : kQ5BlockBytes;
+}
+
+// One level of a q4 / q5 tile's block: input 16 s + 4 i + j of channel c.
+template <int Bits>
+inline int32_t q45_level(const uint8_t* wb, int64_t c, int s, int i, int j) {
+  const uint8_t byte = wb[64 * i + 4 * c + j];
+  const int32_t low = s == 0 ? (byte & 0x0F) : (byte >> 4);
+  if constexpr (Bits == 4) return low;
+  return low | (((wb[256 + 4 * c + j] >> (4 * s + i)) & 1) << 4);
+}
+
+template <typename T, int Bits, typename Scales>
 void q4_tile_scaled_ref(const uint8_t* w, const Scales& sc, const sglc_quantized_rows* act, int64_t t, int64_t r0,
                         int rows, int64_t n, const void* bias, void* out) {
   const int64_t k = act->k, blocks = k / kQBlock;
   for (int r = 0; r < rows; ++r) {
     float acc[kQTile] = {};
     for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* wb = w + (t * blocks + b) * kQ4BlockBytes;
+      const uint8_t* wb = w + (t * blocks + b) * block_bytes<Bits>();
       const int8_t* xq = act->q + (r0 + r) * k + b * kQBlock;
       const int64_t xb = (r0 + r) * blocks + b;
       for (int64_t c = 0; c < kQTile; ++c) {
         int32_t sum = 0;
-        for (int i = 0; i < 4; ++i) {
-          for (int j = 0; j < 4; ++j) {
-            const uint8_t byte = wb[64 * i + 4 * c + j];
-            sum += (byte & 0x0F) * xq[4 * i + j] + (byte >> 4) * xq[16 + 4 * i + j];
+        for (int s = 0; s < 2; ++s) {
+          for (int i = 0; i < 4; ++i) {
+            for (int j = 0; j < 4; ++j) sum += q45_level<Bits>(wb, c, s, i, j) * xq[16 * s + 4 * i + j];
           }
         }
         acc[c] = std::fma(static_cast<float>(sum), sc.scale(t, b, blocks, c) * act->dx[xb], acc[c]);
@@ -175,7 +204,7 @@ template <typename T>
 void q4k_tile_ref(const uint8_t* w, const uint16_t* d, const uint16_t* dmin, const uint8_t* sc, const uint8_t* mn,
                   const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows, int64_t n, const void* bias,
                   void* out) {
-  q4_tile_scaled_ref<T>(w, Q4KScales{d, dmin, sc, mn}, act, t, r0, rows, n, bias, out);
+  q4_tile_scaled_ref<T, 4>(w, Q4KScales{d, dmin, sc, mn}, act, t, r0, rows, n, bias, out);
 }
 
 // Q8_0: one float16 scale per block and channel, applied per block (the q8 tiles' per-channel
@@ -241,7 +270,7 @@ void q6k_tile_ref(const uint8_t* w, const uint16_t* d, const int8_t* sc, const s
 template <typename T>
 void q4_tile_ref(const uint8_t* w, const uint16_t* d, const uint16_t* m, const sglc_quantized_rows* act, int64_t t,
                  int64_t r0, int rows, int64_t n, const void* bias, void* out) {
-  q4_tile_scaled_ref<T>(w, Q41Scales{d, m}, act, t, r0, rows, n, bias, out);
+  q4_tile_scaled_ref<T, 4>(w, Q41Scales{d, m}, act, t, r0, rows, n, bias, out);
 }
 
 }  // namespace sglc

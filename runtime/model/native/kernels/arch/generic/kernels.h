@@ -43,10 +43,10 @@ void q6k_rows(const uint8_t* w, const uint16_t* d, const int8_t* sc, const sglc_
   q6k_tile_ref<T>(w, d, sc, act, t, r0, rows, n, bias, out);
 }
 
-template <typename T, typename Scales>
+template <typename T, int Bits, typename Scales>
 void q4_rows(const uint8_t* w, const Scales& sc, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows,
              int64_t n, const void* bias, void* out) {
-  q4_tile_scaled_ref<T>(w, sc, act, t, r0, rows, n, bias, out);
+  q4_tile_scaled_ref<T, Bits>(w, sc, act, t, r0, rows, n, bias, out);
 }
 
 }  // namespace sglc::generic

@@ -81,6 +81,11 @@ inline void block_scales(const Q41Scales& s, int64_t t, int64_t b, int64_t block
   dv = load_half4(s.d + sb);
   mv = load_half4(s.m + sb);
 }
+inline void block_scales(const Q50Scales& s, int64_t t, int64_t b, int64_t blocks, int c, float32x4_t& dv,
+                         float32x4_t& mv) {
+  dv = load_half4(s.d + (t * blocks + b) * kQTile + 4 * c);
+  mv = vmulq_n_f32(dv, -16.f);
+}
 inline void block_scales(const Q4KScales& s, int64_t t, int64_t b, int64_t blocks, int c, float32x4_t& dv,
                          float32x4_t& mv) {
   const int64_t sup = (t * (blocks / kKBlocks) + b / kKBlocks) * kQTile + 4 * c;
@@ -147,17 +152,20 @@ void q8_tile_rows(const int8_t* w, const float* scales, const uint16_t* block_d,
   }
 }
 
-template <int R, typename T, typename Scales>
+// Bits 5 (q5 tiles): each nibble gets its fifth bit as bit 4 (plane bit i for the low nibbles of
+// load i, bit 4 + i for the high ones); levels 0..31 still fit a signed byte.
+template <int R, typename T, typename Scales, int Bits>
 void q4_tile_rows(const uint8_t* w, const Scales& scales, const sglc_quantized_rows* act, int64_t t, int64_t r0,
                   int64_t n, const void* bias, void* out) {
   const int64_t k = act->k, blocks = k / kQBlock;
+  constexpr int64_t kBytes = block_bytes<Bits>();
   const uint8x16_t nibble = vdupq_n_u8(0x0F);
   float32x4_t acc[R][4];
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < 4; ++c) acc[r][c] = vdupq_n_f32(0.f);
   }
   for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* wb = w + (t * blocks + b) * kQ4BlockBytes;
+    const uint8_t* wb = w + (t * blocks + b) * kBytes;
     int8x16_t x[R][2];
     int32x4_t s[R][4];
     for (int r = 0; r < R; ++r) {
@@ -170,8 +178,14 @@ void q4_tile_rows(const uint8_t* w, const Scales& scales, const sglc_quantized_r
       int8x16_t lo[4], hi[4];
       for (int c = 0; c < 4; ++c) {
         const uint8x16_t wv = vld1q_u8(wb + 64 * i + 16 * c);
-        lo[c] = vreinterpretq_s8_u8(vandq_u8(wv, nibble));
-        hi[c] = vreinterpretq_s8_u8(vshrq_n_u8(wv, 4));
+        uint8x16_t l = vandq_u8(wv, nibble), h = vshrq_n_u8(wv, 4);
+        if constexpr (Bits == 5) {
+          const uint8x16_t plane = vld1q_u8(wb + 256 + 16 * c), five = vdupq_n_u8(0x10);
+          l = vorrq_u8(l, vandq_u8(vshlq_u8(plane, vdupq_n_s8(static_cast<int8_t>(4 - i))), five));
+          h = vorrq_u8(h, vandq_u8(vshlq_u8(plane, vdupq_n_s8(static_cast<int8_t>(-i))), five));
+        }
+        lo[c] = vreinterpretq_s8_u8(l);
+        hi[c] = vreinterpretq_s8_u8(h);
       }
       for (int r = 0; r < R; ++r) {
         for (int c = 0; c < 4; ++c) {
@@ -292,14 +306,14 @@ void q6k_rows(const uint8_t* w, const uint16_t* d, const int8_t* sc, const sglc_
   }
 }
 
-template <typename T, typename Scales>
+template <typename T, int Bits, typename Scales>
 void q4_rows(const uint8_t* w, const Scales& sc, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows,
              int64_t n, const void* bias, void* out) {
   switch (rows) {
-    case 1: return q4_tile_rows<1, T>(w, sc, act, t, r0, n, bias, out);
-    case 2: return q4_tile_rows<2, T>(w, sc, act, t, r0, n, bias, out);
-    case 3: return q4_tile_rows<3, T>(w, sc, act, t, r0, n, bias, out);
-    default: return q4_tile_rows<4, T>(w, sc, act, t, r0, n, bias, out);
+    case 1: return q4_tile_rows<1, T, Scales, Bits>(w, sc, act, t, r0, n, bias, out);
+    case 2: return q4_tile_rows<2, T, Scales, Bits>(w, sc, act, t, r0, n, bias, out);
+    case 3: return q4_tile_rows<3, T, Scales, Bits>(w, sc, act, t, r0, n, bias, out);
+    default: return q4_tile_rows<4, T, Scales, Bits>(w, sc, act, t, r0, n, bias, out);
   }
 }
 

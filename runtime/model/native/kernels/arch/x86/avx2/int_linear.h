@@ -97,6 +97,10 @@ inline void block_scales(const Q41Scales& s, int64_t t, int64_t b, int64_t block
   dv = load_half8(s.d + sb);
   mv = load_half8(s.m + sb);
 }
+inline void block_scales(const Q50Scales& s, int64_t t, int64_t b, int64_t blocks, int half, __m256& dv, __m256& mv) {
+  dv = load_half8(s.d + (t * blocks + b) * kQTile + 8 * half);
+  mv = _mm256_mul_ps(dv, _mm256_set1_ps(-16.f));
+}
 inline void block_scales(const Q4KScales& s, int64_t t, int64_t b, int64_t blocks, int half, __m256& dv, __m256& mv) {
   const int64_t sup = (t * (blocks / kKBlocks) + b / kKBlocks) * kQTile + 8 * half;
   const int64_t sb = (t * blocks + b) * kQTile + 8 * half;
@@ -143,18 +147,22 @@ void q8_tile_rows(const int8_t* w, const float* scales, const uint16_t* block_d,
   }
 }
 
-template <int R, typename T, typename Scales>
+// Bits 4 (q4 tiles): levels 0..15, a pair sum at most 3,810, so a block's 8 products (per half)
+// add up in int16 before one vpmaddwd. Bits 5 (q5 tiles): the fifth bits ORed in as bit 4; a
+// pair sum is at most 7,874, so each load's two products (<= 15,748) go through vpmaddwd.
+template <int R, typename T, typename Scales, int Bits>
 void q4_tile_rows(const uint8_t* w, const Scales& scales, const sglc_quantized_rows* act, int64_t t, int64_t r0,
                   int64_t n, const void* bias, void* out) {
   const int64_t k = act->k, blocks = k / kQBlock;
+  constexpr int64_t kBytes = block_bytes<Bits>();
   const __m256i nibble = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   for (int half = 0; half < 2; ++half) {
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* wb = w + (t * blocks + b) * kQ4BlockBytes + 32 * half;
+      const uint8_t* wb = w + (t * blocks + b) * kBytes + 32 * half;
       const int8_t* xq = act->q + r0 * k + b * kQBlock;
-      if (half == 0) prefetch_block(wb, blocks * kQ4BlockBytes, 4);
+      if (half == 0) prefetch_block(wb, blocks * kBytes, Bits);
       __m256i s[R];
       for (int r = 0; r < R; ++r) s[r] = _mm256_setzero_si256();
       // NOTE: not unrolled: unrolled, GCC re-associates each row's chain of int16 adds into a
@@ -162,18 +170,30 @@ void q4_tile_rows(const uint8_t* w, const Scales& scales, const sglc_quantized_r
 #pragma GCC unroll 1
       for (int i = 0; i < 4; ++i) {
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 64 * i));
-        const __m256i lo = _mm256_and_si256(wv, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), nibble);
+        __m256i lo = _mm256_and_si256(wv, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), nibble);
+        if constexpr (Bits == 5) {  // plane bit i -> lo's bit 4, bit 4 + i -> hi's (see the avx512 kernel)
+          const __m256i plane = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 256));
+          const __m256i five = _mm256_set1_epi8(0x10);
+          lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_sll_epi16(plane, _mm_cvtsi32_si128(4 - i)), five));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srl_epi16(plane, _mm_cvtsi32_si128(i)), five));
+        }
         for (int r = 0; r < R; ++r) {
           const int8_t* xr = xq + r * k;
-          s[r] = _mm256_add_epi16(s[r], _mm256_maddubs_epi16(lo, broadcast4(xr + 4 * i)));
-          s[r] = _mm256_add_epi16(s[r], _mm256_maddubs_epi16(hi, broadcast4(xr + 16 + 4 * i)));
+          const __m256i plo = _mm256_maddubs_epi16(lo, broadcast4(xr + 4 * i));
+          const __m256i phi = _mm256_maddubs_epi16(hi, broadcast4(xr + 16 + 4 * i));
+          if constexpr (Bits == 4) {
+            s[r] = _mm256_add_epi16(_mm256_add_epi16(s[r], plo), phi);
+          } else {
+            s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_add_epi16(plo, phi), ones));
+          }
         }
       }
       __m256 dv, mv;
       block_scales(scales, t, b, blocks, half, dv, mv);
       for (int r = 0; r < R; ++r) {
         const int64_t xb = (r0 + r) * blocks + b;
-        const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s[r], ones));
+        const __m256i s32 = Bits == 4 ? _mm256_madd_epi16(s[r], ones) : s[r];
+        const __m256 sum = _mm256_cvtepi32_ps(s32);
         acc[r] = _mm256_fmadd_ps(sum, _mm256_mul_ps(dv, _mm256_set1_ps(act->dx[xb])), acc[r]);
         acc[r] = _mm256_fmadd_ps(mv, _mm256_set1_ps(act->sx[xb]), acc[r]);
       }
@@ -272,14 +292,14 @@ void q6k_rows(const uint8_t* w, const uint16_t* d, const int8_t* sc, const sglc_
   }
 }
 
-template <typename T, typename Scales>
+template <typename T, int Bits, typename Scales>
 void q4_rows(const uint8_t* w, const Scales& sc, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows,
              int64_t n, const void* bias, void* out) {
   switch (rows) {
-    case 1: return q4_tile_rows<1, T>(w, sc, act, t, r0, n, bias, out);
-    case 2: return q4_tile_rows<2, T>(w, sc, act, t, r0, n, bias, out);
-    case 3: return q4_tile_rows<3, T>(w, sc, act, t, r0, n, bias, out);
-    default: return q4_tile_rows<4, T>(w, sc, act, t, r0, n, bias, out);
+    case 1: return q4_tile_rows<1, T, Scales, Bits>(w, sc, act, t, r0, n, bias, out);
+    case 2: return q4_tile_rows<2, T, Scales, Bits>(w, sc, act, t, r0, n, bias, out);
+    case 3: return q4_tile_rows<3, T, Scales, Bits>(w, sc, act, t, r0, n, bias, out);
+    default: return q4_tile_rows<4, T, Scales, Bits>(w, sc, act, t, r0, n, bias, out);
   }
 }
 

@@ -80,6 +80,10 @@ inline void block_scales(const Q41Scales& s, int64_t t, int64_t b, int64_t block
   dv = load_half16(s.d + sb);
   mv = load_half16(s.m + sb);
 }
+inline void block_scales(const Q50Scales& s, int64_t t, int64_t b, int64_t blocks, __m512& dv, __m512& mv) {
+  dv = load_half16(s.d + (t * blocks + b) * kQTile);
+  mv = _mm512_mul_ps(dv, _mm512_set1_ps(-16.f));
+}
 inline void block_scales(const Q4KScales& s, int64_t t, int64_t b, int64_t blocks, __m512& dv, __m512& mv) {
   const int64_t sup = (t * (blocks / kKBlocks) + b / kKBlocks) * kQTile, sb = (t * blocks + b) * kQTile;
   dv = _mm512_mul_ps(load_half16(s.d + sup), load_byte16(s.sc + sb));
@@ -123,24 +127,41 @@ void q8_tile_rows(const int8_t* w, const float* scales, const uint16_t* block_d,
   }
 }
 
+// A q5 tile block's fifth bits ORed into its nibbles as bit 4: lo[i] takes plane bit i, hi[i] bit
+// 4 + i (the 16-bit shifts carry bits across bytes only into positions the 0x10 mask drops).
+inline void add_fifth_bits(const uint8_t* wb, __m512i lo[4], __m512i hi[4]) {
+  const __m512i plane = _mm512_loadu_si512(wb + 256), five = _mm512_set1_epi8(0x10);
+  // NOTE: 0xF8 is A | (B & C) for A = the nibbles, B = the shifted plane, C = 0x10
+  lo[0] = _mm512_ternarylogic_epi32(lo[0], _mm512_slli_epi16(plane, 4), five, 0xF8);
+  lo[1] = _mm512_ternarylogic_epi32(lo[1], _mm512_slli_epi16(plane, 3), five, 0xF8);
+  lo[2] = _mm512_ternarylogic_epi32(lo[2], _mm512_slli_epi16(plane, 2), five, 0xF8);
+  lo[3] = _mm512_ternarylogic_epi32(lo[3], _mm512_slli_epi16(plane, 1), five, 0xF8);
+  hi[0] = _mm512_ternarylogic_epi32(hi[0], plane, five, 0xF8);
+  hi[1] = _mm512_ternarylogic_epi32(hi[1], _mm512_srli_epi16(plane, 1), five, 0xF8);
+  hi[2] = _mm512_ternarylogic_epi32(hi[2], _mm512_srli_epi16(plane, 2), five, 0xF8);
+  hi[3] = _mm512_ternarylogic_epi32(hi[3], _mm512_srli_epi16(plane, 3), five, 0xF8);
+}
+
 // Q4_1: a block's dot is d * dx * sum(q * xq) + m * dx * sum(xq); the levels are vpdpbusd's
-// unsigned operand as they are (3 ops unpack a load).
-template <int R, typename T, typename Scales>
+// unsigned operand as they are (3 ops unpack a load). Bits 5: q5 tiles, the fifth bits added.
+template <int R, typename T, typename Scales, int Bits>
 void q4_tile_rows(const uint8_t* w, const Scales& scales, const sglc_quantized_rows* act, int64_t t, int64_t r0,
                   int64_t n, const void* bias, void* out) {
   const int64_t k = act->k, blocks = k / kQBlock;
+  constexpr int64_t kBytes = block_bytes<Bits>();
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* wb = w + (t * blocks + b) * kQ4BlockBytes;
-    prefetch_block(wb, blocks * kQ4BlockBytes, 4);
+    const uint8_t* wb = w + (t * blocks + b) * kBytes;
+    prefetch_block(wb, blocks * kBytes, Bits);
     __m512i lo[4], hi[4];
     for (int i = 0; i < 4; ++i) {
       const __m512i wv = _mm512_loadu_si512(wb + 64 * i);
       lo[i] = _mm512_and_si512(wv, nibble);
       hi[i] = _mm512_and_si512(_mm512_srli_epi16(wv, 4), nibble);
     }
+    if constexpr (Bits == 5) add_fifth_bits(wb, lo, hi);
     __m512 dv, mv;
     block_scales(scales, t, b, blocks, dv, mv);
     for (int r = 0; r < R; ++r) {
@@ -246,18 +267,18 @@ void q6k_rows(const uint8_t* w, const uint16_t* d, const int8_t* sc, const sglc_
   }
 }
 
-template <typename T, typename Scales>
+template <typename T, int Bits, typename Scales>
 void q4_rows(const uint8_t* w, const Scales& sc, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows,
              int64_t n, const void* bias, void* out) {
   switch (rows) {
-    case 1: return q4_tile_rows<1, T>(w, sc, act, t, r0, n, bias, out);
-    case 2: return q4_tile_rows<2, T>(w, sc, act, t, r0, n, bias, out);
-    case 3: return q4_tile_rows<3, T>(w, sc, act, t, r0, n, bias, out);
-    case 4: return q4_tile_rows<4, T>(w, sc, act, t, r0, n, bias, out);
-    case 5: return q4_tile_rows<5, T>(w, sc, act, t, r0, n, bias, out);
-    case 6: return q4_tile_rows<6, T>(w, sc, act, t, r0, n, bias, out);
-    case 7: return q4_tile_rows<7, T>(w, sc, act, t, r0, n, bias, out);
-    default: return q4_tile_rows<8, T>(w, sc, act, t, r0, n, bias, out);
+    case 1: return q4_tile_rows<1, T, Scales, Bits>(w, sc, act, t, r0, n, bias, out);
+    case 2: return q4_tile_rows<2, T, Scales, Bits>(w, sc, act, t, r0, n, bias, out);
+    case 3: return q4_tile_rows<3, T, Scales, Bits>(w, sc, act, t, r0, n, bias, out);
+    case 4: return q4_tile_rows<4, T, Scales, Bits>(w, sc, act, t, r0, n, bias, out);
+    case 5: return q4_tile_rows<5, T, Scales, Bits>(w, sc, act, t, r0, n, bias, out);
+    case 6: return q4_tile_rows<6, T, Scales, Bits>(w, sc, act, t, r0, n, bias, out);
+    case 7: return q4_tile_rows<7, T, Scales, Bits>(w, sc, act, t, r0, n, bias, out);
+    default: return q4_tile_rows<8, T, Scales, Bits>(w, sc, act, t, r0, n, bias, out);
   }
 }
 
