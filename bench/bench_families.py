@@ -8,7 +8,7 @@ new each: bench_vs_llamacpp.py's workloads 1 and 2, greedy, eos ignored). Both s
 threads and the same KV capacity in tokens (sglc --kv-slots N, llama-server -c N).
 
     python bench/bench_families.py --llama-server /work/llamacpp/native [--families qwen3 gemma3]
-        [--threads 2] [--kv-tokens 4096] [--repeats 1] [--json bench/out/families.json]
+        [--quant Q4_K_M] [--threads 2] [--kv-tokens 4096] [--repeats 1] [--json bench/out/families.json]
 
 --llama-server is a folder holding llama-server and its libggml-cpu-*.so (docs/benchmarks.md:
 native/ loads the best variant for this CPU, avx2/ only the AVX2 one); with SGLC_CPU_LEVEL=avx2 in
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_vs_llamacpp import Server, concurrent_tok_s  # noqa: E402
-from bench.family_models import FAMILIES, gguf_path  # noqa: E402
+from bench.family_models import FAMILIES, QUANT, gguf_path  # noqa: E402
 
 MB = 2**20
 BUDGET_EXTRA = 300 * MB
@@ -121,9 +121,9 @@ def measure(name: str, cmd: list[str], cwd: str | None, port: int, log: Path, en
 
 
 def run_family(family: str, args: argparse.Namespace, out: Path) -> dict:
-    gguf = gguf_path(family)
+    gguf = gguf_path(family, args.quant)
     if not gguf.exists():
-        raise FileNotFoundError(f"{gguf} is missing: build it with bench/family_models.py")
+        raise FileNotFoundError(f"{gguf} is missing: build it with bench/family_models.py --quant {args.quant}")
     threads, kv = str(args.threads), args.kv_tokens
     env = dict(os.environ)
     row = {"family": family, "file_bytes": gguf.stat().st_size, "kv_bytes": kv * kv_bytes_per_token(gguf)}
@@ -162,6 +162,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--llama-server", required=True, help="folder with llama-server and its libggml-cpu-*.so")
     ap.add_argument("--families", nargs="*", default=list(FAMILIES))
+    ap.add_argument("--quant", default=QUANT, help=f"the files' llama-quantize type (default {QUANT})")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv-tokens", type=int, default=4096)
     ap.add_argument("--repeats", type=int, default=1)
@@ -178,7 +179,8 @@ def main() -> int:
             except Exception as e:  # one family failing must not hide the others
                 rows.append({"family": family, "error": f"{type(e).__name__}: {e}"})
             print(table(rows[-1:]).splitlines()[-1], flush=True)
-    note = (f"{platform.processor() or platform.machine()}, SGLC_CPU_LEVEL={os.environ.get('SGLC_CPU_LEVEL', 'native')}, "
+    note = (f"{args.quant} files, {platform.processor() or platform.machine()}, "
+            f"SGLC_CPU_LEVEL={os.environ.get('SGLC_CPU_LEVEL', 'native')}, "
             f"llama-server from {args.llama_server}, {args.threads} threads, {args.kv_tokens} KV tokens each")
     Path(args.json).write_text(json.dumps({"note": note, "rows": rows}, indent=1))
     print(f"\n{note}\n{table(rows)}")

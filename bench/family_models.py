@@ -9,7 +9,7 @@ tokens trained here on seeded random words, so the embedding and the head cost w
 costs (its special tokens include the ones llama.cpp looks up by name for a model named phi3). Random weights decode at the same speed as trained ones: the work does not depend
 on the values.
 
-    python bench/family_models.py --llama-cpp DIR --quantize BIN [--only qwen3 gemma3]
+    python bench/family_models.py --llama-cpp DIR --quantize BIN [--only qwen3 gemma3] [--quant Q5_K_M]
 """
 from __future__ import annotations
 
@@ -76,13 +76,14 @@ def bench_vocabulary() -> Tokenizer:
     return t
 
 
-def gguf_path(name: str) -> Path:
-    return OUT / f"{name}-{QUANT}.gguf"
+def gguf_path(name: str, quant: str = QUANT) -> Path:
+    return OUT / f"{name}-{quant}.gguf"
 
 
-def build(name: str, llama_cpp: Path, quantize: Path) -> Path:
-    """The family's Q4_K_M GGUF, built once (random weights, seed 0)."""
-    target = gguf_path(name)
+def build(name: str, llama_cpp: Path, quantize: Path, quant: str = QUANT) -> Path:
+    """The family's GGUF of llama-quantize's type ``quant`` (Q4_K_M by default), built once
+    (random weights, seed 0)."""
+    target = gguf_path(name, quant)
     if target.exists():
         return target
     OUT.mkdir(parents=True, exist_ok=True)
@@ -97,7 +98,7 @@ def build(name: str, llama_cpp: Path, quantize: Path) -> Path:
         write_tokenizer_files(folder, bench_vocabulary())
         f16 = Path(tmp) / f"{name}-F16.gguf"
         convert(llama_cpp, folder, f16, "f16")
-        subprocess.run([str(quantize), str(f16), str(target), QUANT, "2"], check=True,
+        subprocess.run([str(quantize), str(f16), str(target), quant, "2"], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     print(f"{target}: {target.stat().st_size / 2**20:.0f} MiB", flush=True)
     return target
@@ -108,9 +109,10 @@ def main() -> None:
     ap.add_argument("--llama-cpp", type=Path, required=True, help="llama.cpp source tree (convert_hf_to_gguf.py)")
     ap.add_argument("--quantize", type=Path, required=True, help="the llama-quantize binary")
     ap.add_argument("--only", nargs="*", help=f"families (default: all of {', '.join(FAMILIES)})")
+    ap.add_argument("--quant", default=QUANT, help=f"llama-quantize's type (default {QUANT}; e.g. Q5_K_M, Q6_K, Q8_0)")
     args = ap.parse_args()
     for name in args.only or FAMILIES:
-        build(name, args.llama_cpp, args.quantize)
+        build(name, args.llama_cpp, args.quantize, args.quant)
 
 
 if __name__ == "__main__":
