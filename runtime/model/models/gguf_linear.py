@@ -59,10 +59,15 @@ def _table(bits: np.ndarray, rows: int, dtype: torch.dtype) -> torch.Tensor:
 
 
 class _TiledLinear:
-    """Shared by the GGUF linears: bias, the padding of the last tile, the kernel's name."""
+    """Shared by the GGUF linears: bias, the padding of the last tile, the kernel's name, and
+    ``tiled()``: the weight as ``moe_experts`` takes it (its kind and tensors)."""
 
     __slots__ = ("bias", "out_features", "in_features", "type_name")
     kernel = "native"
+    tile_kind = ""
+
+    def tiled(self) -> tuple[str, tuple[torch.Tensor, ...]]:
+        return self.tile_kind, tuple(a for a in self._args if a is not None)
 
     def _finish(self, y: torch.Tensor) -> torch.Tensor:
         if y.shape[1] != self.out_features:  # NOTE: the padding channels of the last tile
@@ -74,6 +79,7 @@ class GGUFQ4KLinear(_TiledLinear):
     """Q4_K on ``q4k_linear``: levels in q4 tiles, d / dmin per super-block, sc / mn per block."""
 
     __slots__ = ("_args",)
+    tile_kind = "q4k"
 
     def __init__(self, w: GGUFWeight, bias: torch.Tensor | None) -> None:
         blk = decode_q4_k(w.raw, w.rows, w.cols, pairs=True)
@@ -90,6 +96,11 @@ class GGUFQ8Linear(_TiledLinear):
     """Q8_0 on ``q8b_linear``: levels in q8 tiles, a float16 scale per block and channel."""
 
     __slots__ = ("_tiles", "_d")
+    tile_kind = "q8b"
+
+    @property
+    def _args(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._tiles, self._d
 
     def __init__(self, w: GGUFWeight, bias: torch.Tensor | None) -> None:
         blk = decode_q8_0(w.raw, w.rows, w.cols)
@@ -125,6 +136,10 @@ class GGUFQ5Linear(_TiledLinear):
 
     __slots__ = ("_args",)
 
+    @property
+    def tile_kind(self) -> str:
+        return "q5_0" if self._args[2] is None else "q5_1"
+
     def __init__(self, w: GGUFWeight, bias: torch.Tensor | None) -> None:
         blk = (decode_q5_0 if w.type_name == "Q5_0" else decode_q5_1)(w.raw, w.rows, w.cols)
         rows = -(-w.rows // TILE) * TILE
@@ -141,6 +156,7 @@ class GGUFQ5KLinear(_TiledLinear):
     sc / mn per block."""
 
     __slots__ = ("_args",)
+    tile_kind = "q5k"
 
     def __init__(self, w: GGUFWeight, bias: torch.Tensor | None) -> None:
         blk = decode_q5_k(w.raw, w.rows, w.cols)
@@ -174,6 +190,7 @@ class GGUFQ6KLinear(_TiledLinear):
     int8 scale per 16 inputs."""
 
     __slots__ = ("_args",)
+    tile_kind = "q6k"
 
     def __init__(self, w: GGUFWeight, bias: torch.Tensor | None) -> None:
         blk = decode_q6_k(w.raw, w.rows, w.cols)

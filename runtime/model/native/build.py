@@ -105,9 +105,15 @@ def kernel_sources() -> list[Path]:
     return sorted(p for p in KERNELS.rglob("*") if p.suffix in (".h", ".cpp"))
 
 
+def binding_sources() -> list[Path]:
+    """Every file the binding is compiled from (cpu_ops.cpp and the headers it includes)."""
+    return sorted(p for p in BINDING.parent.iterdir() if p.suffix in (".h", ".cpp"))
+
+
 def binding_key() -> str:
-    """Folder name of the binding's build: its source, the kernel ABI header, flags, torch, Python."""
-    return _digest([BINDING.read_bytes(), (KERNELS / "kernel_table.h").read_bytes(), " ".join(BINDING_CFLAGS),
+    """Folder name of the binding's build: its sources, the kernel ABI header, flags, torch, Python."""
+    sources: list[bytes | str] = [p.read_bytes() for p in binding_sources()]
+    return _digest([*sources, (KERNELS / "kernel_table.h").read_bytes(), " ".join(BINDING_CFLAGS),
                     torch.__version__, sys.implementation.cache_tag, sysconfig.get_platform()])
 
 

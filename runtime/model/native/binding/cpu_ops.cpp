@@ -10,8 +10,9 @@
 // Ops: rms_norm, add_rms_norm_ (the residual add fused with the next norm), rope_, silu_mul,
 // gelu_tanh_mul, decode_attention_ (one decode step of attention read in place from the paged KV
 // buffer, with split-K for few long requests, a cascade over shared prefixes and optional score
-// soft-capping), q8_linear / q4_linear
-// (weight-only integer linears on 16-channel tiles). Work is spread over the pool only when
+// soft-capping), q8_linear / q4_linear / q8b_linear / q4k_linear / q5_linear / q5k_linear /
+// q6k_linear (weight-only integer linears on 16-channel tiles), moe_experts (a sparse MoE
+// block's experts in one call: moe_experts.h). Work is spread over the pool only when
 // there is enough of it to pay for waking the pool (a one-stream decode step runs inline).
 
 #include <ATen/ATen.h>
@@ -528,6 +529,24 @@ struct QuantizedRows {
   std::vector<int32_t> sq, sq16;
 };
 
+// `rows` rows of k features (slot's dtype, xs elements apart) quantized into `act` (resized), in
+// parallel for many rows.
+sglc_quantized_rows quantize_rows(const sglc_kernel_table& kt, int slot, const void* xp, int64_t xs, int64_t es,
+                                  int64_t rows, int64_t k, QuantizedRows& act) {
+  const int64_t blocks = k / kQBlock;
+  act.q.resize(rows * k);
+  act.dx.resize(rows * blocks);
+  act.sx.resize(rows * blocks);
+  act.sq.resize(rows * blocks);
+  act.sq16.resize(rows * blocks * 2);
+  const auto quantize = kt.quantize_rows[slot];
+  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    quantize(at_elem(xp, begin * xs, es), xs, end - begin, k, act.q.data() + begin * k, act.dx.data() + begin * blocks,
+             act.sx.data() + begin * blocks, act.sq.data() + begin * blocks, act.sq16.data() + begin * blocks * 2);
+  });
+  return {act.q.data(), act.dx.data(), act.sx.data(), act.sq.data(), act.sq16.data(), k};
+}
+
 // One call of a tiled integer linear on checked inputs: the rows quantized once (in parallel
 // for many rows), then tile(t, r0, rows, act, bias, out) for every tile and group of at most
 // rows_per_pass rows. Tasks are (block of rows, tile) pairs, rows outermost, so the threads share
@@ -542,19 +561,7 @@ at::Tensor run_tiled(const at::Tensor& x, int64_t tiles, int64_t k, const std::o
   const sglc_kernel_table& kt = kernels();
   thread_local QuantizedRows caller_rows;
   QuantizedRows& act = caller_rows;  // NOTE: the caller's buffers, also inside the pool's tasks
-  act.q.resize(rows * k);
-  act.dx.resize(rows * blocks);
-  act.sx.resize(rows * blocks);
-  act.sq.resize(rows * blocks);
-  act.sq16.resize(rows * blocks * 2);
-  const auto quantize = kt.quantize_rows[slot];
-  const void* xp = x.const_data_ptr();
-  const int64_t xs = x.stride(0), es = x.element_size();
-  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-    quantize(at_elem(xp, begin * xs, es), xs, end - begin, k, act.q.data() + begin * k, act.dx.data() + begin * blocks,
-             act.sx.data() + begin * blocks, act.sq.data() + begin * blocks, act.sq16.data() + begin * blocks * 2);
-  });
-  const sglc_quantized_rows qr{act.q.data(), act.dx.data(), act.sx.data(), act.sq.data(), act.sq16.data(), k};
+  const sglc_quantized_rows qr = quantize_rows(kt, slot, x.const_data_ptr(), x.stride(0), x.element_size(), rows, k, act);
   const void* bp = bias.has_value() ? bias->const_data_ptr() : nullptr;
   void* op = out.data_ptr();
   const int64_t per_pass = kt.int_rows_per_pass, row_blocks = (rows + kRowBlock - 1) / kRowBlock;
@@ -718,6 +725,8 @@ at::Tensor q6k_linear(const at::Tensor& x, const at::Tensor& weight, const at::T
                        void* op, int64_t n_out) { kt->q6k_tile[slot](wp, dp, scp, act, t, r0, rows, n_out, bp, op); });
 }
 
+#include "moe_experts.h"
+
 }  // namespace
 
 TORCH_LIBRARY(sglc_cpu, m) {
@@ -740,6 +749,8 @@ TORCH_LIBRARY(sglc_cpu, m) {
   m.def("q6k_linear(Tensor x, Tensor weight, Tensor d, Tensor sc, Tensor? bias) -> Tensor");
   m.def("q5_linear(Tensor x, Tensor weight, Tensor d, Tensor? m, Tensor? bias) -> Tensor");
   m.def("q5k_linear(Tensor x, Tensor weight, Tensor d, Tensor dmin, Tensor sc, Tensor mn, Tensor? bias) -> Tensor");
+  m.def("moe_experts(Tensor x, Tensor ids, Tensor weights, str[] gate_up_kinds, Tensor[] gate_up, str[] down_kinds, "
+        "Tensor[] down, str act) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(sglc_cpu, CPU, m) {
@@ -756,4 +767,5 @@ TORCH_LIBRARY_IMPL(sglc_cpu, CPU, m) {
   m.impl("q6k_linear", &q6k_linear);
   m.impl("q5_linear", &q5_linear);
   m.impl("q5k_linear", &q5k_linear);
+  m.impl("moe_experts", &moe_experts);
 }

@@ -1,0 +1,240 @@
+// moe_experts: the experts of one sparse mixture-of-experts block in one operator call. Part of
+// the binding's translation unit (included by cpu_ops.cpp after the integer linears, whose checks
+// and quantize_rows it uses).
+//
+// What it replaces is models/moe.py's grouped path, which for T tokens and k experts each ran
+// ~5 torch operators per expert that got tokens plus a sort, gathers and a scatter: on a 2-core CPU
+// those cost as much as the experts' own weight streaming at one or eight decode streams (a
+// Qwen3-MoE step: ~2.6 of ~17 ms at one stream, ~8 of ~42 ms at eight). Here the tokens' rows are
+// quantized once (every expert's gate_up reads the same rows), the (token, expert) pairs are put
+// in expert order, and each stage (all experts' gate_up tiles, the gated activation, all down
+// tiles) is one pass over the thread pool. The sums are the Python path's exactly: the same tile
+// kernels on the same quantized rows, the same activation kernel, and each token's contributions
+// rounded and added in ascending expert order as `(y * w).to(dtype)` and index_add_ do.
+
+#pragma once
+
+// An expert projection's tiled GGUF weight: its kind and the tensors the kind's tile kernel takes.
+struct TiledWeight {
+  enum Kind { kQ4K, kQ5K, kQ6K, kQ8B, kQ50, kQ51 };
+  Kind kind;
+  const void* w = nullptr;
+  const void* a[4] = {nullptr, nullptr, nullptr, nullptr};
+  int64_t tiles = 0, k = 0;
+
+  // out rows r0 .. r0 + rows of tile t from the quantized rows act (out rows n apart).
+  void run(const sglc_kernel_table& kt, int slot, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows,
+           int64_t n, void* out) const {
+    const auto* wp = static_cast<const uint8_t*>(w);
+    const auto* d = static_cast<const uint16_t*>(a[0]);
+    switch (kind) {
+      case kQ4K:
+      case kQ5K:
+        (kind == kQ4K ? kt.q4k_tile : kt.q5k_tile)[slot](wp, d, static_cast<const uint16_t*>(a[1]),
+                                                         static_cast<const uint8_t*>(a[2]),
+                                                         static_cast<const uint8_t*>(a[3]), act, t, r0, rows, n,
+                                                         nullptr, out);
+        return;
+      case kQ6K:
+        kt.q6k_tile[slot](wp, d, static_cast<const int8_t*>(a[1]), act, t, r0, rows, n, nullptr, out);
+        return;
+      case kQ8B:
+        kt.q8b_tile[slot](static_cast<const int8_t*>(w), d, act, t, r0, rows, n, nullptr, out);
+        return;
+      case kQ50:
+      case kQ51:
+        kt.q5_tile[slot](wp, d, static_cast<const uint16_t*>(a[1]), act, t, r0, rows, n, nullptr, out);
+        return;
+    }
+  }
+};
+
+// The kind's tensors from args[0 .. count), checked as the kind's own linear op checks them.
+// Returns how many tensors the kind takes.
+int64_t parse_tiled_weight(const std::string& kind, const at::TensorList& args, int64_t first, TiledWeight& tw,
+                           const char* what) {
+  static const std::map<std::string, std::pair<TiledWeight::Kind, int64_t>> kKinds = {
+      {"q4k", {TiledWeight::kQ4K, 5}}, {"q5k", {TiledWeight::kQ5K, 5}}, {"q6k", {TiledWeight::kQ6K, 3}},
+      {"q8b", {TiledWeight::kQ8B, 2}}, {"q5_0", {TiledWeight::kQ50, 2}}, {"q5_1", {TiledWeight::kQ51, 3}}};
+  const auto found = kKinds.find(kind);
+  TORCH_CHECK(found != kKinds.end(), what, ": unknown weight kind '", kind, "' (q4k, q5k, q6k, q8b, q5_0, q5_1)");
+  const auto [k, count] = found->second;
+  TORCH_CHECK(first + count <= static_cast<int64_t>(args.size()), what, ": too few tensors for a ", kind, " weight");
+  const at::Tensor& w = args[first];
+  if (k == TiledWeight::kQ8B) {
+    TORCH_CHECK(w.dim() == 4 && w.size(2) == 8 && w.size(3) == 64 && w.is_contiguous() && w.scalar_type() == at::kChar,
+                what, ": a q8b weight must be contiguous int8 q8 tiles [out / 16, in / 32, 8, 64], got ", w.sizes());
+  } else {
+    const int64_t loads = k == TiledWeight::kQ4K ? 4 : k == TiledWeight::kQ6K ? 6 : 5;
+    check_level_tiles(w, loads, what, kind.c_str());
+  }
+  const int64_t tiles = w.size(0), blocks = w.size(1);
+  tw = TiledWeight{k, w.const_data_ptr(), {}, tiles, blocks * kQBlock};
+  switch (k) {
+    case TiledWeight::kQ4K:
+    case TiledWeight::kQ5K:
+      TORCH_CHECK(blocks % 8 == 0, what, ": K-quant in_features must be a multiple of 256");
+      check_block_table(args[first + 1], tiles, blocks / 8, at::kHalf, what, "d");
+      check_block_table(args[first + 2], tiles, blocks / 8, at::kHalf, what, "dmin");
+      check_block_table(args[first + 3], tiles, blocks, at::kByte, what, "sc");
+      check_block_table(args[first + 4], tiles, blocks, at::kByte, what, "mn");
+      break;
+    case TiledWeight::kQ6K:
+      TORCH_CHECK(blocks % 8 == 0, what, ": K-quant in_features must be a multiple of 256");
+      check_block_table(args[first + 1], tiles, blocks / 8, at::kHalf, what, "d");
+      check_block_table(args[first + 2], tiles, blocks * 2, at::kChar, what, "sc");
+      break;
+    case TiledWeight::kQ8B:
+    case TiledWeight::kQ50:
+      check_block_table(args[first + 1], tiles, blocks, at::kHalf, what, "d");
+      break;
+    case TiledWeight::kQ51:
+      check_block_table(args[first + 1], tiles, blocks, at::kHalf, what, "d");
+      check_block_table(args[first + 2], tiles, blocks, at::kHalf, what, "m");
+      break;
+  }
+  for (int64_t i = 1; i < count; ++i) tw.a[i - 1] = args[first + i].const_data_ptr();
+  return count;
+}
+
+// Every (expert, tile, group of rows) of one projection as pool tasks: expert e's rows are the
+// pairs [start[e], start[e + 1]) of the pair-ordered activations; outputs go to the same rows of
+// out (n wide).
+void run_experts(const sglc_kernel_table& kt, int slot, const std::vector<TiledWeight>& weights,
+                 const std::vector<int64_t>& start, const sglc_quantized_rows* act, int64_t n, void* out) {
+  const int64_t per_pass = kt.int_rows_per_pass;
+  struct Task {
+    int64_t expert, tile, r0;
+    int rows;
+  };
+  std::vector<Task> tasks;
+  for (size_t e = 0; e < weights.size(); ++e) {
+    for (int64_t t = 0; t < weights[e].tiles && start[e + 1] > start[e]; ++t) {
+      for (int64_t r0 = start[e]; r0 < start[e + 1]; r0 += per_pass) {
+        tasks.push_back({static_cast<int64_t>(e), t, r0, static_cast<int>(std::min(per_pass, start[e + 1] - r0))});
+      }
+    }
+  }
+  at::parallel_for(0, static_cast<int64_t>(tasks.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const Task& task = tasks[i];
+      weights[task.expert].run(kt, slot, act, task.tile, task.r0, task.rows, n, out);
+    }
+  });
+}
+
+// out[t] += round(y * w) over the pairs in expert order, rounding as x's dtype T does: the product
+// in float32 (y and w widened; w of dtype T or float32), rounded to T, added in float32 and
+// rounded again, as `(y * w).to(T)` and index_add_ do. No fused multiply-add: torch rounds the
+// product on its own.
+template <typename T, typename W>
+__attribute__((optimize("fp-contract=off"))) void add_weighted(const T* y, const W* w, const int64_t* pair_token,
+                                                               const int64_t* pair_slot, int64_t pairs, int64_t h,
+                                                               T* out) {
+  for (int64_t p = 0; p < pairs; ++p) {
+    const T* yp = y + p * h;
+    T* op = out + pair_token[p] * h;
+    const float wf = static_cast<float>(w[pair_slot[p]]);
+    for (int64_t i = 0; i < h; ++i) {
+      const T product = static_cast<T>(static_cast<float>(yp[i]) * wf);
+      op[i] = static_cast<T>(static_cast<float>(op[i]) + static_cast<float>(product));
+    }
+  }
+}
+
+at::Tensor moe_experts(const at::Tensor& x, const at::Tensor& ids, const at::Tensor& weights,
+                       const std::vector<std::string>& gate_up_kinds, at::TensorList gate_up,
+                       const std::vector<std::string>& down_kinds, at::TensorList down, const std::string& act) {
+  const char* what = "moe_experts";
+  check_rows(x, what);
+  TORCH_CHECK(x.is_contiguous(), what, ": x must be contiguous");
+  const int64_t t_rows = x.size(0), h = x.size(1), num_experts = static_cast<int64_t>(gate_up_kinds.size());
+  TORCH_CHECK(ids.dim() == 2 && ids.size(0) == t_rows && ids.scalar_type() == at::kLong && ids.is_contiguous(), what,
+              ": ids must be a contiguous int64 [", t_rows, ", k], got ", ids.sizes(), " ", ids.scalar_type());
+  const int64_t top_k = ids.size(1);
+  TORCH_CHECK(weights.sizes() == ids.sizes() && weights.is_contiguous() &&
+                  (weights.scalar_type() == x.scalar_type() || weights.scalar_type() == at::kFloat),
+              what, ": weights must be contiguous [", t_rows, ", ", top_k, "] of x's dtype or float32");
+  TORCH_CHECK(static_cast<int64_t>(down_kinds.size()) == num_experts && num_experts > 0, what,
+              ": one gate_up and one down kind per expert");
+  TORCH_CHECK(act == "silu" || act == "gelu_tanh", what, ": act must be 'silu' or 'gelu_tanh', got '", act, "'");
+  const int slot = int_dtype_slot(x.scalar_type(), what);
+  std::vector<TiledWeight> gu(num_experts), dn(num_experts);
+  int64_t at_gu = 0, at_dn = 0;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    at_gu += parse_tiled_weight(gate_up_kinds[e], gate_up, at_gu, gu[e], what);
+    at_dn += parse_tiled_weight(down_kinds[e], down, at_dn, dn[e], what);
+    TORCH_CHECK(gu[e].k == h && gu[e].tiles == gu[0].tiles && dn[e].tiles * kQTile == h && dn[e].k == dn[0].k, what,
+                ": expert ", e, " has gate_up [", gu[e].tiles * kQTile, ", ", gu[e].k, "] and down [",
+                dn[e].tiles * kQTile, ", ", dn[e].k, "]; expected [2 I, ", h, "] and [", h, ", I] like expert 0");
+  }
+  TORCH_CHECK(at_gu == static_cast<int64_t>(gate_up.size()) && at_dn == static_cast<int64_t>(down.size()), what,
+              ": more tensors than the kinds take");
+  const int64_t inter = dn[0].k, gu_width = gu[0].tiles * kQTile;
+  TORCH_CHECK(gu_width == 2 * inter, what, ": gate_up has ", gu_width, " outputs, expected 2 x ", inter);
+  const int64_t* idp = ids.const_data_ptr<int64_t>();
+  for (int64_t i = 0; i < t_rows * top_k; ++i) {
+    TORCH_CHECK(idp[i] >= 0 && idp[i] < num_experts, what, ": expert id ", idp[i], " outside [0, ", num_experts, ")");
+  }
+
+  // (token, expert) pairs in expert order, tokens in order within an expert (a stable counting sort)
+  const int64_t pairs = t_rows * top_k;
+  std::vector<int64_t> start(num_experts + 1, 0), pair_token(pairs), pair_slot(pairs);
+  for (int64_t i = 0; i < pairs; ++i) ++start[idp[i] + 1];
+  for (int64_t e = 0; e < num_experts; ++e) start[e + 1] += start[e];
+  std::vector<int64_t> fill(start.begin(), start.end() - 1);
+  for (int64_t i = 0; i < pairs; ++i) {
+    const int64_t p = fill[idp[i]]++;
+    pair_token[p] = i / top_k;
+    pair_slot[p] = i;
+  }
+
+  const sglc_kernel_table& kt = kernels();
+  const int64_t es = x.element_size();
+  thread_local QuantizedRows token_rows, pair_rows;
+  // every token's row once, then copied into pair order (each expert's rows contiguous)
+  quantize_rows(kt, slot, x.const_data_ptr(), h, es, t_rows, h, token_rows);
+  const int64_t blocks = h / kQBlock;
+  pair_rows.q.resize(pairs * h);
+  pair_rows.dx.resize(pairs * blocks);
+  pair_rows.sx.resize(pairs * blocks);
+  pair_rows.sq.resize(pairs * blocks);
+  pair_rows.sq16.resize(pairs * blocks * 2);
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int64_t r = pair_token[p];
+    std::memcpy(pair_rows.q.data() + p * h, token_rows.q.data() + r * h, h);
+    std::memcpy(pair_rows.dx.data() + p * blocks, token_rows.dx.data() + r * blocks, blocks * sizeof(float));
+    std::memcpy(pair_rows.sx.data() + p * blocks, token_rows.sx.data() + r * blocks, blocks * sizeof(float));
+    std::memcpy(pair_rows.sq.data() + p * blocks, token_rows.sq.data() + r * blocks, blocks * sizeof(int32_t));
+    std::memcpy(pair_rows.sq16.data() + p * blocks * 2, token_rows.sq16.data() + r * blocks * 2,
+                blocks * 2 * sizeof(int32_t));
+  }
+  const sglc_quantized_rows pair_act{pair_rows.q.data(), pair_rows.dx.data(), pair_rows.sx.data(), pair_rows.sq.data(),
+                                     pair_rows.sq16.data(), h};
+
+  auto gate_up_out = at::empty({pairs, gu_width}, x.options());
+  run_experts(kt, slot, gu, start, &pair_act, gu_width, gate_up_out.data_ptr());
+  auto hidden = at::empty({pairs, inter}, x.options());
+  const auto act_fn = (act == "silu" ? kt.silu_mul : kt.gelu_tanh_mul)[slot];
+  at::parallel_for(0, pairs, kRowGrain, [&](int64_t begin, int64_t end) {
+    act_fn(at_elem(gate_up_out.const_data_ptr(), begin * gu_width, es), gu_width,
+           at_elem(hidden.data_ptr(), begin * inter, es), inter, end - begin, inter);
+  });
+  thread_local QuantizedRows hidden_rows;
+  const sglc_quantized_rows hidden_act = quantize_rows(kt, slot, hidden.const_data_ptr(), inter, es, pairs, inter,
+                                                       hidden_rows);
+  auto y = at::empty({pairs, h}, x.options());
+  run_experts(kt, slot, dn, start, &hidden_act, h, y.data_ptr());
+
+  auto out = at::zeros_like(x);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "moe_experts", [&] {
+    const auto* yp = y.const_data_ptr<scalar_t>();
+    auto* op = out.data_ptr<scalar_t>();
+    if (weights.scalar_type() == at::kFloat) {
+      add_weighted(yp, weights.const_data_ptr<float>(), pair_token.data(), pair_slot.data(), pairs, h, op);
+    } else {
+      add_weighted(yp, weights.const_data_ptr<scalar_t>(), pair_token.data(), pair_slot.data(), pairs, h, op);
+    }
+  });
+  return out;
+}
