@@ -554,7 +554,7 @@ sglc_quantized_rows quantize_rows(const sglc_kernel_table& kt, int slot, const v
 template <typename Tile>
 at::Tensor run_tiled(const at::Tensor& x, int64_t tiles, int64_t k, const std::optional<at::Tensor>& bias,
                      const char* what, const Tile& tile) {
-  const int64_t rows = x.size(0), n = tiles * kQTile, blocks = k / kQBlock;
+  const int64_t rows = x.size(0), n = tiles * kQTile;
   const int slot = int_dtype_slot(x.scalar_type(), what);
   auto out = at::empty({rows, n}, x.options());
   if (rows == 0) return out;
