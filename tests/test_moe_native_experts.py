@@ -1,6 +1,7 @@
-"""The sparse MoE block's experts in one native call (``sglc_cpu.moe_experts``, models/moe.py):
-where every expert is a GGUF weight on a tile kernel, the block's output equals the Python
-grouped path's bit for bit, for one token and many, every GGUF kind an expert can have, bf16 and
+"""The sparse MoE block's routing and experts in one native call each (``sglc_cpu.moe_route``,
+``sglc_cpu.moe_experts``, models/moe.py): routing chooses torch's experts with torch's weights to
+a few float32 ulps; where every expert is a GGUF weight on a tile kernel, the block's output equals the
+Python grouped path's bit for bit, for one token and many, every GGUF kind an expert can have, bf16 and
 float32, routing weights in the model's dtype or float32 (Mixtral), SiLU and tanh-GELU; it is
 used only where it applies, and bad arguments are refused by name."""
 from __future__ import annotations
@@ -116,3 +117,25 @@ def test_bad_arguments_are_refused_by_name():
         torch.ops.sglc_cpu.moe_experts(x, ids, w, n.gate_up_kinds, n.gate_up, n.down_kinds, n.down, "relu")
     with pytest.raises(RuntimeError, match="expected \\[2 I, 256\\]"):
         torch.ops.sglc_cpu.moe_experts(x, ids, w, n.gate_up_kinds, n.gate_up, n.gate_up_kinds, n.gate_up, "silu")
+
+
+def torch_route(logits: torch.Tensor, k: int, renormalize: bool, float_weights: bool):
+    probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+    weights, experts = torch.topk(probs, k, dim=-1)
+    if renormalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return (weights if float_weights else weights.to(logits.dtype)), experts
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("renormalize, float_weights", [(True, False), (False, False), (True, True)])
+def test_native_routing_is_torch_s_within_a_few_ulps(dtype, renormalize, float_weights):
+    logits = (torch.randn(64, 16, generator=torch.Generator().manual_seed(8)) * 3).to(dtype)
+    weights, ids = torch.ops.sglc_cpu.moe_route(logits, 4, renormalize, float_weights)
+    want_w, want_ids = torch_route(logits, 4, renormalize, float_weights)
+    assert torch.equal(ids, want_ids)
+    assert weights.dtype == want_w.dtype
+    torch.testing.assert_close(weights.float(), want_w.float(), rtol=4 * 2 ** -23 if weights.dtype == torch.float32 else 2 ** -8,
+                               atol=0)
+    with pytest.raises(RuntimeError, match="top_k must be in \\[1, 16\\]"):
+        torch.ops.sglc_cpu.moe_route(logits, 17, renormalize, float_weights)

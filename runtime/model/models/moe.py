@@ -101,8 +101,11 @@ class SparseMoE:
         return len(self.gate_up)
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(weights, experts) ``[T, top_k]`` of each token."""
+        """(weights, experts) ``[T, top_k]`` of each token; with native experts, one ``moe_route``
+        call (the same arithmetic in C++: a probability may differ from torch's in its last bit)."""
         logits = self.router(x)
+        if self.native is not None:  # NOTE: native experts exist only where the native ops loaded
+            return torch.ops.sglc_cpu.moe_route(logits, self.top_k, self.renormalize, self.float_weights)
         probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
         weights, experts = torch.topk(probs, self.top_k, dim=-1)
         if self.renormalize:

@@ -11,8 +11,8 @@
 // gelu_tanh_mul, decode_attention_ (one decode step of attention read in place from the paged KV
 // buffer, with split-K for few long requests, a cascade over shared prefixes and optional score
 // soft-capping), q8_linear / q4_linear / q8b_linear / q4k_linear / q5_linear / q5k_linear /
-// q6k_linear (weight-only integer linears on 16-channel tiles), moe_experts (a sparse MoE
-// block's experts in one call: moe_experts.h). Work is spread over the pool only when
+// q6k_linear (weight-only integer linears on 16-channel tiles), moe_route / moe_experts (a
+// sparse MoE block's routing and experts, one call each: moe_experts.h). Work is spread over the pool only when
 // there is enough of it to pay for waking the pool (a one-stream decode step runs inline).
 
 #include <ATen/ATen.h>
@@ -749,6 +749,7 @@ TORCH_LIBRARY(sglc_cpu, m) {
   m.def("q6k_linear(Tensor x, Tensor weight, Tensor d, Tensor sc, Tensor? bias) -> Tensor");
   m.def("q5_linear(Tensor x, Tensor weight, Tensor d, Tensor? m, Tensor? bias) -> Tensor");
   m.def("q5k_linear(Tensor x, Tensor weight, Tensor d, Tensor dmin, Tensor sc, Tensor mn, Tensor? bias) -> Tensor");
+  m.def("moe_route(Tensor logits, int top_k, bool renormalize, bool float_weights) -> (Tensor, Tensor)");
   m.def("moe_experts(Tensor x, Tensor ids, Tensor weights, str[] gate_up_kinds, Tensor[] gate_up, str[] down_kinds, "
         "Tensor[] down, str act) -> Tensor");
 }
@@ -768,4 +769,5 @@ TORCH_LIBRARY_IMPL(sglc_cpu, CPU, m) {
   m.impl("q5_linear", &q5_linear);
   m.impl("q5k_linear", &q5k_linear);
   m.impl("moe_experts", &moe_experts);
+  m.impl("moe_route", &moe_route);
 }

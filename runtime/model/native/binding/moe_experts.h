@@ -1,4 +1,5 @@
-// moe_experts: the experts of one sparse mixture-of-experts block in one operator call. Part of
+// moe_route and moe_experts: a sparse mixture-of-experts block's routing and its experts, one
+// operator call each. Part of
 // the binding's translation unit (included by cpu_ops.cpp after the integer linears, whose checks
 // and quantize_rows it uses).
 //
@@ -237,4 +238,43 @@ at::Tensor moe_experts(const at::Tensor& x, const at::Tensor& ids, const at::Ten
     }
   });
   return out;
+}
+
+// Routing as models/moe.py's SparseMoE.route computes it (softmax in float32, the top k, optionally
+// renormalised to sum to 1, cast to the logits' dtype unless float_weights): one call instead of
+// five torch operators a layer. exp is the C library's, not torch's vectorised one, so a
+// probability can differ from torch's in its last bits (a few float32 ulps; the experts chosen
+// only where two are that close). Ties go to the lower expert id. Returns (weights [T, k], ids int64 [T, k]).
+std::tuple<at::Tensor, at::Tensor> moe_route(const at::Tensor& logits, int64_t top_k, bool renormalize,
+                                             bool float_weights) {
+  const char* what = "moe_route";
+  check_rows(logits, what);
+  const int64_t rows = logits.size(0), num_experts = logits.size(1);
+  TORCH_CHECK(top_k >= 1 && top_k <= num_experts, what, ": top_k must be in [1, ", num_experts, "], got ", top_k);
+  const at::Tensor lf = logits.to(at::kFloat).contiguous();
+  auto weights = at::empty({rows, top_k}, logits.options().dtype(at::kFloat));
+  auto ids = at::empty({rows, top_k}, logits.options().dtype(at::kLong));
+  const float* lp = lf.const_data_ptr<float>();
+  float* wp = weights.data_ptr<float>();
+  int64_t* ip = ids.data_ptr<int64_t>();
+  std::vector<float> probs(num_experts);
+  std::vector<int64_t> order(num_experts);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* l = lp + r * num_experts;
+    const float m = *std::max_element(l, l + num_experts);
+    float sum = 0.f;
+    for (int64_t e = 0; e < num_experts; ++e) sum += (probs[e] = std::exp(l[e] - m));
+    const float inv = 1.f / sum;  // NOTE: as torch's softmax: times the reciprocal of the sum
+    for (int64_t e = 0; e < num_experts; ++e) probs[e] *= inv;
+    for (int64_t e = 0; e < num_experts; ++e) order[e] = e;
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
+                      [&](int64_t a, int64_t b) { return probs[a] > probs[b] || (probs[a] == probs[b] && a < b); });
+    float chosen = 0.f;
+    for (int64_t j = 0; j < top_k; ++j) chosen += probs[order[j]];
+    for (int64_t j = 0; j < top_k; ++j) {
+      ip[r * top_k + j] = order[j];
+      wp[r * top_k + j] = renormalize ? probs[order[j]] / chosen : probs[order[j]];
+    }
+  }
+  return {float_weights ? weights : weights.to(logits.scalar_type()), ids};
 }
