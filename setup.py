@@ -14,6 +14,6 @@ setup(
     package_dir={"sglc_runtime": "runtime"},
     # NOTE: the native kernels' sources are compiled on the user's machine (native/build.py)
     package_data={"sglc": ["py.typed", "grammar/native/*.cpp"],
-                  "sglc_runtime.model.native": ["binding/*.cpp", "kernels/*.h", "kernels/*.cpp", "kernels/*/*.h",
+                  "sglc_runtime.model.native": ["binding/*.cpp", "binding/*.h", "kernels/*.h", "kernels/*.cpp", "kernels/*/*.h",
                                                 "kernels/*/*/*.h", "kernels/*/*/*/*.h", "kernels/*/*.cpp"]},
 )
