@@ -9,6 +9,7 @@ Random blocks from tests/gguf_blocks.py (valid tensors of every type). Run it al
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import time
 from pathlib import Path
@@ -18,7 +19,6 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from gguf_blocks import gguf_tensor  # noqa: E402
 from sglc_runtime.model.gguf import GGUFWeight  # noqa: E402
 from sglc_runtime.model.models.gguf_linear import gguf_linear  # noqa: E402
 from sglc_runtime.model.native import load_cpu_ops, running_level  # noqa: E402
@@ -38,6 +38,7 @@ def main() -> int:
         print(f"no native kernels: {why}")
         return 1
     torch.set_num_threads(args.threads)
+    gguf_tensor = importlib.import_module("gguf_blocks").gguf_tensor  # NOTE: the tests' helper (tests/ on the path)
     n, k = args.shape
     levels = [lv for lv in supported_levels() if lv != "generic"]
     print(f"[{n} x {k}] weights, {args.copies} copies, {args.threads} threads; us a linear (GB/s)")
