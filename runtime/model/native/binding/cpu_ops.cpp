@@ -527,6 +527,16 @@ struct QuantizedRows {
   std::vector<int8_t> q;
   std::vector<float> dx, sx;
   std::vector<int32_t> sq, sq16;
+
+  void resize(int64_t rows, int64_t k) {
+    const int64_t blocks = k / kQBlock;
+    q.resize(rows * k);
+    dx.resize(rows * blocks);
+    sx.resize(rows * blocks);
+    sq.resize(rows * blocks);
+    sq16.resize(rows * blocks * 2);
+  }
+  sglc_quantized_rows view(int64_t k) const { return {q.data(), dx.data(), sx.data(), sq.data(), sq16.data(), k}; }
 };
 
 // `rows` rows of k features (slot's dtype, xs elements apart) quantized into `act` (resized), in
@@ -534,17 +544,13 @@ struct QuantizedRows {
 sglc_quantized_rows quantize_rows(const sglc_kernel_table& kt, int slot, const void* xp, int64_t xs, int64_t es,
                                   int64_t rows, int64_t k, QuantizedRows& act) {
   const int64_t blocks = k / kQBlock;
-  act.q.resize(rows * k);
-  act.dx.resize(rows * blocks);
-  act.sx.resize(rows * blocks);
-  act.sq.resize(rows * blocks);
-  act.sq16.resize(rows * blocks * 2);
+  act.resize(rows, k);
   const auto quantize = kt.quantize_rows[slot];
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     quantize(at_elem(xp, begin * xs, es), xs, end - begin, k, act.q.data() + begin * k, act.dx.data() + begin * blocks,
              act.sx.data() + begin * blocks, act.sq.data() + begin * blocks, act.sq16.data() + begin * blocks * 2);
   });
-  return {act.q.data(), act.dx.data(), act.sx.data(), act.sq.data(), act.sq16.data(), k};
+  return act.view(k);
 }
 
 // One call of a tiled integer linear on checked inputs: the rows quantized once (in parallel

@@ -196,11 +196,7 @@ at::Tensor moe_experts(const at::Tensor& x, const at::Tensor& ids, const at::Ten
   // every token's row once, then copied into pair order (each expert's rows contiguous)
   quantize_rows(kt, slot, x.const_data_ptr(), h, es, t_rows, h, token_rows);
   const int64_t blocks = h / kQBlock;
-  pair_rows.q.resize(pairs * h);
-  pair_rows.dx.resize(pairs * blocks);
-  pair_rows.sx.resize(pairs * blocks);
-  pair_rows.sq.resize(pairs * blocks);
-  pair_rows.sq16.resize(pairs * blocks * 2);
+  pair_rows.resize(pairs, h);
   for (int64_t p = 0; p < pairs; ++p) {
     const int64_t r = pair_token[p];
     std::memcpy(pair_rows.q.data() + p * h, token_rows.q.data() + r * h, h);
@@ -210,8 +206,7 @@ at::Tensor moe_experts(const at::Tensor& x, const at::Tensor& ids, const at::Ten
     std::memcpy(pair_rows.sq16.data() + p * blocks * 2, token_rows.sq16.data() + r * blocks * 2,
                 blocks * 2 * sizeof(int32_t));
   }
-  const sglc_quantized_rows pair_act{pair_rows.q.data(), pair_rows.dx.data(), pair_rows.sx.data(), pair_rows.sq.data(),
-                                     pair_rows.sq16.data(), h};
+  const sglc_quantized_rows pair_act = pair_rows.view(h);
 
   auto gate_up_out = at::empty({pairs, gu_width}, x.options());
   run_experts(kt, slot, gu, start, &pair_act, gu_width, gate_up_out.data_ptr());
