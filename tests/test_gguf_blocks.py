@@ -108,7 +108,7 @@ def test_nibble_pairs_pack_the_same_q4_tiles_as_the_levels():
     same scales."""
     import torch
 
-    from sglc_runtime.model.models.gguf_linear import q4_tiles_of_pairs
+    from sglc_runtime.model.models.gguf_tiles import q4_tiles_of_pairs
     from sglc_runtime.model.models.quantized_linear import pack_q4_levels
 
     rows, cols = 48, 768

@@ -7,7 +7,8 @@ sub-block scales and mins (``q4k_linear``), Q6_K as a q4 tile of its levels' low
 loads of their high 2 bits, with its d and int8 scales per 16 inputs (``q6k_linear``: the file's
 6.56 bits a weight), Q5_0, Q5_1 and Q5_K as q5 tiles (a q4 tile of the low 4 bits plus a load
 of the fifth bits) with Q4_1's / Q4_K's scales (Q5_0: d alone, offset -16 d; ``q5_linear``,
-``q5k_linear``), Q8_0 as q8 tiles with a float16 scale per block (``q8b_linear``). Nothing is
+``q5k_linear``), Q8_0 as q8 tiles with a float16 scale per block (``q8b_linear``); the repacking
+is one native call per tensor (``gguf_tiles``). Nothing is
 dequantized or re-quantized, so the product is llama.cpp's (same levels, same int8 activation
 blocks) and memory stays at the file's size (plus a few % for unpacked K-quant scales). Where no native kernel runs (no compiler, the generic CPU level, a type
 without a kernel: ``gguf.tensor_types``), the weight is dequantized (exactly, ``gguf.blocks``)
@@ -17,45 +18,18 @@ Embeddings are looked up from the blocks: only the rows of the tokens in a step 
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 
-from ..gguf.blocks import (decode_q4_0, decode_q4_1, decode_q4_k, decode_q5_0, decode_q5_1, decode_q5_k, decode_q6_k,
-                           decode_q8_0)
 from ..gguf.tensor_types import NATIVE_TYPES
 from ..gguf.weight import GGUFWeight
 from ..native import kernel_info, load_cpu_ops
+from .gguf_tiles import TILE, gguf_tiles
 from .linear import Linear
-from .quantized_linear import Int4Linear, pack_q8_tiles, tile_table
+from .quantized_linear import Int4Linear
 
-TILE = 16
 #: types whose kernel is the q4 tiles' (4-bit levels, or 5 with one more load): they switch to a
 #: float copy at the int4 kernel's row count
 NIBBLE_TILE_TYPES = ("Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K")
-
-
-def _padded(t: np.ndarray, rows: int) -> np.ndarray:
-    """``t`` with zero rows appended up to ``rows`` (a tile's missing channels: zero weights)."""
-    if t.shape[0] == rows:
-        return t
-    pad = np.zeros((rows - t.shape[0], *t.shape[1:]), dtype=t.dtype)
-    return np.concatenate([t, pad])
-
-
-def q4_tiles_of_pairs(pairs: np.ndarray) -> torch.Tensor:
-    """Nibble pairs uint8 [out, in / 32, 16] (``decode_q4_*(pairs=True)``: byte p of a block holds
-    input p and 16 + p) as q4 tiles [out / 16, in / 32, 4, 64]: the same bytes, one transposing
-    copy ([tile, channel, block, load, j] -> [tile, block, load, channel, j]), what
-    :func:`~.quantized_linear.pack_q4_levels` makes from the unpacked levels."""
-    out, blocks, _ = pairs.shape
-    n = pairs.reshape(out // TILE, TILE, blocks, 4, 4)
-    return torch.from_numpy(np.ascontiguousarray(n.transpose(0, 2, 3, 1, 4)).reshape(out // TILE, blocks, 4, 64))
-
-
-def _table(bits: np.ndarray, rows: int, dtype: torch.dtype) -> torch.Tensor:
-    """A [out, groups] numpy table (float16 bits as uint16, or uint8) in tile order."""
-    t = torch.from_numpy(np.ascontiguousarray(_padded(bits, rows)))
-    return tile_table(t.view(dtype) if dtype == torch.float16 else t)
 
 
 class _TiledLinear:
@@ -82,10 +56,7 @@ class GGUFQ4KLinear(_TiledLinear):
     tile_kind = "q4k"
 
     def __init__(self, w: GGUFWeight, bias: torch.Tensor | None) -> None:
-        blk = decode_q4_k(w.raw, w.rows, w.cols, pairs=True)
-        rows = -(-w.rows // TILE) * TILE
-        self._args = (q4_tiles_of_pairs(_padded(blk.pairs, rows)), _table(blk.d, rows, torch.float16), _table(blk.dmin, rows, torch.float16),
-                      _table(blk.sc, rows, torch.uint8), _table(blk.mn, rows, torch.uint8))
+        self._args = tuple(gguf_tiles(w))
         self.bias, self.out_features, self.in_features, self.type_name = bias, w.rows, w.cols, w.type_name
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -103,31 +74,11 @@ class GGUFQ8Linear(_TiledLinear):
         return self._tiles, self._d
 
     def __init__(self, w: GGUFWeight, bias: torch.Tensor | None) -> None:
-        blk = decode_q8_0(w.raw, w.rows, w.cols)
-        rows = -(-w.rows // TILE) * TILE
-        self._tiles = pack_q8_tiles(torch.from_numpy(blk.levels))
-        self._d = _table(blk.d, rows, torch.float16)
+        self._tiles, self._d = gguf_tiles(w)
         self.bias, self.out_features, self.in_features, self.type_name = bias, w.rows, w.cols, w.type_name
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self._finish(torch.ops.sglc_cpu.q8b_linear(x, self._tiles, self._d, None))
-
-
-def q5_tiles(levels: np.ndarray) -> torch.Tensor:
-    """5-bit levels uint8 [out, in] (out a multiple of 16) as q5 tiles [out / 16, in / 32, 5, 64]
-    (``common/int_linear.h``): loads 0-3 the q4 tile of the low 4 bits, load 4 the fifth bit of
-    input 16 s + 4 i + j at bit 4 s + i of byte 4 c + j."""
-    out, cols = levels.shape
-    blocks = levels.reshape(out, cols // 32, 32)
-    low = blocks & 0x0F
-    nibbles = q4_tiles_of_pairs(low[:, :, :16] | (low[:, :, 16:] << 4))
-    fifth = (blocks >> 4).reshape(out, cols // 32, 8, 4)  # [channel, block, 4 s + i, j]
-    plane = np.zeros((out, cols // 32, 4), dtype=np.uint8)
-    for bit in range(8):
-        plane |= fifth[:, :, bit] << bit
-    plane = plane.reshape(out // TILE, TILE, cols // 32, 4).transpose(0, 2, 1, 3)
-    plane = torch.from_numpy(np.ascontiguousarray(plane).reshape(out // TILE, cols // 32, 1, 64))
-    return torch.cat([nibbles, plane], dim=2)
 
 
 class GGUFQ5Linear(_TiledLinear):
@@ -141,10 +92,8 @@ class GGUFQ5Linear(_TiledLinear):
         return "q5_0" if self._args[2] is None else "q5_1"
 
     def __init__(self, w: GGUFWeight, bias: torch.Tensor | None) -> None:
-        blk = (decode_q5_0 if w.type_name == "Q5_0" else decode_q5_1)(w.raw, w.rows, w.cols)
-        rows = -(-w.rows // TILE) * TILE
-        self._args = (q5_tiles(_padded(blk.levels, rows)), _table(blk.d, rows, torch.float16),
-                      None if blk.m is None else _table(blk.m, rows, torch.float16))
+        tiles, d, *m = gguf_tiles(w)  # NOTE: Q5_0 has no m
+        self._args = (tiles, d, m[0] if m else None)
         self.bias, self.out_features, self.in_features, self.type_name = bias, w.rows, w.cols, w.type_name
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -159,30 +108,11 @@ class GGUFQ5KLinear(_TiledLinear):
     tile_kind = "q5k"
 
     def __init__(self, w: GGUFWeight, bias: torch.Tensor | None) -> None:
-        blk = decode_q5_k(w.raw, w.rows, w.cols)
-        rows = -(-w.rows // TILE) * TILE
-        self._args = (q5_tiles(_padded(blk.levels, rows)), _table(blk.d, rows, torch.float16),
-                      _table(blk.dmin, rows, torch.float16), _table(blk.sc, rows, torch.uint8),
-                      _table(blk.mn, rows, torch.uint8))
+        self._args = tuple(gguf_tiles(w))
         self.bias, self.out_features, self.in_features, self.type_name = bias, w.rows, w.cols, w.type_name
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self._finish(torch.ops.sglc_cpu.q5k_linear(x, *self._args, None))
-
-
-def q6_tiles(levels: np.ndarray) -> torch.Tensor:
-    """6-bit levels uint8 [out, in] (out a multiple of 16) as q6k tiles [out / 16, in / 32, 6, 64]
-    (``common/int_linear.h``): loads 0-3 the q4 tile of the low 4 bits, loads 4 + s the high 2 bits
-    of inputs 16 s + 4 i + j at bits 2 i of byte 4 c + j."""
-    out, cols = levels.shape
-    blocks = levels.reshape(out, cols // 32, 32)
-    low = blocks & 0x0F
-    nibbles = q4_tiles_of_pairs(low[:, :, :16] | (low[:, :, 16:] << 4))
-    high = (blocks >> 4).reshape(out, cols // 32, 2, 4, 4)  # [channel, block, s, i, j]
-    planes = (high[:, :, :, 0] | (high[:, :, :, 1] << 2) | (high[:, :, :, 2] << 4) | (high[:, :, :, 3] << 6))
-    planes = planes.reshape(out // TILE, TILE, cols // 32, 2, 4).transpose(0, 2, 3, 1, 4)
-    planes = torch.from_numpy(np.ascontiguousarray(planes).reshape(out // TILE, cols // 32, 2, 64))
-    return torch.cat([nibbles, planes], dim=2)
 
 
 class GGUFQ6KLinear(_TiledLinear):
@@ -193,10 +123,7 @@ class GGUFQ6KLinear(_TiledLinear):
     tile_kind = "q6k"
 
     def __init__(self, w: GGUFWeight, bias: torch.Tensor | None) -> None:
-        blk = decode_q6_k(w.raw, w.rows, w.cols)
-        rows = -(-w.rows // TILE) * TILE
-        self._args = (q6_tiles(_padded(blk.levels, rows)), _table(blk.d, rows, torch.float16),
-                      _table(blk.sc, rows, torch.int8))
+        self._args = tuple(gguf_tiles(w))
         self.bias, self.out_features, self.in_features, self.type_name = bias, w.rows, w.cols, w.type_name
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -205,13 +132,9 @@ class GGUFQ6KLinear(_TiledLinear):
 
 def _q4_tiles_linear(w: GGUFWeight, bias: torch.Tensor | None) -> Int4Linear:
     """Q4_0 / Q4_1 as the int4 linear's own tiles (its d and m are float16, as these types store them)."""
-    decode = decode_q4_0 if w.type_name == "Q4_0" else decode_q4_1
-    blk = decode(w.raw, w.rows, w.cols, pairs=True)
     if w.rows % TILE:
         raise ValueError(f"{w.name}: {w.rows} output channels are not a multiple of {TILE}")
-    q4 = (q4_tiles_of_pairs(blk.pairs), _table(blk.d, w.rows, torch.float16),
-          _table(blk.m, w.rows, torch.float16))
-    return Int4Linear(None, None, bias, w.rows, w.cols, q4=q4)
+    return Int4Linear(None, None, bias, w.rows, w.cols, q4=tuple(gguf_tiles(w)))
 
 
 def native_gguf_kernels() -> bool:

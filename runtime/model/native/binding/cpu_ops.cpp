@@ -12,7 +12,8 @@
 // buffer, with split-K for few long requests, a cascade over shared prefixes and optional score
 // soft-capping), q8_linear / q4_linear / q8b_linear / q4k_linear / q5_linear / q5k_linear /
 // q6k_linear (weight-only integer linears on 16-channel tiles), moe_route / moe_experts (a
-// sparse MoE block's routing and experts, one call each: moe_experts.h). Work is spread over the pool only when
+// sparse MoE block's routing and experts, one call each: moe_experts.h), gguf_tiles (a GGUF
+// tensor repacked into its kernel's tiles at load: gguf_tiles.h). Work is spread over the pool only when
 // there is enough of it to pay for waking the pool (a one-stream decode step runs inline).
 
 #include <ATen/ATen.h>
@@ -732,6 +733,7 @@ at::Tensor q6k_linear(const at::Tensor& x, const at::Tensor& weight, const at::T
 }
 
 #include "moe_experts.h"
+#include "gguf_tiles.h"
 
 }  // namespace
 
@@ -758,6 +760,7 @@ TORCH_LIBRARY(sglc_cpu, m) {
   m.def("moe_route(Tensor logits, int top_k, bool renormalize, bool float_weights) -> (Tensor, Tensor)");
   m.def("moe_experts(Tensor x, Tensor ids, Tensor weights, str[] gate_up_kinds, Tensor[] gate_up, str[] down_kinds, "
         "Tensor[] down, str act) -> Tensor");
+  m.def("gguf_tiles(Tensor raw, str type, int rows, int cols) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(sglc_cpu, CPU, m) {
@@ -776,4 +779,5 @@ TORCH_LIBRARY_IMPL(sglc_cpu, CPU, m) {
   m.impl("q5k_linear", &q5k_linear);
   m.impl("moe_experts", &moe_experts);
   m.impl("moe_route", &moe_route);
+  m.impl("gguf_tiles", &gguf_tiles);
 }
