@@ -139,3 +139,44 @@ def test_native_routing_is_torch_s_within_a_few_ulps(dtype, renormalize, float_w
                                atol=0)
     with pytest.raises(RuntimeError, match="top_k must be in \\[1, 16\\]"):
         torch.ops.sglc_cpu.moe_route(logits, 17, renormalize, float_weights)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows, hidden", [(1, 1024), (5, 100)])
+def test_native_routing_computes_the_router_logits(dtype, rows, hidden):
+    """With the router's float32 weight, moe_route takes the hidden rows: its logits are the
+    float32 linear's (summed in another order: within a few float32 ulps) rounded to the rows' dtype,
+    as CastLinear gives them; the routing that follows is the logits' form's."""
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, hidden, generator=g).to(dtype)
+    router = torch.randn(16, hidden, generator=g) * hidden ** -0.5
+    want_logits = (x.float() @ router.T).to(dtype)
+    weights, ids = torch.ops.sglc_cpu.moe_route(x, 4, True, False, router)
+    ref_w, ref_ids = torch.ops.sglc_cpu.moe_route(want_logits, 4, True, False)
+    if dtype == torch.float32:
+        torch.testing.assert_close(weights, ref_w, rtol=1e-5, atol=1e-6)
+    else:  # NOTE: a logit may round to the other bf16 neighbour; the routing then moves by at most that
+        torch.testing.assert_close(weights.float(), ref_w.float(), rtol=2 ** -6, atol=2 ** -8)
+    assert (ids == ref_ids).float().mean() >= 0.9
+    with pytest.raises(RuntimeError, match="router must be a contiguous float32 \\[experts, %d\\]" % hidden):
+        torch.ops.sglc_cpu.moe_route(x, 4, True, False, router[:, :-1].contiguous())
+    with pytest.raises(RuntimeError, match="router must be a contiguous float32"):
+        torch.ops.sglc_cpu.moe_route(x, 4, True, False, router.to(torch.bfloat16))
+
+
+def test_a_native_moe_block_routes_few_tokens_with_its_router_inside():
+    """SparseMoE hands moe_route its router's weight for decode-sized batches and the router's own
+    logits from NATIVE_ROUTER_MAX_TOKENS tokens on: both give the Python roads' outputs."""
+    from sglc_runtime.model.models.moe import NATIVE_ROUTER_MAX_TOKENS
+
+    block = build_moe(*MIXES["q4_k_m"])
+    assert block.router_weight is not None
+    for tokens in (1, 3, NATIVE_ROUTER_MAX_TOKENS + 1):
+        x = torch.randn(tokens, block.router_weight.shape[1], generator=torch.Generator().manual_seed(tokens)).to(torch.bfloat16)
+        got = block(x, torch.ops.sglc_cpu.silu_mul)
+        plan, block.native = block.native, None
+        try:
+            want = block(x, torch.ops.sglc_cpu.silu_mul)
+        finally:
+            block.native = plan
+        torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -6, atol=2 ** -6)

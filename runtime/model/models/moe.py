@@ -28,7 +28,13 @@ from typing import Callable, NamedTuple
 import torch
 
 from .gguf_linear import _TiledLinear
-from .quantized_linear import RowDispatchLinear
+from .linear import Linear
+from .quantized_linear import CastLinear, RowDispatchLinear
+
+#: up to this many tokens the router's logits are computed inside ``moe_route`` (its float32 dot
+#: products: a one-token step saves the cast, the GEMV's dispatch and the cast back, ~30 us a layer);
+#: from here on the float32 GEMM library's kernel is faster.
+NATIVE_ROUTER_MAX_TOKENS = 16
 
 
 class NativeExperts(NamedTuple):
@@ -67,6 +73,16 @@ def native_experts(gate_up: list, down: list) -> NativeExperts | None:
     return NativeExperts(kinds[0], tensors[0], kinds[1], tensors[1], max_tokens)
 
 
+def router_weight(router) -> torch.Tensor | None:
+    """The router's float32 weight [experts, hidden] where it is a float32 linear without bias
+    (run on the model's dtype through :class:`CastLinear` or not), else None."""
+    linear = router.linear if isinstance(router, CastLinear) else router
+    if not isinstance(linear, Linear) or linear.bias is not None or linear.weight is None:
+        return None
+    w = linear.weight
+    return w if w.dtype == torch.float32 and w.device.type == "cpu" and w.is_contiguous() else None
+
+
 def _native_act_name(act: Callable) -> str | None:
     """'silu' / 'gelu_tanh' where ``act`` is the native gated activation of that name."""
     ops = getattr(torch.ops, "sglc_cpu", None)
@@ -83,7 +99,7 @@ class SparseMoE:
     """Router + experts of one layer. ``gate_up[e]`` / ``down[e]``: expert e's linears (any
     linear the model builds: plain, packed or quantized)."""
 
-    __slots__ = ("router", "gate_up", "down", "top_k", "renormalize", "float_weights", "native")
+    __slots__ = ("router", "gate_up", "down", "top_k", "renormalize", "float_weights", "native", "router_weight")
 
     def __init__(self, router, gate_up: list, down: list, top_k: int, renormalize: bool,
                  float_weights: bool = False) -> None:
@@ -95,6 +111,7 @@ class SparseMoE:
         self.renormalize = renormalize
         self.float_weights = float_weights
         self.native = native_experts(gate_up, down)
+        self.router_weight = router_weight(router) if self.native is not None else None
 
     @property
     def num_experts(self) -> int:
@@ -102,10 +119,15 @@ class SparseMoE:
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(weights, experts) ``[T, top_k]`` of each token; with native experts, one ``moe_route``
-        call (the same arithmetic in C++: a probability may differ from torch's in its last bit)."""
-        logits = self.router(x)
+        call (the same arithmetic in C++: a probability may differ from torch's in its last bit),
+        which for a few tokens computes the router's logits too (summed in another order than the
+        GEMV library's: a logit may differ from it in its last float32 bit before rounding)."""
         if self.native is not None:  # NOTE: native experts exist only where the native ops loaded
-            return torch.ops.sglc_cpu.moe_route(logits, self.top_k, self.renormalize, self.float_weights)
+            if self.router_weight is not None and x.shape[0] <= NATIVE_ROUTER_MAX_TOKENS:
+                return torch.ops.sglc_cpu.moe_route(x, self.top_k, self.renormalize, self.float_weights,
+                                                    self.router_weight)
+            return torch.ops.sglc_cpu.moe_route(self.router(x), self.top_k, self.renormalize, self.float_weights)
+        logits = self.router(x)
         probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
         weights, experts = torch.topk(probs, self.top_k, dim=-1)
         if self.renormalize:

@@ -757,7 +757,8 @@ TORCH_LIBRARY(sglc_cpu, m) {
   m.def("q6k_linear(Tensor x, Tensor weight, Tensor d, Tensor sc, Tensor? bias) -> Tensor");
   m.def("q5_linear(Tensor x, Tensor weight, Tensor d, Tensor? m, Tensor? bias) -> Tensor");
   m.def("q5k_linear(Tensor x, Tensor weight, Tensor d, Tensor dmin, Tensor sc, Tensor mn, Tensor? bias) -> Tensor");
-  m.def("moe_route(Tensor logits, int top_k, bool renormalize, bool float_weights) -> (Tensor, Tensor)");
+  m.def("moe_route(Tensor logits, int top_k, bool renormalize, bool float_weights, Tensor? router=None) -> "
+        "(Tensor, Tensor)");
   m.def("moe_experts(Tensor x, Tensor ids, Tensor weights, str[] gate_up_kinds, Tensor[] gate_up, str[] down_kinds, "
         "Tensor[] down, str act) -> Tensor");
   m.def("gguf_tiles(Tensor raw, str type, int rows, int cols) -> Tensor[]");

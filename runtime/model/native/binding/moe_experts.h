@@ -240,9 +240,44 @@ at::Tensor moe_experts(const at::Tensor& x, const at::Tensor& ids, const at::Ten
 // five torch operators a layer. exp is the C library's, not torch's vectorised one, so a
 // probability can differ from torch's in its last bits (a few float32 ulps; the experts chosen
 // only where two are that close). Ties go to the lower expert id. Returns (weights [T, k], ids int64 [T, k]).
-std::tuple<at::Tensor, at::Tensor> moe_route(const at::Tensor& logits, int64_t top_k, bool renormalize,
-                                             bool float_weights) {
+// The router's logits of hidden rows x [T, H] (any float dtype) with a float32 weight [E, H]:
+// float32 dot products (8 partial sums, then added pairwise), each rounded to x's dtype as the
+// float32 linear + cast of models/quantized_linear.py's CastLinear does. Few rows only (decode):
+// a GEMM library wins from a few dozen rows on, and models/moe.py passes the router from there.
+at::Tensor router_logits(const at::Tensor& x, const at::Tensor& router, const char* what) {
+  check_rows(x, what);
+  TORCH_CHECK(router.dim() == 2 && router.size(1) == x.size(1) && router.is_contiguous() &&
+                  router.scalar_type() == at::kFloat,
+              what, ": router must be a contiguous float32 [experts, ", x.size(1), "], got ", router.sizes(), " ",
+              router.scalar_type());
+  const int64_t rows = x.size(0), experts = router.size(0), hidden = x.size(1);
+  const at::Tensor xf = x.to(at::kFloat).contiguous();
+  at::Tensor logits = at::empty({rows, experts}, x.options().dtype(at::kFloat));
+  const float* xp = xf.const_data_ptr<float>();
+  const float* wp = router.const_data_ptr<float>();
+  float* lp = logits.data_ptr<float>();
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(hidden, 1));
+  at::parallel_for(0, rows * experts, grain, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* xr = xp + (i / experts) * hidden;
+      const float* wr = wp + (i % experts) * hidden;
+      float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      int64_t h = 0;
+      for (; h + 8 <= hidden; h += 8)
+        for (int j = 0; j < 8; ++j) acc[j] += xr[h + j] * wr[h + j];
+      for (; h < hidden; ++h) acc[h % 8] += xr[h] * wr[h];
+      lp[i] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    }
+  });
+  return x.scalar_type() == at::kFloat ? logits : logits.to(x.scalar_type());
+}
+
+// logits [T, E] -> (weights, ids) [T, top_k]; with a router (float32 [E, H]) the first argument
+// is the hidden rows [T, H] and the logits are computed here (router_logits).
+std::tuple<at::Tensor, at::Tensor> moe_route(const at::Tensor& x_or_logits, int64_t top_k, bool renormalize,
+                                             bool float_weights, const std::optional<at::Tensor>& router) {
   const char* what = "moe_route";
+  const at::Tensor logits = router.has_value() ? router_logits(x_or_logits, *router, what) : x_or_logits;
   check_rows(logits, what);
   const int64_t rows = logits.size(0), num_experts = logits.size(1);
   TORCH_CHECK(top_k >= 1 && top_k <= num_experts, what, ": top_k must be in [1, ", num_experts, "], got ", top_k);
