@@ -136,6 +136,39 @@ def test_partial_rope_rotates_each_heads_leading_features(at_level, dtype):
     assert torch.equal(qkv[:, 640:], before[:, 640:])
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows, rotary_dim", [(5, 64), (1, 64), (100, 64), (5, 48)])
+def test_head_norm_rope_is_the_norms_then_the_rotation_in_place(at_level, dtype, rows, rotary_dim):
+    """head_norm_rope_ (Qwen3 / Gemma 3: each q and k head RMS-normalized with its own weight, then
+    RoPE) equals the native norms + rope it replaces bit for bit, and eager within rounding; v is
+    left alone; a bad norm weight is refused before anything is written."""
+    rope = RotaryEmbedding(64, 10000.0, None, 2048, rotary_dim=rotary_dim)
+    g = torch.Generator().manual_seed(rows)
+    qkv = torch.randn(rows, (8 + 2 + 2) * 64, generator=g).to(dtype) * 3
+    q_norm, k_norm = (1 + 0.1 * torch.randn(64, generator=g)).to(dtype), (1 + 0.1 * torch.randn(64, generator=g)).to(dtype)
+    positions = torch.randint(0, 2048, (rows,), generator=g)
+    eager = EagerLayerOps.head_norm_rope(qkv.clone(), EagerLayerOps.rope_inputs(rope, positions, dtype, 2047), 8, 2, 64,
+                                         q_norm, k_norm, 1e-6)
+    stepwise = qkv.clone()
+    q, k = stepwise[:, :512], stepwise[:, 512:640]
+    q.copy_(at_level.rms_norm(q.reshape(rows * 8, 64), q_norm, 1e-6).view(rows, 512))
+    k.copy_(at_level.rms_norm(k.reshape(rows * 2, 64), k_norm, 1e-6).view(rows, 128))
+    stepwise = at_level.rope(stepwise, at_level.rope_inputs(rope, positions, dtype, 2047), 10, 64)
+    before = qkv.clone()
+    out = at_level.head_norm_rope(qkv, at_level.rope_inputs(rope, positions, dtype, 2047), 8, 2, 64, q_norm, k_norm, 1e-6)
+    assert out.data_ptr() == qkv.data_ptr() and out.shape == (rows, 10, 64)
+    assert torch.equal(out, stepwise)
+    torch.testing.assert_close(out, eager, **tol(dtype))
+    assert torch.equal(qkv[:, 640:], before[:, 640:])  # v untouched
+    kept = qkv.clone()
+    with pytest.raises(RuntimeError, match="q_norm and k_norm must be contiguous"):
+        at_level.head_norm_rope(qkv, at_level.rope_inputs(rope, positions, dtype, 2047), 8, 2, 64, q_norm[:32], k_norm,
+                                1e-6)
+    with pytest.raises(RuntimeError, match="outside the table"):
+        at_level.head_norm_rope(qkv, (positions + 5000, *rope.tables(2047)), 8, 2, 64, q_norm, k_norm, 1e-6)
+    assert torch.equal(qkv, kept)
+
+
 def reference_decode(k_cache, v_cache, q, index, lens, scale, softcap=None):
     """Per request: SDPA over its slots, the query heads grouped as Hugging Face's repeat_kv
     (with a soft-cap: transformers' eager attention)."""

@@ -54,6 +54,18 @@ class EagerLayerOps:
         cos, sin = inputs
         return apply_rope(x[:, : num_heads * head_dim].view(x.shape[0], num_heads, head_dim), cos, sin)
 
+    @classmethod
+    def head_norm_rope(cls, qkv: torch.Tensor, inputs: tuple[torch.Tensor, torch.Tensor], q_heads: int,
+                       kv_heads: int, head_dim: int, q_norm: torch.Tensor, k_norm: torch.Tensor,
+                       eps: float) -> torch.Tensor:
+        """Each q head of ``qkv`` RMS-normalized with ``q_norm`` and each k head with ``k_norm`` (IN
+        PLACE, Qwen3 / Gemma 3), then q and k rotated: :meth:`rope`'s ``[T, q_heads + kv_heads, head_dim]``."""
+        t, q_size, kv_size = qkv.shape[0], q_heads * head_dim, kv_heads * head_dim
+        q, k = qkv[:, :q_size], qkv[:, q_size:q_size + kv_size]
+        q.copy_(cls.rms_norm(q.reshape(t * q_heads, head_dim), q_norm, eps).view(t, q_size))
+        k.copy_(cls.rms_norm(k.reshape(t * kv_heads, head_dim), k_norm, eps).view(t, kv_size))
+        return cls.rope(qkv, inputs, q_heads + kv_heads, head_dim)
+
     @staticmethod
     def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
         """``silu(gate) * up`` of ``[T, 2 * I]`` (gate first)."""
@@ -80,6 +92,7 @@ class NativeLayerOps:
         self.gelu_tanh_mul = ops.gelu_tanh_mul
         self._add_rms_norm = ops.add_rms_norm_
         self._rope = ops.rope_
+        self._head_norm_rope = ops.head_norm_rope_
 
     def add_rms_norm(self, h: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,6 +116,15 @@ class NativeLayerOps:
         else:
             self._rope(x, positions, cos, sin, num_heads)
         return x[:, : num_heads * head_dim].view(x.shape[0], num_heads, head_dim)
+
+
+    def head_norm_rope(self, qkv: torch.Tensor, inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor], q_heads: int,
+                       kv_heads: int, head_dim: int, q_norm: torch.Tensor, k_norm: torch.Tensor,
+                       eps: float) -> torch.Tensor:
+        """The eager op's norms and rotation in one native call, in place (see ``head_norm_rope_``)."""
+        positions, cos, sin = inputs
+        self._head_norm_rope(qkv, positions, cos, sin, q_norm, k_norm, q_heads, kv_heads, head_dim, eps)
+        return qkv[:, : (q_heads + kv_heads) * head_dim].view(qkv.shape[0], q_heads + kv_heads, head_dim)
 
 
 LayerOps = EagerLayerOps | NativeLayerOps

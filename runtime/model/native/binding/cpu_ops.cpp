@@ -7,7 +7,8 @@
 // load_kernels(path); capabilities.py picks the level with use_kernels(level). The binding itself
 // is compiled for the baseline of the architecture, so it loads on any CPU.
 //
-// Ops: rms_norm, add_rms_norm_ (the residual add fused with the next norm), rope_, silu_mul,
+// Ops: rms_norm, add_rms_norm_ (the residual add fused with the next norm), rope_, head_norm_rope_
+// (per-head q/k norms and RoPE in place), silu_mul,
 // gelu_tanh_mul, decode_attention_ (one decode step of attention read in place from the paged KV
 // buffer, with split-K for few long requests, a cascade over shared prefixes and optional score
 // soft-capping), q8_linear / q4_linear / q8b_linear / q4k_linear / q5_linear / q5k_linear /
@@ -167,41 +168,92 @@ at::Tensor add_rms_norm_(at::Tensor& h, const at::Tensor& delta, const at::Tenso
 // Rotates the first `num_heads` heads of every row of x [T, >= num_heads * head_dim] in place,
 // Hugging Face's layout. cos/sin: float32 tables [max_positions, rotary_dim]; positions: int64 [T].
 // head_dim (-1: the tables' width) larger than rotary_dim is partial rotary (Phi-4-mini): each
-// head's first rotary_dim features rotate, the rest are left as they are.
+// head's first rotary_dim features rotate, the rest are left as they are. Checked whole (every
+// position too) by the constructor, before anything is written; run() rotates.
+struct RopePlan {
+  const at::Tensor& x;
+  const at::Tensor& cos;
+  const at::Tensor& sin;
+  at::Tensor pos;
+  int64_t rd = 0, hd = 0, num_heads = 0;
+  int slot = 0;
+
+  RopePlan(const at::Tensor& x_, const at::Tensor& positions, const at::Tensor& cos_, const at::Tensor& sin_,
+           int64_t num_heads_, int64_t head_dim, const char* what)
+      : x(x_), cos(cos_), sin(sin_), num_heads(num_heads_) {
+    check_rows(x, what);
+    TORCH_CHECK(cos.dim() == 2 && cos.sizes() == sin.sizes() && cos.is_contiguous() && sin.is_contiguous() &&
+                    cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat,
+                what, ": cos/sin must be contiguous float32 tables of the same shape [positions, rotary_dim]");
+    rd = cos.size(1);
+    const int64_t max_pos = cos.size(0);
+    hd = head_dim < 0 ? rd : head_dim;
+    TORCH_CHECK(rd % 2 == 0 && rd <= hd, what, ": a rotary dimension of ", rd, " does not fit heads of ", hd);
+    TORCH_CHECK(num_heads >= 0 && num_heads * hd <= x.size(1), what, ": ", num_heads, " heads of ", hd,
+                " do not fit rows of ", x.size(1));
+    TORCH_CHECK(positions.dim() == 1 && positions.size(0) == x.size(0) && positions.scalar_type() == at::kLong,
+                what, ": positions must be int64 [", x.size(0), "], got ", positions.sizes(), " ",
+                positions.scalar_type());
+    slot = dtype_slot(x.scalar_type(), what);
+    pos = positions.contiguous();
+    const int64_t* pp = pos.const_data_ptr<int64_t>();
+    for (int64_t t = 0; t < x.size(0); ++t) {
+      TORCH_CHECK(pp[t] >= 0 && pp[t] < max_pos, what, ": position ", pp[t], " outside the table of ", max_pos);
+    }
+  }
+
+  void run() const {
+    const int64_t rows = x.size(0), xs = x.stride(0), es = x.element_size();
+    const auto fn = kernels().rope[slot];
+    void* xp = const_cast<void*>(x.const_data_ptr());
+    const int64_t* pp = pos.const_data_ptr<int64_t>();
+    at::parallel_for(0, rows, kRowGrain, [&](int64_t begin, int64_t end) {
+      if (rd == hd) {
+        fn(at_elem(xp, begin * xs, es), xs, pp + begin, cos.const_data_ptr<float>(), sin.const_data_ptr<float>(),
+           end - begin, num_heads, hd);
+        return;
+      }
+      for (int64_t h = 0; h < num_heads; ++h) {  // NOTE: partial: one "head" of rd features at each head's start
+        fn(at_elem(xp, begin * xs + h * hd, es), xs, pp + begin, cos.const_data_ptr<float>(),
+           sin.const_data_ptr<float>(), end - begin, 1, rd);
+      }
+    });
+  }
+};
+
 void rope_(at::Tensor& x, const at::Tensor& positions, const at::Tensor& cos, const at::Tensor& sin,
            int64_t num_heads, int64_t head_dim) {
-  check_rows(x, "rope_");
-  TORCH_CHECK(cos.dim() == 2 && cos.sizes() == sin.sizes() && cos.is_contiguous() && sin.is_contiguous() &&
-                  cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat,
-              "rope_: cos/sin must be contiguous float32 tables of the same shape [positions, rotary_dim]");
-  const int64_t rd = cos.size(1), max_pos = cos.size(0);
-  const int64_t hd = head_dim < 0 ? rd : head_dim;
-  TORCH_CHECK(rd % 2 == 0 && rd <= hd, "rope_: a rotary dimension of ", rd, " does not fit heads of ", hd);
-  TORCH_CHECK(num_heads >= 0 && num_heads * hd <= x.size(1), "rope_: ", num_heads,
-              " heads of ", hd, " do not fit rows of ", x.size(1));
-  TORCH_CHECK(positions.dim() == 1 && positions.size(0) == x.size(0) && positions.scalar_type() == at::kLong,
-              "rope_: positions must be int64 [", x.size(0), "], got ", positions.sizes(), " ",
-              positions.scalar_type());
-  const int slot = dtype_slot(x.scalar_type(), "rope_");
-  auto pos = positions.contiguous();
-  const int64_t* pp = pos.const_data_ptr<int64_t>();
-  for (int64_t t = 0; t < x.size(0); ++t) {  // NOTE: checked before any row is written
-    TORCH_CHECK(pp[t] >= 0 && pp[t] < max_pos, "rope_: position ", pp[t], " outside the table of ", max_pos);
+  RopePlan(x, positions, cos, sin, num_heads, head_dim, "rope_").run();
+}
+
+// Qwen3 / Gemma 3's attention inputs in one call, in place on the fused projection's rows
+// x [T, >= (q_heads + kv_heads) * head_dim] (q heads, then k heads): each q head RMS-normalized
+// with q_norm and each k head with k_norm ([head_dim], x's dtype; the rms_norm kernel, in place),
+// then q and k rotated as rope_ does. Replaces ~10 ATen calls a layer (slices, reshapes, two
+// norms into new tensors, two copies back) that cost more than the norms on a decode step.
+void head_norm_rope_(at::Tensor& x, const at::Tensor& positions, const at::Tensor& cos, const at::Tensor& sin,
+                     const at::Tensor& q_norm, const at::Tensor& k_norm, int64_t q_heads, int64_t kv_heads,
+                     int64_t head_dim, double eps) {
+  const char* what = "head_norm_rope_";
+  const RopePlan rope(x, positions, cos, sin, q_heads + kv_heads, head_dim, what);
+  TORCH_CHECK(q_heads >= 0 && kv_heads >= 0, what, ": head counts must not be negative");
+  for (const at::Tensor* w : {&q_norm, &k_norm}) {
+    TORCH_CHECK(w->dim() == 1 && w->size(0) == rope.hd && w->is_contiguous() && w->scalar_type() == x.scalar_type(),
+                what, ": q_norm and k_norm must be contiguous ", x.scalar_type(), " [", rope.hd, "], got ",
+                w->sizes(), " ", w->scalar_type());
   }
-  const int64_t rows = x.size(0), xs = x.stride(0), es = x.element_size();
-  const auto fn = kernels().rope[slot];
+  const int64_t rows = x.size(0), xs = x.stride(0), es = x.element_size(), hd = rope.hd;
+  const auto norm = kernels().rms_norm[rope.slot];
   void* xp = x.data_ptr();
   at::parallel_for(0, rows, kRowGrain, [&](int64_t begin, int64_t end) {
-    if (rd == hd) {
-      fn(at_elem(xp, begin * xs, es), xs, pp + begin, cos.const_data_ptr<float>(), sin.const_data_ptr<float>(),
-         end - begin, num_heads, hd);
-      return;
-    }
-    for (int64_t h = 0; h < num_heads; ++h) {  // NOTE: partial: one "head" of rd features at each head's start
-      fn(at_elem(xp, begin * xs + h * hd, es), xs, pp + begin, cos.const_data_ptr<float>(),
-         sin.const_data_ptr<float>(), end - begin, 1, rd);
+    for (int64_t r = begin; r < end; ++r) {
+      void* q = at_elem(xp, r * xs, es);
+      void* k = at_elem(xp, r * xs + q_heads * hd, es);
+      norm(q, hd, q_norm.const_data_ptr(), q, hd, q_heads, hd, static_cast<float>(eps));
+      norm(k, hd, k_norm.const_data_ptr(), k, hd, kv_heads, hd, static_cast<float>(eps));
     }
   });
+  rope.run();
 }
 
 // gate_up [T, 2 * I] (gate first) -> act(gate) * up [T, I], act the kernel table's `fns`.
@@ -745,6 +797,8 @@ TORCH_LIBRARY(sglc_cpu, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.def("add_rms_norm_(Tensor(a!) h, Tensor delta, Tensor weight, float eps) -> Tensor");
   m.def("rope_(Tensor(a!) x, Tensor positions, Tensor cos, Tensor sin, int num_heads, int head_dim=-1) -> ()");
+  m.def("head_norm_rope_(Tensor(a!) x, Tensor positions, Tensor cos, Tensor sin, Tensor q_norm, Tensor k_norm, "
+        "int q_heads, int kv_heads, int head_dim, float eps) -> ()");
   m.def("silu_mul(Tensor gate_up) -> Tensor");
   m.def("gelu_tanh_mul(Tensor gate_up) -> Tensor");
   m.def("decode_attention_(Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor loc, Tensor k_new, Tensor v_new, "
@@ -768,6 +822,7 @@ TORCH_LIBRARY_IMPL(sglc_cpu, CPU, m) {
   m.impl("rms_norm", &rms_norm);
   m.impl("add_rms_norm_", &add_rms_norm_);
   m.impl("rope_", &rope_);
+  m.impl("head_norm_rope_", &head_norm_rope_);
   m.impl("silu_mul", &silu_mul);
   m.impl("gelu_tanh_mul", &gelu_tanh_mul);
   m.impl("decode_attention_", &decode_attention_);
