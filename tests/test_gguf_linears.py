@@ -99,3 +99,35 @@ def test_embedding_rows_are_decoded_from_the_blocks(name):
     assert torch.equal(embed(ids), torch.from_numpy(w.dequantize()[ids.numpy()]).bfloat16())
     with pytest.raises(IndexError, match="outside the vocabulary of 100"):
         embed(torch.tensor([100]))
+
+
+@pytest.mark.parametrize("level", supported_levels())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 3, 70])
+def test_stacked_parts_in_one_call_equal_each_part_s_own_op(level, dtype, rows):
+    """A fused q/k/v of different GGUF types (Q4_K_M's Q6_K v beside Q4_K q and k; Q5_0 and Q8_0
+    parts) runs as one stacked_linear call whose columns are each part's own op's, bit for bit,
+    biases included; a part the call cannot take (a padded last tile) sends it to the parts."""
+    from sglc_runtime.model.models.weight_loader import StackedLinear
+
+    k = 256
+    x = (torch.randn(rows, k, generator=torch.Generator().manual_seed(rows)) * 2).to(dtype)
+    with running_level(level):
+        for kinds in (("Q4_K", "Q4_K", "Q6_K"), ("Q5_0", "Q8_0", "Q5_K")):
+            parts = [gguf_linear(weight(kind, n, k, seed=i), None, dtype, pack=False, native=True)
+                     for i, (kind, n) in enumerate(zip(kinds, (64, 32, 32)))]
+            parts[1].bias = torch.randn(32).to(dtype)
+            stacked = StackedLinear(parts)
+            assert stacked._kinds is not None
+            want = torch.cat([p(x) for p in parts], dim=1)
+            got = stacked(x)
+            assert got.dtype == dtype and torch.equal(got, want), kinds
+        padded = StackedLinear([gguf_linear(weight("Q4_K", 40, k), None, dtype, pack=False, native=True),
+                                gguf_linear(weight("Q6_K", 32, k, seed=1), None, dtype, pack=False, native=True)])
+        assert padded._kinds is None and padded(x).shape == (rows, 72)
+    with pytest.raises(RuntimeError, match="part 1 takes 512 inputs, part 0 256"):
+        torch.ops.sglc_cpu.stacked_linear(x, ["q4k", "q6k"], [*parts_tensors("Q4_K", 256), *parts_tensors("Q6_K", 512)])
+
+
+def parts_tensors(kind: str, k: int) -> tuple[torch.Tensor, ...]:
+    return gguf_linear(weight(kind, 16, k), None, torch.float32, pack=False, native=True).tiled()[1]

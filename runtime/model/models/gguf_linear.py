@@ -25,7 +25,7 @@ from ..gguf.weight import GGUFWeight
 from ..native import kernel_info, load_cpu_ops
 from .gguf_tiles import TILE, gguf_tiles
 from .linear import Linear
-from .quantized_linear import Int4Linear
+from .quantized_linear import Int4Linear, RowDispatchLinear
 
 #: types whose kernel is the q4 tiles' (4-bit levels, or 5 with one more load): they switch to a
 #: float copy at the int4 kernel's row count
@@ -128,6 +128,16 @@ class GGUFQ6KLinear(_TiledLinear):
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self._finish(torch.ops.sglc_cpu.q6k_linear(x, *self._args, None))
+
+
+def tiled_for_few_rows(linear) -> tuple[_TiledLinear, int | float] | None:
+    """The native tiled GGUF linear serving ``linear``'s few-row calls and the row count up to which
+    it does (a :class:`RowDispatchLinear` hands larger calls to its float copy), or None where
+    ``linear`` is not one: what the ops running several linears in one call (``moe_experts``,
+    ``stacked_linear``) can take."""
+    if isinstance(linear, RowDispatchLinear):
+        return (linear.small, linear.min_rows) if isinstance(linear.small, _TiledLinear) else None
+    return (linear, float("inf")) if isinstance(linear, _TiledLinear) else None
 
 
 def _q4_tiles_linear(w: GGUFWeight, bias: torch.Tensor | None) -> Int4Linear:

@@ -27,9 +27,9 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from .gguf_linear import _TiledLinear
+from .gguf_linear import tiled_for_few_rows
 from .linear import Linear
-from .quantized_linear import CastLinear, RowDispatchLinear
+from .quantized_linear import CastLinear
 
 #: up to this many tokens the router's logits are computed inside ``moe_route`` (its float32 dot
 #: products: a one-token step saves the cast, the GEMV's dispatch and the cast back, ~30 us a layer);
@@ -48,13 +48,6 @@ class NativeExperts(NamedTuple):
     max_tokens: int | float
 
 
-def _tiled(linear) -> tuple[_TiledLinear, int | float] | None:
-    """The native tiled linear serving few rows, and the row count up to which it does."""
-    if isinstance(linear, RowDispatchLinear):
-        return (linear.small, linear.min_rows) if isinstance(linear.small, _TiledLinear) else None
-    return (linear, float("inf")) if isinstance(linear, _TiledLinear) else None
-
-
 def native_experts(gate_up: list, down: list) -> NativeExperts | None:
     """Every expert's linears as tiled GGUF weights without bias, or None where one is not (float,
     int4/int8 quantized, stacked mixed types, a padded last tile)."""
@@ -63,7 +56,7 @@ def native_experts(gate_up: list, down: list) -> NativeExperts | None:
     max_tokens: int | float = float("inf")
     for pair in zip(gate_up, down):
         for i, linear in enumerate(pair):
-            found = _tiled(linear)
+            found = tiled_for_few_rows(linear)
             if found is None or found[0].bias is not None or found[0].out_features % 16:
                 return None
             kind, args = found[0].tiled()

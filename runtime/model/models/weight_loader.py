@@ -13,7 +13,7 @@ import torch
 from ..gguf import GGUFWeight
 from ..gguf.reader import release_pages_of
 from ..native import bf16_is_native
-from .gguf_linear import NIBBLE_TILE_TYPES, gguf_linear
+from .gguf_linear import NIBBLE_TILE_TYPES, gguf_linear, tiled_for_few_rows
 from .linear import Linear, can_pack_weights
 from .quantized_linear import (CastLinear, QuantizedLinear, RowDispatchLinear, large_batch_dtype, large_batch_rows,
                                native_large_batch_rows, quantized_linear)
@@ -30,16 +30,36 @@ GGUF_FLOAT_COPY_BYTES = 320 << 20
 
 class StackedLinear:
     """Linears of the same input whose outputs are concatenated (a fused q/k/v whose parts ship
-    in different GGUF types)."""
+    in different GGUF types).
 
-    __slots__ = ("parts", "out_features")
+    Where every part is a native tiled GGUF linear filling whole tiles, calls of fewer rows than
+    the parts' float copies take are one ``sglc_cpu.stacked_linear`` call (the rows quantized
+    once, every part's tiles in one pass, one output: each part's columns are its own op's bit
+    for bit); otherwise each part runs on its own and the outputs are concatenated."""
+
+    __slots__ = ("parts", "out_features", "_kinds", "_tensors", "_bias", "_max_rows")
     kernel = "native"
 
     def __init__(self, parts: list) -> None:
         self.parts = parts
         self.out_features = sum(p.out_features for p in parts)
+        self._kinds: list[str] | None = None
+        self._tensors: list[torch.Tensor] = []
+        self._bias: torch.Tensor | None = None
+        self._max_rows: int | float = 0
+        found = [tiled_for_few_rows(p) for p in parts]
+        if all(f is not None and f[0].out_features % 16 == 0 for f in found):
+            tiled = [f[0] for f in found]
+            self._kinds = [t.tiled()[0] for t in tiled]
+            self._tensors = [a for t in tiled for a in t.tiled()[1]]
+            self._max_rows = min(f[1] for f in found)
+            if any(t.bias is not None for t in tiled):
+                self._bias = torch.cat([t.bias if t.bias is not None else torch.zeros(t.out_features) for t in tiled])
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self._kinds is not None and x.shape[0] < self._max_rows:
+            y = torch.ops.sglc_cpu.stacked_linear(x, self._kinds, self._tensors)
+            return y if self._bias is None else y + self._bias.to(y.dtype)
         return torch.cat([p(x) for p in self.parts], dim=1)
 
 

@@ -13,7 +13,8 @@
 // buffer, with split-K for few long requests, a cascade over shared prefixes and optional score
 // soft-capping), q8_linear / q4_linear / q8b_linear / q4k_linear / q5_linear / q5k_linear /
 // q6k_linear (weight-only integer linears on 16-channel tiles), moe_route / moe_experts (a
-// sparse MoE block's routing and experts, one call each: moe_experts.h), gguf_tiles (a GGUF
+// sparse MoE block's routing and experts, one call each: moe_experts.h), stacked_linear (the
+// parts of a fused projection in different GGUF types, one call: stacked_linear.h), gguf_tiles (a GGUF
 // tensor repacked into its kernel's tiles at load: gguf_tiles.h). Work is spread over the pool only when
 // there is enough of it to pay for waking the pool (a one-stream decode step runs inline).
 
@@ -784,7 +785,9 @@ at::Tensor q6k_linear(const at::Tensor& x, const at::Tensor& weight, const at::T
                        void* op, int64_t n_out) { kt->q6k_tile[slot](wp, dp, scp, act, t, r0, rows, n_out, bp, op); });
 }
 
+#include "tiled_weight.h"
 #include "moe_experts.h"
+#include "stacked_linear.h"
 #include "gguf_tiles.h"
 
 }  // namespace
@@ -816,6 +819,7 @@ TORCH_LIBRARY(sglc_cpu, m) {
   m.def("moe_experts(Tensor x, Tensor ids, Tensor weights, str[] gate_up_kinds, Tensor[] gate_up, str[] down_kinds, "
         "Tensor[] down, str act) -> Tensor");
   m.def("gguf_tiles(Tensor raw, str type, int rows, int cols) -> Tensor[]");
+  m.def("stacked_linear(Tensor x, str[] kinds, Tensor[] weights) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(sglc_cpu, CPU, m) {
@@ -836,4 +840,5 @@ TORCH_LIBRARY_IMPL(sglc_cpu, CPU, m) {
   m.impl("moe_experts", &moe_experts);
   m.impl("moe_route", &moe_route);
   m.impl("gguf_tiles", &gguf_tiles);
+  m.impl("stacked_linear", &stacked_linear);
 }
