@@ -83,3 +83,19 @@ def test_q4_0_offset_overflow_is_refused() -> None:
         gguf_tiles(w)
     with pytest.raises(ValueError, match="too large"):
         reference_tiles(w)
+
+
+def test_repacking_loads_the_binding_itself() -> None:
+    """gguf_tiles builds / loads the binding on first use (a GGUF linear made with native=True before
+    anything else asked for the kernels), rather than failing on a missing operator."""
+    import subprocess
+    import sys
+
+    code = ("import numpy as np, torch\n"
+            "from sglc_runtime.model.gguf import GGUFWeight\n"
+            "from sglc_runtime.model.models.gguf_tiles import gguf_tiles\n"
+            "w = GGUFWeight('t', 'Q8_0', 16, 32, np.zeros((16, 34), dtype=np.uint8))\n"
+            "print([tuple(t.shape) for t in gguf_tiles(w)])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "(1, 1, 8, 64)" in out.stdout

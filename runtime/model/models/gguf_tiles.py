@@ -18,6 +18,7 @@ import torch
 from ..gguf.blocks import (decode_q4_0, decode_q4_1, decode_q4_k, decode_q5_0, decode_q5_1, decode_q5_k, decode_q6_k,
                            decode_q8_0)
 from ..gguf.weight import GGUFWeight
+from ..native import load_cpu_ops
 from .quantized_linear import pack_q8_tiles, tile_table
 
 TILE = 16
@@ -37,7 +38,11 @@ def _bytes_tensor(raw: np.ndarray) -> torch.Tensor:
 
 
 def gguf_tiles(w: GGUFWeight) -> list[torch.Tensor]:
-    """``w`` repacked for its kernel by the native binding (needs ``load_cpu_ops()`` to be None)."""
+    """``w`` repacked for its kernel by the native binding (built here on first use; a RuntimeError
+    saying why where it cannot be)."""
+    why = load_cpu_ops()
+    if why is not None:
+        raise RuntimeError(f"{w.name}: the native repacking of {w.type_name} tiles is unavailable: {why}")
     return list(torch.ops.sglc_cpu.gguf_tiles(_bytes_tensor(w.raw), w.type_name, w.rows, w.cols))
 
 
