@@ -152,15 +152,24 @@ at::Tensor moe_experts(const at::Tensor& x, const at::Tensor& ids, const at::Ten
   return out;
 }
 
-// Routing as models/moe.py's SparseMoE.route computes it (softmax in float32, the top k, optionally
-// renormalised to sum to 1, cast to the logits' dtype unless float_weights): one call instead of
-// five torch operators a layer. exp is the C library's, not torch's vectorised one, so a
-// probability can differ from torch's in its last bits (a few float32 ulps; the experts chosen
-// only where two are that close). Ties go to the lower expert id. Returns (weights [T, k], ids int64 [T, k]).
+// A router logit: float32 products in 8 partial sums (lane j takes inputs j mod 8), added pairwise.
+// Built for AVX2 too where the CPU has it (the binding's baseline is SSE2: a one-token Qwen3-MoE
+// router took ~16 us a layer there); no fused multiply-add, so every clone gives the same bits.
+__attribute__((target_clones("avx2", "default"), optimize("fp-contract=off"))) float router_dot(const float* x,
+                                                                                                 const float* w,
+                                                                                                 int64_t n) {
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  int64_t h = 0;
+  for (; h + 8 <= n; h += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += x[h + j] * w[h + j];
+  for (; h < n; ++h) acc[h % 8] += x[h] * w[h];
+  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
 // The router's logits of hidden rows x [T, H] (any float dtype) with a float32 weight [E, H]:
-// float32 dot products (8 partial sums, then added pairwise), each rounded to x's dtype as the
-// float32 linear + cast of models/quantized_linear.py's CastLinear does. Few rows only (decode):
-// a GEMM library wins from a few dozen rows on, and models/moe.py passes the router from there.
+// float32 [T, E], each rounded through x's dtype as the float32 linear + cast of
+// models/quantized_linear.py's CastLinear does. Few rows only (decode): a GEMM library wins from a
+// few dozen rows on, and models/moe.py passes the router's own logits from there.
 at::Tensor router_logits(const at::Tensor& x, const at::Tensor& router, const char* what) {
   check_rows(x, what);
   TORCH_CHECK(router.dim() == 2 && router.size(1) == x.size(1) && router.is_contiguous() &&
@@ -168,33 +177,35 @@ at::Tensor router_logits(const at::Tensor& x, const at::Tensor& router, const ch
               what, ": router must be a contiguous float32 [experts, ", x.size(1), "], got ", router.sizes(), " ",
               router.scalar_type());
   const int64_t rows = x.size(0), experts = router.size(0), hidden = x.size(1);
-  const at::Tensor xf = x.to(at::kFloat).contiguous();
   at::Tensor logits = at::empty({rows, experts}, x.options().dtype(at::kFloat));
-  const float* xp = xf.const_data_ptr<float>();
   const float* wp = router.const_data_ptr<float>();
   float* lp = logits.data_ptr<float>();
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(hidden, 1));
-  at::parallel_for(0, rows * experts, grain, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const float* xr = xp + (i / experts) * hidden;
-      const float* wr = wp + (i % experts) * hidden;
-      float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      int64_t h = 0;
-      for (; h + 8 <= hidden; h += 8)
-        for (int j = 0; j < 8; ++j) acc[j] += xr[h + j] * wr[h + j];
-      for (; h < hidden; ++h) acc[h % 8] += xr[h] * wr[h];
-      lp[i] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-    }
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "moe_route", [&] {
+    const auto* xp = x.const_data_ptr<scalar_t>();
+    std::vector<float> xf(rows * hidden);  // NOTE: widened once, not once per expert
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t h = 0; h < hidden; ++h) xf[r * hidden + h] = static_cast<float>(xp[r * x.stride(0) + h]);
+    const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / hidden);  // NOTE: one-token steps run inline
+    at::parallel_for(0, rows * experts, grain, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const float v = router_dot(xf.data() + (i / experts) * hidden, wp + (i % experts) * hidden, hidden);
+        lp[i] = static_cast<float>(static_cast<scalar_t>(v));
+      }
+    });
   });
-  return x.scalar_type() == at::kFloat ? logits : logits.to(x.scalar_type());
+  return logits;
 }
 
-// logits [T, E] -> (weights, ids) [T, top_k]; with a router (float32 [E, H]) the first argument
-// is the hidden rows [T, H] and the logits are computed here (router_logits).
+// Routing as models/moe.py's SparseMoE.route computes it (softmax in float32, the top k, optionally
+// renormalised to sum to 1, cast to the logits' dtype unless float_weights): one call instead of
+// five torch operators a layer. exp is the C library's, not torch's vectorised one, so a
+// probability can differ from torch's in its last bits (a few float32 ulps; the experts chosen
+// only where two are that close). Ties go to the lower expert id. Returns (weights [T, k], ids int64 [T, k]).
 std::tuple<at::Tensor, at::Tensor> moe_route(const at::Tensor& x_or_logits, int64_t top_k, bool renormalize,
                                              bool float_weights, const std::optional<at::Tensor>& router) {
   const char* what = "moe_route";
   const at::Tensor logits = router.has_value() ? router_logits(x_or_logits, *router, what) : x_or_logits;
+  const at::ScalarType dtype = x_or_logits.scalar_type();  // NOTE: the routing weights' (float_weights: float32)
   check_rows(logits, what);
   const int64_t rows = logits.size(0), num_experts = logits.size(1);
   TORCH_CHECK(top_k >= 1 && top_k <= num_experts, what, ": top_k must be in [1, ", num_experts, "], got ", top_k);
@@ -223,5 +234,5 @@ std::tuple<at::Tensor, at::Tensor> moe_route(const at::Tensor& x_or_logits, int6
       wp[r * top_k + j] = renormalize ? probs[order[j]] / chosen : probs[order[j]];
     }
   }
-  return {float_weights ? weights : weights.to(logits.scalar_type()), ids};
+  return {float_weights ? weights : weights.to(dtype), ids};
 }
