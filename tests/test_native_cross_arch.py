@@ -257,3 +257,18 @@ def test_x86_variants_compile_whatever_this_cpu_runs(tmp_path, level):
     if level in supported_levels():
         pytest.skip(f"{level} runs on this CPU: built and run by test_native_ops.py")
     build.compile_variant(level, tmp_path / f"{level}.o", compile_only=True)
+
+
+@pytest.mark.skipif(machine() != "x86_64" or shutil.which(CROSS_CXX) is None,
+                    reason=f"needs {CROSS_CXX} on an x86_64 host (apt-get install g++-aarch64-linux-gnu)")
+def test_the_binding_compiles_for_aarch64(tmp_path):
+    """The binding (cpu_ops.cpp and its headers) is compiled for the machine it runs on, so an
+    x86-only construct in it (an AVX2 function clone, an intrinsic) would break every ARM install:
+    compiled here with the cross compiler against torch's headers (an object file, not linked;
+    -O0: target attributes are checked in code generation, which -fsyntax-only skips)."""
+    from torch.utils.cpp_extension import include_paths
+
+    cmd = [CROSS_CXX, "-std=c++17", "-c", "-w", *build.BINDING_CFLAGS, "-O0", *(f"-I{p}" for p in include_paths()),
+           str(build.BINDING), "-o", str(tmp_path / "cpu_ops.o")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]

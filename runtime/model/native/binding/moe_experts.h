@@ -155,9 +155,12 @@ at::Tensor moe_experts(const at::Tensor& x, const at::Tensor& ids, const at::Ten
 // A router logit: float32 products in 8 partial sums (lane j takes inputs j mod 8), added pairwise.
 // Built for AVX2 too where the CPU has it (the binding's baseline is SSE2: a one-token Qwen3-MoE
 // router took ~16 us a layer there); no fused multiply-add, so every clone gives the same bits.
-__attribute__((target_clones("avx2", "default"), optimize("fp-contract=off"))) float router_dot(const float* x,
-                                                                                                 const float* w,
-                                                                                                 int64_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+#define SGLC_ROUTER_CLONES __attribute__((target_clones("avx2", "default"), optimize("fp-contract=off")))
+#else
+#define SGLC_ROUTER_CLONES __attribute__((optimize("fp-contract=off")))
+#endif
+SGLC_ROUTER_CLONES float router_dot(const float* x, const float* w, int64_t n) {
   float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   int64_t h = 0;
   for (; h + 8 <= n; h += 8)
