@@ -153,6 +153,9 @@ def test_head_norm_rope_is_the_norms_then_the_rotation_in_place(at_level, dtype,
     q, k = stepwise[:, :512], stepwise[:, 512:640]
     q.copy_(at_level.rms_norm(q.reshape(rows * 8, 64), q_norm, 1e-6).view(rows, 512))
     k.copy_(at_level.rms_norm(k.reshape(rows * 2, 64), k_norm, 1e-6).view(rows, 128))
+    normed_only = qkv.clone()  # NOTE: the norms alone (the clip_qkv road, which clamps before rotating)
+    at_level.head_norm(normed_only, 8, 2, 64, q_norm, k_norm, 1e-6)
+    assert torch.equal(normed_only, stepwise)
     stepwise = at_level.rope(stepwise, at_level.rope_inputs(rope, positions, dtype, 2047), 10, 64)
     before = qkv.clone()
     out = at_level.head_norm_rope(qkv, at_level.rope_inputs(rope, positions, dtype, 2047), 8, 2, 64, q_norm, k_norm, 1e-6)

@@ -312,14 +312,12 @@ class DecoderForCausalLM:
             if attn.q_norm is not None and head_norm and clip is None:  # NOTE: per head (Qwen3, Gemma 3)
                 qk = ops.head_norm_rope(qkv, ropes[layer.rope], nh, nkv, hd, attn.q_norm, attn.k_norm, eps)
             else:
-                if attn.q_norm is not None:
+                if attn.q_norm is not None and head_norm:
+                    ops.head_norm(qkv, nh, nkv, hd, attn.q_norm, attn.k_norm, eps)
+                elif attn.q_norm is not None:  # NOTE: over all heads at once (OLMoE)
                     q, k = qkv[:, :q_size], qkv[:, q_size:q_size + kv_size]
-                    if head_norm:
-                        q.copy_(ops.rms_norm(q.reshape(t * nh, hd), attn.q_norm, eps).view(t, q_size))
-                        k.copy_(ops.rms_norm(k.reshape(t * nkv, hd), attn.k_norm, eps).view(t, kv_size))
-                    else:  # NOTE: over all heads at once (OLMoE)
-                        q.copy_(ops.rms_norm(q, attn.q_norm, eps))
-                        k.copy_(ops.rms_norm(k, attn.k_norm, eps))
+                    q.copy_(ops.rms_norm(q, attn.q_norm, eps))
+                    k.copy_(ops.rms_norm(k, attn.k_norm, eps))
                 if clip is not None:
                     qkv.clamp_(-clip, clip)
                 qk = ops.rope(qkv, ropes[layer.rope], nh + nkv, hd)

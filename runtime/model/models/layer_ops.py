@@ -21,6 +21,15 @@ from .rope import RotaryEmbedding, apply_rope
 NATIVE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
+def _norm_heads(rms_norm, qkv: torch.Tensor, q_heads: int, kv_heads: int, head_dim: int, q_norm: torch.Tensor,
+                k_norm: torch.Tensor, eps: float) -> None:
+    """``qkv``'s q and k heads normalized in place with ``rms_norm`` over each head's features."""
+    t, q_size, kv_size = qkv.shape[0], q_heads * head_dim, kv_heads * head_dim
+    q, k = qkv[:, :q_size], qkv[:, q_size:q_size + kv_size]
+    q.copy_(rms_norm(q.reshape(t * q_heads, head_dim), q_norm, eps).view(t, q_size))
+    k.copy_(rms_norm(k.reshape(t * kv_heads, head_dim), k_norm, eps).view(t, kv_size))
+
+
 class EagerLayerOps:
     """Reference implementation on ATen ops."""
 
@@ -55,15 +64,18 @@ class EagerLayerOps:
         return apply_rope(x[:, : num_heads * head_dim].view(x.shape[0], num_heads, head_dim), cos, sin)
 
     @classmethod
+    def head_norm(cls, qkv: torch.Tensor, q_heads: int, kv_heads: int, head_dim: int, q_norm: torch.Tensor,
+                  k_norm: torch.Tensor, eps: float) -> None:
+        """Each q head of ``qkv`` RMS-normalized with ``q_norm`` and each k head with ``k_norm``, IN
+        PLACE (Qwen3 / Gemma 3)."""
+        _norm_heads(cls.rms_norm, qkv, q_heads, kv_heads, head_dim, q_norm, k_norm, eps)
+
+    @classmethod
     def head_norm_rope(cls, qkv: torch.Tensor, inputs: tuple[torch.Tensor, torch.Tensor], q_heads: int,
                        kv_heads: int, head_dim: int, q_norm: torch.Tensor, k_norm: torch.Tensor,
                        eps: float) -> torch.Tensor:
-        """Each q head of ``qkv`` RMS-normalized with ``q_norm`` and each k head with ``k_norm`` (IN
-        PLACE, Qwen3 / Gemma 3), then q and k rotated: :meth:`rope`'s ``[T, q_heads + kv_heads, head_dim]``."""
-        t, q_size, kv_size = qkv.shape[0], q_heads * head_dim, kv_heads * head_dim
-        q, k = qkv[:, :q_size], qkv[:, q_size:q_size + kv_size]
-        q.copy_(cls.rms_norm(q.reshape(t * q_heads, head_dim), q_norm, eps).view(t, q_size))
-        k.copy_(cls.rms_norm(k.reshape(t * kv_heads, head_dim), k_norm, eps).view(t, kv_size))
+        """:meth:`head_norm`, then q and k rotated: :meth:`rope`'s ``[T, q_heads + kv_heads, head_dim]``."""
+        cls.head_norm(qkv, q_heads, kv_heads, head_dim, q_norm, k_norm, eps)
         return cls.rope(qkv, inputs, q_heads + kv_heads, head_dim)
 
     @staticmethod
@@ -117,6 +129,11 @@ class NativeLayerOps:
             self._rope(x, positions, cos, sin, num_heads)
         return x[:, : num_heads * head_dim].view(x.shape[0], num_heads, head_dim)
 
+    def head_norm(self, qkv: torch.Tensor, q_heads: int, kv_heads: int, head_dim: int, q_norm: torch.Tensor,
+                  k_norm: torch.Tensor, eps: float) -> None:
+        """The eager op's per-head norms on the native ``rms_norm`` (with ``clip_qkv``, which goes
+        between the norms and the rotation)."""
+        _norm_heads(self.rms_norm, qkv, q_heads, kv_heads, head_dim, q_norm, k_norm, eps)
 
     def head_norm_rope(self, qkv: torch.Tensor, inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor], q_heads: int,
                        kv_heads: int, head_dim: int, q_norm: torch.Tensor, k_norm: torch.Tensor,

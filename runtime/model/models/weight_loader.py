@@ -50,11 +50,14 @@ class StackedLinear:
         found = [tiled_for_few_rows(p) for p in parts]
         if all(f is not None and f[0].out_features % 16 == 0 for f in found):
             tiled = [f[0] for f in found]
-            self._kinds = [t.tiled()[0] for t in tiled]
-            self._tensors = [a for t in tiled for a in t.tiled()[1]]
+            kinds_and_tensors = [t.tiled() for t in tiled]
+            self._kinds = [kind for kind, _ in kinds_and_tensors]
+            self._tensors = [a for _, args in kinds_and_tensors for a in args]
             self._max_rows = min(f[1] for f in found)
-            if any(t.bias is not None for t in tiled):
-                self._bias = torch.cat([t.bias if t.bias is not None else torch.zeros(t.out_features) for t in tiled])
+            biases = [t.bias for t in tiled if t.bias is not None]
+            if biases:  # NOTE: in the parts' bias dtype, so that the call's cast is a no-op
+                self._bias = torch.cat([t.bias if t.bias is not None else biases[0].new_zeros(t.out_features)
+                                        for t in tiled])
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self._kinds is not None and x.shape[0] < self._max_rows:
