@@ -284,6 +284,19 @@ class TorchAttentionBackend(AttentionBackend):
             )
         return _DecodeGroup(rows, index, lens_t, lens, mask, bsz, max_len)
 
+    def native_decode_inputs(self, layer_id: int) -> tuple | None:
+        """What this step's native decode kernel takes for ``layer_id`` after the caches and the
+        new q/k/v (loc, index, lens, prefix_group, prefix_lens; None where the step attends
+        without a shared-prefix cascade), or None where this step does not run that kernel alone
+        (not a pure decode batch on the CPU kernel): what ``forward`` passes it, for callers that
+        run the kernel themselves (``sglc_cpu.DecodeLayer``)."""
+        if not self._native_step or self._decode is None or self._decode.rows is not None:
+            return None
+        window = self.windows[layer_id] if self.windows else None
+        dec = self._decode if window is None else self._decode_window[window]
+        prefix_group, prefix_lens = dec.shared or (None, None)
+        return self._loc, dec.index, dec.lens, prefix_group, prefix_lens
+
     # ------------------------------------------------------------------ forward
     def forward(
         self,

@@ -35,6 +35,7 @@ from ..native.capabilities import supported_levels
 from ..gguf import GGUFFile, GGUFWeight
 from ..gguf_convert import MARKER_FILE
 from ..weights import check_state_dict, load_state_dict
+from .decode_layers import DecodeLayers, build_decode_layers
 from .gguf_linear import GGUFEmbedding
 from .layer_ops import LayerOps, layer_ops_for
 from .linear import can_pack_weights
@@ -155,6 +156,8 @@ class DecoderForCausalLM:
         self.lm_head: AnyLinear | None = None
         self.final_norm: torch.Tensor | None = None
         self.layers: list[DecoderLayer] = []
+        #: the layers as one native call each for decode batches (None: the Python loop always)
+        self.decode_layers: DecodeLayers | None = None
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -243,6 +246,7 @@ class DecoderForCausalLM:
         # NOTE: layers load on every core: repacking is numpy and torch work that releases the GIL
         with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, 8))) as pool:
             self.layers = list(pool.map(lambda i: self.load_layer(i, f"model.layers.{i}.", w), range(c.num_hidden_layers)))
+        self.decode_layers = build_decode_layers(self)
         log.info("model kernels: %s", self.describe_kernels())
 
     def graph_unsafe_reason(self) -> str | None:
@@ -272,6 +276,8 @@ class DecoderForCausalLM:
             parts.append(f"lm_head: {describe_linear(self.lm_head)}")
         parts.append(f"decode attention: {self.attn.describe_decode()}")
         parts.append(f"norms/rope/{self.config.hidden_act}: {self.ops.name}")
+        if self.decode_layers is not None:
+            parts.append(f"decode layers: one native call each below {self.decode_layers.max_rows} rows")
         return "; ".join(parts)
 
     # ------------------------------------------------------------------ forward
@@ -304,6 +310,11 @@ class DecoderForCausalLM:
             h.mul_(self.embed_scale)
         layers, act = self.layers, self.act
         x = ops.rms_norm(h, layers[0].input_norm, eps)
+        fused = self.decode_layers
+        if (fused is not None and t < fused.max_rows and kv_buffer.k[0].dtype == self.dtype
+                and attn_backend.native_decode_inputs(0) is not None):  # NOTE: a pure decode batch on the kernel
+            h = self._decode_layers(fused, h, x, ropes, kv_buffer)
+            layers = []  # NOTE: h holds every layer's output: the loop below has nothing left to do
         for i, layer in enumerate(layers):
             # --- attention: projections, q/k norms, RoPE, the backend (the loop is inlined: it runs
             # once per layer and step, and a one-stream step is ~6 ms)
@@ -347,6 +358,15 @@ class DecoderForCausalLM:
         return logits
 
     __call__ = forward
+
+    def _decode_layers(self, fused: DecodeLayers, h: torch.Tensor, x: torch.Tensor, ropes: list,
+                       kv_buffer: KVBuffer) -> torch.Tensor:
+        """The layers of a pure decode batch on the native decode attention, one native call each
+        (see :mod:`.decode_layers`); returns the residual stream after the last layer."""
+        inputs = self.attn.native_decode_inputs
+        for i, (layer, rope, next_norm) in enumerate(zip(fused.layers, fused.ropes, fused.next_norms)):
+            x = layer.forward(h, x, *ropes[rope], kv_buffer.k[i], kv_buffer.v[i], *inputs(i), next_norm)
+        return h
 
 
 def _float_logits(head: AnyLinear, h: torch.Tensor) -> torch.Tensor:

@@ -76,7 +76,7 @@ def router_weight(router) -> torch.Tensor | None:
     return w if w.dtype == torch.float32 and w.device.type == "cpu" and w.is_contiguous() else None
 
 
-def _native_act_name(act: Callable) -> str | None:
+def native_act_name(act: Callable) -> str | None:
     """'silu' / 'gelu_tanh' where ``act`` is the native gated activation of that name."""
     ops = getattr(torch.ops, "sglc_cpu", None)
     if ops is None:
@@ -133,7 +133,7 @@ class SparseMoE:
         weights, experts = self.route(x)
         native = self.native
         if native is not None and x.shape[0] < native.max_tokens and x.is_contiguous():
-            act_name = _native_act_name(act)
+            act_name = native_act_name(act)
             if act_name is not None:
                 return torch.ops.sglc_cpu.moe_experts(x, experts, weights, native.gate_up_kinds, native.gate_up,
                                                       native.down_kinds, native.down, act_name)

@@ -59,6 +59,11 @@ class StackedLinear:
                 self._bias = torch.cat([t.bias if t.bias is not None else biases[0].new_zeros(t.out_features)
                                         for t in tiled])
 
+    def tiled_parts(self) -> tuple[list[str], list[torch.Tensor], torch.Tensor | None, int | float] | None:
+        """(kinds, tensors, bias, row bound) of the one-call road, or None where it has none: what
+        ``stacked_linear`` takes, and the row count from which the parts run on their own."""
+        return None if self._kinds is None else (self._kinds, self._tensors, self._bias, self._max_rows)
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self._kinds is not None and x.shape[0] < self._max_rows:
             y = torch.ops.sglc_cpu.stacked_linear(x, self._kinds, self._tensors)

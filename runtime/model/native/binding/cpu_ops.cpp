@@ -15,12 +15,14 @@
 // q6k_linear (weight-only integer linears on 16-channel tiles), moe_route / moe_experts (a
 // sparse MoE block's routing and experts, one call each: moe_experts.h), stacked_linear (the
 // parts of a fused projection in different GGUF types, one call: stacked_linear.h), gguf_tiles (a GGUF
-// tensor repacked into its kernel's tiles at load: gguf_tiles.h). Work is spread over the pool only when
+// tensor repacked into its kernel's tiles at load: gguf_tiles.h), and the class DecodeLayer (one
+// decoder layer of a decode batch in one call: decode_layer.h). Work is spread over the pool only when
 // there is enough of it to pay for waking the pool (a one-stream decode step runs inline).
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
+#include <torch/custom_class.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -789,6 +791,7 @@ at::Tensor q6k_linear(const at::Tensor& x, const at::Tensor& weight, const at::T
 #include "moe_experts.h"
 #include "stacked_linear.h"
 #include "gguf_tiles.h"
+#include "decode_layer.h"
 
 }  // namespace
 
@@ -820,6 +823,13 @@ TORCH_LIBRARY(sglc_cpu, m) {
         "Tensor[] down, str act) -> Tensor");
   m.def("gguf_tiles(Tensor raw, str type, int rows, int cols) -> Tensor[]");
   m.def("stacked_linear(Tensor x, str[] kinds, Tensor[] weights) -> Tensor");
+  m.class_<DecodeLayer>("DecodeLayer")
+      .def(torch::init<>())
+      .def("set_projection", &DecodeLayer::set_projection)
+      .def("set_attention", &DecodeLayer::set_attention)
+      .def("set_mlp", &DecodeLayer::set_mlp)
+      .def("set_experts", &DecodeLayer::set_experts)
+      .def("forward", &DecodeLayer::forward);
 }
 
 TORCH_LIBRARY_IMPL(sglc_cpu, CPU, m) {

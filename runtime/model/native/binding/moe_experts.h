@@ -18,7 +18,7 @@
 // Every (expert, tile, group of rows) of one projection as pool tasks: expert e's rows are the
 // pairs [start[e], start[e + 1]) of the pair-ordered activations; outputs go to the same rows of
 // out (n wide).
-void run_experts(const sglc_kernel_table& kt, int slot, const std::vector<TiledWeight>& weights,
+void run_projection(const sglc_kernel_table& kt, int slot, const std::vector<TiledWeight>& weights,
                  const std::vector<int64_t>& start, const sglc_quantized_rows* act, int64_t n, void* out) {
   const int64_t per_pass = kt.int_rows_per_pass;
   struct Task {
@@ -60,36 +60,56 @@ __attribute__((optimize("fp-contract=off"))) void add_weighted(const T* y, const
   }
 }
 
-at::Tensor moe_experts(const at::Tensor& x, const at::Tensor& ids, const at::Tensor& weights,
-                       const std::vector<std::string>& gate_up_kinds, at::TensorList gate_up,
-                       const std::vector<std::string>& down_kinds, at::TensorList down, const std::string& act) {
-  const char* what = "moe_experts";
-  check_rows(x, what);
-  TORCH_CHECK(x.is_contiguous(), what, ": x must be contiguous");
-  const int64_t t_rows = x.size(0), h = x.size(1), num_experts = static_cast<int64_t>(gate_up_kinds.size());
-  TORCH_CHECK(ids.dim() == 2 && ids.size(0) == t_rows && ids.scalar_type() == at::kLong && ids.is_contiguous(), what,
-              ": ids must be a contiguous int64 [", t_rows, ", k], got ", ids.sizes(), " ", ids.scalar_type());
-  const int64_t top_k = ids.size(1);
-  TORCH_CHECK(weights.sizes() == ids.sizes() && weights.is_contiguous() &&
-                  (weights.scalar_type() == x.scalar_type() || weights.scalar_type() == at::kFloat),
-              what, ": weights must be contiguous [", t_rows, ", ", top_k, "] of x's dtype or float32");
+// A block's experts, parsed and checked: every gate_up [2 I, H] and down [H, I] alike.
+struct Experts {
+  std::vector<TiledWeight> gate_up, down;
+  bool gelu = false;  // the gated activation: gelu_tanh, else silu
+};
+
+Experts parse_experts(const std::vector<std::string>& gate_up_kinds, at::TensorList gate_up,
+                      const std::vector<std::string>& down_kinds, at::TensorList down, const std::string& act,
+                      const char* what) {
+  const int64_t num_experts = static_cast<int64_t>(gate_up_kinds.size());
   TORCH_CHECK(static_cast<int64_t>(down_kinds.size()) == num_experts && num_experts > 0, what,
               ": one gate_up and one down kind per expert");
   TORCH_CHECK(act == "silu" || act == "gelu_tanh", what, ": act must be 'silu' or 'gelu_tanh', got '", act, "'");
-  const int slot = int_dtype_slot(x.scalar_type(), what);
-  std::vector<TiledWeight> gu(num_experts), dn(num_experts);
+  Experts ex;
+  ex.gelu = act == "gelu_tanh";
+  ex.gate_up.resize(num_experts);
+  ex.down.resize(num_experts);
+  std::vector<TiledWeight>&gu = ex.gate_up, &dn = ex.down;
   int64_t at_gu = 0, at_dn = 0;
   for (int64_t e = 0; e < num_experts; ++e) {
     at_gu += parse_tiled_weight(gate_up_kinds[e], gate_up, at_gu, gu[e], what);
     at_dn += parse_tiled_weight(down_kinds[e], down, at_dn, dn[e], what);
+    const int64_t h = gu[0].k;
     TORCH_CHECK(gu[e].k == h && gu[e].tiles == gu[0].tiles && dn[e].tiles * kQTile == h && dn[e].k == dn[0].k, what,
                 ": expert ", e, " has gate_up [", gu[e].tiles * kQTile, ", ", gu[e].k, "] and down [",
                 dn[e].tiles * kQTile, ", ", dn[e].k, "]; expected [2 I, ", h, "] and [", h, ", I] like expert 0");
   }
   TORCH_CHECK(at_gu == static_cast<int64_t>(gate_up.size()) && at_dn == static_cast<int64_t>(down.size()), what,
               ": more tensors than the kinds take");
+  TORCH_CHECK(gu[0].tiles * kQTile == 2 * dn[0].k, what, ": gate_up has ", gu[0].tiles * kQTile,
+              " outputs, expected 2 x ", dn[0].k);
+  return ex;
+}
+
+// The experts of parsed weights (see moe_experts).
+at::Tensor run_experts(const at::Tensor& x, const at::Tensor& ids, const at::Tensor& weights, const Experts& ex,
+                       const char* what) {
+  check_rows(x, what);
+  TORCH_CHECK(x.is_contiguous(), what, ": x must be contiguous");
+  const int64_t t_rows = x.size(0), h = x.size(1), num_experts = static_cast<int64_t>(ex.gate_up.size());
+  TORCH_CHECK(ids.dim() == 2 && ids.size(0) == t_rows && ids.scalar_type() == at::kLong && ids.is_contiguous(), what,
+              ": ids must be a contiguous int64 [", t_rows, ", k], got ", ids.sizes(), " ", ids.scalar_type());
+  const int64_t top_k = ids.size(1);
+  TORCH_CHECK(weights.sizes() == ids.sizes() && weights.is_contiguous() &&
+                  (weights.scalar_type() == x.scalar_type() || weights.scalar_type() == at::kFloat),
+              what, ": weights must be contiguous [", t_rows, ", ", top_k, "] of x's dtype or float32");
+  TORCH_CHECK(ex.gate_up[0].k == h, what, ": x has ", h, " features, the experts take ", ex.gate_up[0].k);
+  const int slot = int_dtype_slot(x.scalar_type(), what);
+  const std::vector<TiledWeight>&gu = ex.gate_up, &dn = ex.down;
   const int64_t inter = dn[0].k, gu_width = gu[0].tiles * kQTile;
-  TORCH_CHECK(gu_width == 2 * inter, what, ": gate_up has ", gu_width, " outputs, expected 2 x ", inter);
   const int64_t* idp = ids.const_data_ptr<int64_t>();
   for (int64_t i = 0; i < t_rows * top_k; ++i) {
     TORCH_CHECK(idp[i] >= 0 && idp[i] < num_experts, what, ": expert id ", idp[i], " outside [0, ", num_experts, ")");
@@ -126,9 +146,9 @@ at::Tensor moe_experts(const at::Tensor& x, const at::Tensor& ids, const at::Ten
   const sglc_quantized_rows pair_act = pair_rows.view(h);
 
   auto gate_up_out = at::empty({pairs, gu_width}, x.options());
-  run_experts(kt, slot, gu, start, &pair_act, gu_width, gate_up_out.data_ptr());
+  run_projection(kt, slot, gu, start, &pair_act, gu_width, gate_up_out.data_ptr());
   auto hidden = at::empty({pairs, inter}, x.options());
-  const auto act_fn = (act == "silu" ? kt.silu_mul : kt.gelu_tanh_mul)[slot];
+  const auto act_fn = (ex.gelu ? kt.gelu_tanh_mul : kt.silu_mul)[slot];
   at::parallel_for(0, pairs, kRowGrain, [&](int64_t begin, int64_t end) {
     act_fn(at_elem(gate_up_out.const_data_ptr(), begin * gu_width, es), gu_width,
            at_elem(hidden.data_ptr(), begin * inter, es), inter, end - begin, inter);
@@ -137,7 +157,7 @@ at::Tensor moe_experts(const at::Tensor& x, const at::Tensor& ids, const at::Ten
   const sglc_quantized_rows hidden_act = quantize_rows(kt, slot, hidden.const_data_ptr(), inter, es, pairs, inter,
                                                        hidden_rows);
   auto y = at::empty({pairs, h}, x.options());
-  run_experts(kt, slot, dn, start, &hidden_act, h, y.data_ptr());
+  run_projection(kt, slot, dn, start, &hidden_act, h, y.data_ptr());
 
   auto out = at::zeros_like(x);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "moe_experts", [&] {
@@ -150,6 +170,13 @@ at::Tensor moe_experts(const at::Tensor& x, const at::Tensor& ids, const at::Ten
     }
   });
   return out;
+}
+
+at::Tensor moe_experts(const at::Tensor& x, const at::Tensor& ids, const at::Tensor& weights,
+                       const std::vector<std::string>& gate_up_kinds, at::TensorList gate_up,
+                       const std::vector<std::string>& down_kinds, at::TensorList down, const std::string& act) {
+  return run_experts(x, ids, weights, parse_experts(gate_up_kinds, gate_up, down_kinds, down, act, "moe_experts"),
+                     "moe_experts");
 }
 
 // A router logit: float32 products in 8 partial sums (lane j takes inputs j mod 8), added pairwise.

@@ -11,19 +11,26 @@
 
 #pragma once
 
-at::Tensor stacked_linear(const at::Tensor& x, const std::vector<std::string>& kinds, at::TensorList weights) {
-  const char* what = "stacked_linear";
+// The parts of one stacked linear, parsed and checked (every part takes the same inputs).
+std::vector<TiledWeight> parse_stacked(const std::vector<std::string>& kinds, at::TensorList weights,
+                                       const char* what) {
   const int64_t parts = static_cast<int64_t>(kinds.size());
   TORCH_CHECK(parts >= 1, what, ": at least one part");
   std::vector<TiledWeight> part(parts);
-  std::vector<int64_t> first_tile(parts + 1, 0);  // global tile index of each part's first tile
   int64_t used = 0;
   for (int64_t p = 0; p < parts; ++p) {
     used += parse_tiled_weight(kinds[p], weights, used, part[p], what);
     TORCH_CHECK(part[p].k == part[0].k, what, ": part ", p, " takes ", part[p].k, " inputs, part 0 ", part[0].k);
-    first_tile[p + 1] = first_tile[p] + part[p].tiles;
   }
   TORCH_CHECK(used == static_cast<int64_t>(weights.size()), what, ": more tensors than the kinds take");
+  return part;
+}
+
+// x through parsed parts: [rows, sum of the parts' tiles * 16].
+at::Tensor run_stacked(const at::Tensor& x, const std::vector<TiledWeight>& part, const char* what) {
+  const int64_t parts = static_cast<int64_t>(part.size());
+  std::vector<int64_t> first_tile(parts + 1, 0);  // global tile index of each part's first tile
+  for (int64_t p = 0; p < parts; ++p) first_tile[p + 1] = first_tile[p] + part[p].tiles;
   const int64_t k = part[0].k, tiles = first_tile[parts], n = tiles * kQTile;
   check_activations(x, k, what);
   const int slot = int_dtype_slot(x.scalar_type(), what);
@@ -49,4 +56,8 @@ at::Tensor stacked_linear(const at::Tensor& x, const std::vector<std::string>& k
     }
   });
   return out;
+}
+
+at::Tensor stacked_linear(const at::Tensor& x, const std::vector<std::string>& kinds, at::TensorList weights) {
+  return run_stacked(x, parse_stacked(kinds, weights, "stacked_linear"), "stacked_linear");
 }
