@@ -50,6 +50,7 @@ MIXES = {
     "q4_k_m": (["Q4_K"] * EXPERTS, ["Q6_K", "Q4_K", "Q6_K", "Q4_K", "Q4_K", "Q6_K"]),
     "q5_k_m": (["Q5_K"] * EXPERTS, ["Q6_K", "Q5_K"] * 3),
     "32-blocks": (["Q8_0", "Q5_0", "Q5_1", "Q8_0", "Q5_0", "Q5_1"], ["Q5_1", "Q8_0", "Q5_0"] * 2),
+    "q4-tiles": (["Q4_0", "Q4_1"] * 3, ["Q4_1", "Q8_0", "Q4_0"] * 2),  # NOTE: the int4 linear's q4 tiles
 }
 
 

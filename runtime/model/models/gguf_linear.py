@@ -130,14 +130,19 @@ class GGUFQ6KLinear(_TiledLinear):
         return self._finish(torch.ops.sglc_cpu.q6k_linear(x, *self._args, None))
 
 
-def tiled_for_few_rows(linear) -> tuple[_TiledLinear, int | float] | None:
-    """The native tiled GGUF linear serving ``linear``'s few-row calls and the row count up to which
-    it does (a :class:`RowDispatchLinear` hands larger calls to its float copy), or None where
+def tiled_for_few_rows(linear) -> tuple[_TiledLinear | Int4Linear, int | float] | None:
+    """The native tiled linear serving ``linear``'s few-row calls and the row count up to which it
+    does (a :class:`RowDispatchLinear` hands larger calls to its float copy), or None where
     ``linear`` is not one: what the ops running several linears in one call (``moe_experts``,
-    ``stacked_linear``) can take."""
-    if isinstance(linear, RowDispatchLinear):
-        return (linear.small, linear.min_rows) if isinstance(linear.small, _TiledLinear) else None
-    return (linear, float("inf")) if isinstance(linear, _TiledLinear) else None
+    ``stacked_linear``, ``DecodeLayer``) can take. That is a GGUF linear on its type's tiles, or an
+    int4 linear on q4 tiles (Q4_0 / Q4_1 files, ``--quantization int4``) without a bias: its
+    kernel adds a bias before rounding, where those ops add it after."""
+    small, rows = (linear.small, linear.min_rows) if isinstance(linear, RowDispatchLinear) else (linear, float("inf"))
+    if isinstance(small, _TiledLinear):
+        return small, rows
+    if isinstance(small, Int4Linear) and small.kernel == "native" and small.bias is None:
+        return small, rows
+    return None
 
 
 def _q4_tiles_linear(w: GGUFWeight, bias: torch.Tensor | None) -> Int4Linear:

@@ -107,6 +107,13 @@ class Int4Linear:
         """Which kernel runs: 'native' or 'torch'."""
         return "native" if self._native is not None else "torch"
 
+    def tiled(self) -> tuple[str, tuple[torch.Tensor, ...]]:
+        """The native weight as the ops running several tiled linears in one call take it ("q4": its
+        q4 tiles, d and m); only where ``kernel`` is 'native'."""
+        if self._q4 is None:
+            raise ValueError("Int4Linear.tiled: this linear runs torch's int4 kernel, not q4 tiles")
+        return "q4", self._q4
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self._native is not None:
             bias = self.bias if self.bias is None or self.bias.dtype == x.dtype else self.bias.to(x.dtype)

@@ -7,7 +7,7 @@
 
 // A tiled GGUF weight: its kind and the tensors the kind's tile kernel takes.
 struct TiledWeight {
-  enum Kind { kQ4K, kQ5K, kQ6K, kQ8B, kQ50, kQ51 };
+  enum Kind { kQ4K, kQ5K, kQ6K, kQ8B, kQ50, kQ51, kQ41 };
   Kind kind;
   const void* w = nullptr;
   const void* a[4] = {nullptr, nullptr, nullptr, nullptr};
@@ -36,6 +36,9 @@ struct TiledWeight {
       case kQ51:
         kt.q5_tile[slot](wp, d, static_cast<const uint16_t*>(a[1]), act, t, r0, rows, n, nullptr, out);
         return;
+      case kQ41:
+        kt.q4_tile[slot](wp, d, static_cast<const uint16_t*>(a[1]), act, t, r0, rows, n, nullptr, out);
+        return;
     }
   }
 };
@@ -46,9 +49,10 @@ int64_t parse_tiled_weight(const std::string& kind, const at::TensorList& args, 
                            const char* what) {
   static const std::map<std::string, std::pair<TiledWeight::Kind, int64_t>> kKinds = {
       {"q4k", {TiledWeight::kQ4K, 5}}, {"q5k", {TiledWeight::kQ5K, 5}}, {"q6k", {TiledWeight::kQ6K, 3}},
-      {"q8b", {TiledWeight::kQ8B, 2}}, {"q5_0", {TiledWeight::kQ50, 2}}, {"q5_1", {TiledWeight::kQ51, 3}}};
+      {"q8b", {TiledWeight::kQ8B, 2}}, {"q5_0", {TiledWeight::kQ50, 2}}, {"q5_1", {TiledWeight::kQ51, 3}},
+      {"q4", {TiledWeight::kQ41, 3}}};
   const auto found = kKinds.find(kind);
-  TORCH_CHECK(found != kKinds.end(), what, ": unknown weight kind '", kind, "' (q4k, q5k, q6k, q8b, q5_0, q5_1)");
+  TORCH_CHECK(found != kKinds.end(), what, ": unknown weight kind '", kind, "' (q4k, q5k, q6k, q8b, q5_0, q5_1, q4)");
   const auto [k, count] = found->second;
   TORCH_CHECK(first + count <= static_cast<int64_t>(args.size()), what, ": too few tensors for a ", kind, " weight");
   const at::Tensor& w = args[first];
@@ -56,7 +60,7 @@ int64_t parse_tiled_weight(const std::string& kind, const at::TensorList& args, 
     TORCH_CHECK(w.dim() == 4 && w.size(2) == 8 && w.size(3) == 64 && w.is_contiguous() && w.scalar_type() == at::kChar,
                 what, ": a q8b weight must be contiguous int8 q8 tiles [out / 16, in / 32, 8, 64], got ", w.sizes());
   } else {
-    const int64_t loads = k == TiledWeight::kQ4K ? 4 : k == TiledWeight::kQ6K ? 6 : 5;
+    const int64_t loads = k == TiledWeight::kQ4K || k == TiledWeight::kQ41 ? 4 : k == TiledWeight::kQ6K ? 6 : 5;
     check_level_tiles(w, loads, what, kind.c_str());
   }
   const int64_t tiles = w.size(0), blocks = w.size(1);
@@ -80,6 +84,7 @@ int64_t parse_tiled_weight(const std::string& kind, const at::TensorList& args, 
       check_block_table(args[first + 1], tiles, blocks, at::kHalf, what, "d");
       break;
     case TiledWeight::kQ51:
+    case TiledWeight::kQ41:
       check_block_table(args[first + 1], tiles, blocks, at::kHalf, what, "d");
       check_block_table(args[first + 2], tiles, blocks, at::kHalf, what, "m");
       break;
