@@ -277,7 +277,8 @@ class DecoderForCausalLM:
         parts.append(f"decode attention: {self.attn.describe_decode()}")
         parts.append(f"norms/rope/{self.config.hidden_act}: {self.ops.name}")
         if self.decode_layers is not None:
-            parts.append(f"decode layers: one native call each below {self.decode_layers.max_rows} rows")
+            bound = self.decode_layers.max_rows
+            parts.append("decode layers: one native call each" + ("" if bound == float("inf") else f" below {bound} rows"))
         return "; ".join(parts)
 
     # ------------------------------------------------------------------ forward
@@ -295,11 +296,6 @@ class DecoderForCausalLM:
         if self.embed is None:
             raise RuntimeError("model weights are not loaded (call load_state_dict)")
         c, ops, attn_backend = self.config, self.ops, self.attn
-        t = batch.num_tokens
-        nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        q_size, kv_size, eps = c.q_size, c.kv_size, c.rms_norm_eps
-        head_norm, clip = c.qk_norm == "head", c.clip_qkv
-
         attn_backend.prepare(batch)
         # NOTE: the largest position from the host-side lengths: no device sync on a GPU.
         max_pos = max(p + e for p, e in zip(batch.prefix_lens, batch.extend_lens)) - 1
@@ -308,13 +304,34 @@ class DecoderForCausalLM:
         h = self.embed(batch.input_ids) if isinstance(self.embed, GGUFEmbedding) else F.embedding(batch.input_ids, self.embed)
         if self.embed_scale is not None:
             h.mul_(self.embed_scale)
-        layers, act = self.layers, self.act
-        x = ops.rms_norm(h, layers[0].input_norm, eps)
+        x = ops.rms_norm(h, self.layers[0].input_norm, c.rms_norm_eps)
         fused = self.decode_layers
-        if (fused is not None and t < fused.max_rows and kv_buffer.k[0].dtype == self.dtype
+        if (fused is not None and batch.num_tokens < fused.max_rows and kv_buffer.k[0].dtype == self.dtype
                 and attn_backend.native_decode_inputs(0) is not None):  # NOTE: a pure decode batch on the kernel
             h = self._decode_layers(fused, h, x, ropes, kv_buffer)
-            layers = []  # NOTE: h holds every layer's output: the loop below has nothing left to do
+        else:
+            h = self._layers(h, x, ropes, kv_buffer)
+
+        rows = _logit_rows(batch)
+        if rows is not None:
+            h = h.index_select(0, rows.to(h.device))
+        h = ops.rms_norm(h, self.final_norm, c.rms_norm_eps)
+        logits = _float_logits(self.lm_head, h)
+        if c.final_logit_softcap is not None:
+            cap = c.final_logit_softcap
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    __call__ = forward
+
+    def _layers(self, h: torch.Tensor, x: torch.Tensor, ropes: list, kv_buffer: KVBuffer) -> torch.Tensor:
+        """Every layer over the step's tokens (``x``: the first layer's input norm of the residual
+        stream ``h``); returns the residual stream after the last layer."""
+        c, ops, attn_backend, layers, act = self.config, self.ops, self.attn, self.layers, self.act
+        t = x.shape[0]
+        nh, nkv, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        q_size, kv_size, eps = c.q_size, c.kv_size, c.rms_norm_eps
+        head_norm, clip = c.qk_norm == "head", c.clip_qkv
         for i, layer in enumerate(layers):
             # --- attention: projections, q/k norms, RoPE, the backend (the loop is inlined: it runs
             # once per layer and step, and a one-stream step is ~6 ms)
@@ -346,18 +363,7 @@ class DecoderForCausalLM:
                 h, x = ops.add_rms_norm(h, y, layers[i + 1].input_norm, eps)
             else:
                 h = h + y
-
-        rows = _logit_rows(batch)
-        if rows is not None:
-            h = h.index_select(0, rows.to(h.device))
-        h = ops.rms_norm(h, self.final_norm, eps)
-        logits = _float_logits(self.lm_head, h)
-        if c.final_logit_softcap is not None:
-            cap = c.final_logit_softcap
-            logits = torch.tanh(logits / cap) * cap
-        return logits
-
-    __call__ = forward
+        return h
 
     def _decode_layers(self, fused: DecodeLayers, h: torch.Tensor, x: torch.Tensor, ropes: list,
                        kv_buffer: KVBuffer) -> torch.Tensor:
