@@ -22,6 +22,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
+#include <sys/mman.h>
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
@@ -30,6 +31,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -790,6 +792,7 @@ at::Tensor q6k_linear(const at::Tensor& x, const at::Tensor& weight, const at::T
 #include "tiled_weight.h"
 #include "moe_experts.h"
 #include "stacked_linear.h"
+#include "weight_arena.h"
 #include "gguf_tiles.h"
 #include "decode_layer.h"
 

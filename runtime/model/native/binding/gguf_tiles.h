@@ -17,7 +17,8 @@
 // load i < 4, byte 4 c + j pairs value 4 i + j (low nibble) with 16 + 4 i + j (high) of channel c;
 // q5's load 4 holds the fifth bit of value 16 s + 4 i + j at bit 4 s + i of byte 4 c + j; q6k's
 // loads 4 + s the high 2 bits of value 16 s + 4 i + j at bits 2 i; q8's load i byte 4 c + j is
-// value 4 i + j.
+// value 4 i + j. Every output lives in the weight arena (weight_arena.h: huge pages where the system
+// gives them).
 
 #pragma once
 
@@ -184,19 +185,19 @@ std::vector<at::Tensor> gguf_tiles(const at::Tensor& raw, const std::string& typ
   const bool kquant = ty.values == 256, q6 = ty.loads == 6;
   const auto u8 = at::TensorOptions().dtype(at::kByte);
   const auto f16 = at::TensorOptions().dtype(at::kHalf);
-  at::Tensor levels = at::empty({tiles, blocks, ty.loads, 64}, ty.loads == 8 ? u8.dtype(at::kChar) : u8);
+  at::Tensor levels = weight_arena().empty({tiles, blocks, ty.loads, 64}, ty.loads == 8 ? u8.dtype(at::kChar) : u8);
   // per-channel tables: [T, groups, 16]
   const int64_t d_groups = kquant ? cols / 256 : blocks;
-  at::Tensor d = at::empty({tiles, d_groups, kQTile}, f16);
+  at::Tensor d = weight_arena().empty({tiles, d_groups, kQTile}, f16);
   at::Tensor m;  // Q4_0 / Q4_1 / Q5_1's m, K-quants' dmin
   using K = GGUFTileType;
   const bool q40 = ty.kind == K::kQ40;
-  if (q40 || ty.kind == K::kQ41 || ty.kind == K::kQ51 || (kquant && !q6)) m = at::empty({tiles, d_groups, kQTile}, f16);
+  if (q40 || ty.kind == K::kQ41 || ty.kind == K::kQ51 || (kquant && !q6)) m = weight_arena().empty({tiles, d_groups, kQTile}, f16);
   at::Tensor sc, mn;  // K-quants' sub-block scales (and Q4_K / Q5_K's mins)
-  if (q6) sc = at::empty({tiles, cols / 16, kQTile}, at::TensorOptions().dtype(at::kChar));
+  if (q6) sc = weight_arena().empty({tiles, cols / 16, kQTile}, at::TensorOptions().dtype(at::kChar));
   else if (kquant) {
-    sc = at::empty({tiles, blocks, kQTile}, u8);
-    mn = at::empty({tiles, blocks, kQTile}, u8);
+    sc = weight_arena().empty({tiles, blocks, kQTile}, u8);
+    mn = weight_arena().empty({tiles, blocks, kQTile}, u8);
   }
   const uint8_t* src = raw.const_data_ptr<uint8_t>();
   uint8_t* lp = static_cast<uint8_t*>(levels.data_ptr());
