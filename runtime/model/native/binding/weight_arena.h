@@ -7,7 +7,7 @@
 // 13.3 -> 17.5 GB/s (8.4 -> 10.1 on one thread). Most Linux systems give anonymous memory huge
 // pages only where madvise(MADV_HUGEPAGE) asks (transparent_hugepage=madvise), and an allocation
 // the size of one tensor (a few hundred KB) is neither aligned to nor as large as one. So tensors
-// are bump-allocated, 64-byte aligned, from 2 MiB-aligned chunks of at least 32 MiB marked
+// are bump-allocated, 64-byte aligned, from 2 MiB-aligned chunks of at least 64 MiB marked
 // MADV_HUGEPAGE; a chunk is unmapped when the last tensor in it is freed (the arena only points at
 // the one it is filling). Where huge pages are off (or madvise is missing) they are ordinary pages.
 
@@ -38,7 +38,7 @@ class WeightArena {
   }
 
  private:
-  static constexpr size_t kAlign = 64, kHuge = size_t{2} << 20, kChunkBytes = size_t{32} << 20;
+  static constexpr size_t kAlign = 64, kHuge = size_t{2} << 20, kChunkBytes = size_t{64} << 20;
 
   struct Chunk {
     char* mapping = nullptr;  // what mmap gave (kHuge more than asked, for the alignment)
