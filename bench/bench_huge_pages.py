@@ -13,6 +13,7 @@ Run it alone on a quiet machine. No assertions.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import time
 from pathlib import Path
@@ -22,7 +23,6 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from gguf_blocks import gguf_tensor  # noqa: E402
 from sglc_runtime.model.gguf import GGUFWeight  # noqa: E402
 from sglc_runtime.model.models.gguf_linear import gguf_linear  # noqa: E402
 from sglc_runtime.model.native import load_cpu_ops  # noqa: E402
@@ -48,6 +48,7 @@ def main() -> int:
         print(f"no native kernels: {why}")
         return 1
     torch.set_num_threads(args.threads)
+    gguf_tensor = importlib.import_module("gguf_blocks").gguf_tensor  # NOTE: the tests' helper (tests/ on the path)
     n, k = args.shape
     print(f"[{n} x {k}] weights, {args.copies} copies, {args.threads} threads, 1 row; us a linear (GB/s)")
     stacked = torch.ops.sglc_cpu.stacked_linear
