@@ -70,10 +70,8 @@ def build_decode_layer(model, index: int) -> tuple[Any, int | float] | None:
     or None where one of its ops has no native form."""
     c, layer = model.config, model.layers[index]
     attn = layer.attn
-    if attn.q_norm is not None and (c.qk_norm != "head" or c.clip_qkv is not None):
-        return None
-    if c.clip_qkv is not None:
-        return None
+    if c.clip_qkv is not None or (attn.q_norm is not None and c.qk_norm != "head"):
+        return None  # NOTE: the clamp sits between the norms and RoPE; OLMoE normalizes all heads at once
     act = native_act_name(model.act)
     qkv, o = tiled_projection(attn.qkv, model.dtype), tiled_projection(attn.o, model.dtype)
     if act is None or qkv is None or o is None:
