@@ -3,13 +3,14 @@
 //
 // A decode step streams every weight once, from memory, in tile order. In 4 KiB pages that walk
 // misses the TLB on every page and the hardware prefetchers stop at every page edge; in 2 MiB pages
-// it does neither: a cold Q4_K [1536 x 1024] linear at one row, 2 threads, AVX512 Xeon, ran
-// 13.3 -> 17.5 GB/s (8.4 -> 10.1 on one thread). Most Linux systems give anonymous memory huge
-// pages only where madvise(MADV_HUGEPAGE) asks (transparent_hugepage=madvise), and an allocation
-// the size of one tensor (a few hundred KB) is neither aligned to nor as large as one. So tensors
-// are bump-allocated, 64-byte aligned, from 2 MiB-aligned chunks of at least 64 MiB marked
-// MADV_HUGEPAGE; a chunk is unmapped when the last tensor in it is freed (the arena only points at
-// the one it is filling). Where huge pages are off (or madvise is missing) they are ordinary pages.
+// it does neither: cold [1536 x 1024] linears at one row, 2 threads, AVX512 Xeon, ran Q4_K
+// 10.8 -> 15.2 GB/s and Q6_K 10.1 -> 14.9 (bench/bench_huge_pages.py). Most Linux systems give
+// anonymous memory huge pages only where madvise(MADV_HUGEPAGE) asks (transparent_hugepage=
+// madvise), and an allocation the size of one tensor (a few hundred KB) is neither aligned to nor
+// as large as one. So tensors are bump-allocated, 64-byte aligned, from 2 MiB-aligned chunks of at
+// least 64 MiB marked MADV_HUGEPAGE; a chunk is unmapped when the last tensor in it is freed (the
+// arena only points at the one it is filling). Where huge pages are off (or madvise is missing)
+// they are ordinary pages.
 
 #pragma once
 
