@@ -17,14 +17,12 @@
 // A projection as tiled parts (one part: a single GGUF linear) and an optional bias in the
 // activations' dtype, added after the product as models/gguf_linear.py does.
 struct TiledProjection {
-  std::vector<std::string> kinds;
   std::vector<at::Tensor> tensors;  // NOTE: owns what `parts` points into
   std::vector<TiledWeight> parts;
   std::optional<at::Tensor> bias;
 
-  void set(const std::vector<std::string>& k, const std::vector<at::Tensor>& t, const std::optional<at::Tensor>& b,
+  void set(const std::vector<std::string>& kinds, const std::vector<at::Tensor>& t, const std::optional<at::Tensor>& b,
            const char* what) {
-    kinds = k;
     tensors = t;
     parts = parse_stacked(kinds, tensors, what);
     bias = b;
@@ -49,8 +47,7 @@ struct DecodeLayer : torch::CustomClassHolder {
   bool gelu = false;
   double eps = 1e-6;
   // experts (top_k > 0)
-  std::vector<std::string> expert_kinds;  // NOTE: owns the parsed experts' strings and tensors
-  std::vector<at::Tensor> expert_tensors;
+  std::vector<at::Tensor> expert_tensors;  // NOTE: owns what `experts` points into
   Experts experts;
   std::optional<at::Tensor> router;
   int64_t top_k = 0;
@@ -86,15 +83,11 @@ struct DecodeLayer : torch::CustomClassHolder {
                    bool float_weights_) {
     const int64_t n = static_cast<int64_t>(gate_up_kinds.size());
     TORCH_CHECK(top_k_ >= 1 && top_k_ <= n, "DecodeLayer: top_k must be in [1, ", n, "], got ", top_k_);
-    expert_kinds = gate_up_kinds;
-    expert_kinds.insert(expert_kinds.end(), down_kinds.begin(), down_kinds.end());
     expert_tensors = gate_up_tensors;
     expert_tensors.insert(expert_tensors.end(), down_tensors.begin(), down_tensors.end());
-    const std::vector<std::string> gk(expert_kinds.begin(), expert_kinds.begin() + n),
-        dk(expert_kinds.begin() + n, expert_kinds.end());
     const at::TensorList all(expert_tensors);
     const int64_t split = static_cast<int64_t>(gate_up_tensors.size());
-    experts = parse_experts(gk, all.slice(0, split), dk, all.slice(split), act, "DecodeLayer");
+    experts = parse_experts(gate_up_kinds, all.slice(0, split), down_kinds, all.slice(split), act, "DecodeLayer");
     router = router_, top_k = top_k_, renormalize = renormalize_, float_weights = float_weights_;
   }
 
