@@ -63,6 +63,20 @@ def test_a_stale_build_lock_is_removed_and_a_fresh_one_kept(tmp_path):
     assert clear_stale_lock(tmp_path) and not lock.exists()
 
 
+def test_a_built_binding_loads_directly_unless_locked_or_broken(tmp_path):
+    """The fast start path: no library, or one a build still holds the lock on, is not loaded
+    (the builder runs); one that does not load is removed so that the builder links it again."""
+    from sglc_runtime.model.native.build import load_built_binding
+
+    assert not load_built_binding(tmp_path)
+    library = tmp_path / "sglc_cpu_ops.so"
+    library.write_bytes(b"not an ELF file: a link cut short")
+    (tmp_path / "lock").write_text("")
+    assert not load_built_binding(tmp_path) and library.exists()
+    (tmp_path / "lock").unlink()
+    assert not load_built_binding(tmp_path) and not library.exists()
+
+
 def test_the_model_picks_native_ops_on_cpu_and_eager_elsewhere(native):
     assert isinstance(layer_ops_for(torch.device("cpu"), torch.bfloat16), NativeLayerOps)
     assert isinstance(layer_ops_for(torch.device("cpu"), torch.bfloat16, native=False), EagerLayerOps)

@@ -205,14 +205,28 @@ def clear_stale_lock(build_dir: Path, now: float | None = None) -> bool:
     return True
 
 
+def load_built_binding(build_dir: Path) -> bool:
+    """Load the binding ``build_dir`` holds, complete; False (nothing loaded) when there is none,
+    a build holds its lock, or the library does not load (then it is removed for a rebuild).
+
+    The folder is keyed by every source and flag (:func:`binding_key`) and torch's builder holds
+    ``lock`` until its link is done, so a library there without one is this binding. Loading it
+    directly skips importing cpp_extension (and setuptools) and running ninja: ~50 ms of a start."""
+    built = build_dir / "sglc_cpu_ops.so"
+    if not built.exists() or (build_dir / "lock").exists():
+        return False
+    try:
+        torch.ops.load_library(str(built))
+    except OSError as err:  # NOTE: left broken (a disk that filled mid-link, say): build it again
+        log.warning("the built binding %s does not load (%s); rebuilding it", built, err)
+        built.unlink(missing_ok=True)
+        return False
+    return True
+
+
 def _build_binding() -> None:
     build_dir = cache_root() / "native" / f"binding-{binding_key()}"
-    built = build_dir / "sglc_cpu_ops.so"
-    if built.exists() and not (build_dir / "lock").exists():
-        # NOTE: the folder is keyed by every source and flag, and torch's builder holds `lock` until
-        # its link is done: a library here without one is this binding, complete. Loading it
-        # directly skips importing cpp_extension (and setuptools) and running ninja: ~0.15 s of start.
-        torch.ops.load_library(str(built))
+    if load_built_binding(build_dir):
         return
     from torch.utils.cpp_extension import load  # NOTE: imported here: it pulls in setuptools
 
