@@ -2,6 +2,8 @@
 (as most are) gives, run in float32, transformers' float32 logits on the very values stored."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import transformers
@@ -28,3 +30,25 @@ def test_a_half_precision_checkpoint_loads_as_stored(tmp_path, stored):
         want = hf(torch.tensor([ids])).logits[0]
     for got in _three_ways(ours, [ids]):
         torch.testing.assert_close(got[0], want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads the process's maps (Linux)")
+def test_a_loaded_model_keeps_no_view_of_its_checkpoint_file(tmp_path):
+    """safetensors maps the file and hands out views of the map; one tensor kept as loaded (the
+    embedding, whose dtype already matched) kept the whole map and every page the load read
+    resident: RSS was the file plus the model's own copies. Nothing the model holds may point
+    into it, so the map goes when the load is done."""
+    import gc
+
+    cfg = transformers.LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                   tie_word_embeddings=True)
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(tmp_path)
+    file = str(tmp_path / "model.safetensors")
+    model = load_model(tmp_path, dtype="bfloat16")
+    gc.collect()
+    with open("/proc/self/maps") as maps:
+        assert not any(line.rstrip().endswith(file) for line in maps), "the checkpoint's map outlived the load"
+    ids = [3, 17, 5, 99]
+    assert torch.isfinite(_three_ways(model, [ids])[0][0]).all()

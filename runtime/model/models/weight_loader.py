@@ -94,8 +94,14 @@ class WeightLoader:
         m = self.model
         t = self.tensors[name]
         if isinstance(t, GGUFWeight):
-            t = torch.from_numpy(t.dequantize())
-        return t.to(device=m.device, dtype=m.dtype).contiguous()
+            return torch.from_numpy(t.dequantize()).to(device=m.device, dtype=m.dtype).contiguous()
+        out = t.to(device=m.device, dtype=m.dtype).contiguous()
+        if out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+            # NOTE: kept as loaded it would be a view of the checkpoint's file map, and one view
+            # keeps the whole map, every page the load read, resident (a bf16 folder's embedding
+            # held its 604 MB file: RSS = file + the packed linears)
+            out = out.clone()
+        return out
 
     def norm(self, name: str) -> torch.Tensor:
         """An RMSNorm weight; Gemma's ``1 + w`` added in float32, then cast once."""
