@@ -25,6 +25,17 @@ from sglc_runtime.model.native import load_cpu_ops, running_level  # noqa: E402
 from sglc_runtime.model.native.capabilities import supported_levels  # noqa: E402
 
 
+def cold_weights_setup(threads: int):
+    """The native kernels on ``threads`` threads, and the tests' random GGUF tensor maker
+    (tests/gguf_blocks.py); None (with the reason printed) where the kernels are unavailable."""
+    why = load_cpu_ops()
+    if why is not None:
+        print(f"no native kernels: {why}")
+        return None
+    torch.set_num_threads(threads)
+    return importlib.import_module("gguf_blocks").gguf_tensor  # NOTE: the tests' helper (tests/ on the path)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--types", nargs="*", default=["Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q8_0"])
@@ -33,12 +44,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=15)
     args = ap.parse_args()
-    why = load_cpu_ops()
-    if why is not None:
-        print(f"no native kernels: {why}")
+    gguf_tensor = cold_weights_setup(args.threads)
+    if gguf_tensor is None:
         return 1
-    torch.set_num_threads(args.threads)
-    gguf_tensor = importlib.import_module("gguf_blocks").gguf_tensor  # NOTE: the tests' helper (tests/ on the path)
     n, k = args.shape
     levels = [lv for lv in supported_levels() if lv != "generic"]
     print(f"[{n} x {k}] weights, {args.copies} copies, {args.threads} threads; us a linear (GB/s)")

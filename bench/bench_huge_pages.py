@@ -13,7 +13,6 @@ Run it alone on a quiet machine. No assertions.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import time
 from pathlib import Path
@@ -21,11 +20,11 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
+from bench.bench_gguf_kernels import cold_weights_setup  # noqa: E402  (puts tests/ on the path)
 from sglc_runtime.model.gguf import GGUFWeight  # noqa: E402
 from sglc_runtime.model.models.gguf_linear import gguf_linear  # noqa: E402
-from sglc_runtime.model.native import load_cpu_ops  # noqa: E402
 
 
 def anon_huge_kib() -> int:
@@ -43,12 +42,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=6)
     args = ap.parse_args()
-    why = load_cpu_ops()
-    if why is not None:
-        print(f"no native kernels: {why}")
+    gguf_tensor = cold_weights_setup(args.threads)
+    if gguf_tensor is None:
         return 1
-    torch.set_num_threads(args.threads)
-    gguf_tensor = importlib.import_module("gguf_blocks").gguf_tensor  # NOTE: the tests' helper (tests/ on the path)
     n, k = args.shape
     print(f"[{n} x {k}] weights, {args.copies} copies, {args.threads} threads, 1 row; us a linear (GB/s)")
     stacked = torch.ops.sglc_cpu.stacked_linear
