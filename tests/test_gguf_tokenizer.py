@@ -259,6 +259,26 @@ def test_metadata_reader_equals_gguf_py(name):
         assert (np.array_equal(np.asarray(want), got) if isinstance(got, np.ndarray) else got == want), key
 
 
+def test_string_arrays_are_decoded_only_when_read(tmp_path):
+    """Opening a GGUF walks its vocabulary without decoding it (a start that never reads it pays
+    nothing); the first read gives every string, and a string array cut short is refused."""
+    from sglc_runtime.model.gguf.reader import GGUFFormatError, GGUFReaderLite, StringArray
+
+    reader = GGUFReaderLite(vocab_file("qwen2"))
+    tokens = reader.field("tokenizer.ggml.tokens")
+    assert isinstance(tokens, StringArray) and tokens._items is None
+    assert reader.array_length("tokenizer.ggml.tokens") == len(tokens) > 150_000 and tokens._items is None
+    from gguf import GGUFReader
+
+    want = GGUFReader(str(vocab_file("qwen2"))).fields["tokenizer.ggml.tokens"].contents()
+    assert tokens == want and tokens[-1] == want[-1] and tokens[1:3] == want[1:3]
+    data = vocab_file("qwen2").read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[:data.index(want[100_000].encode())])  # ends inside the tokens array
+    with pytest.raises(GGUFFormatError, match="truncated|past the end"):
+        GGUFReaderLite(cut)
+
+
 # ---------------------------------------------------------------- refusals
 
 

@@ -302,7 +302,7 @@ def test_logprobs_of_a_constrained_chat_answer_cover_jump_forward_tokens(client,
 
 
 def test_a_stopped_http_server_lets_go_of_its_engine():
-    """FastAPI keeps every endpoint function it classified in module-level caches; the endpoints
+    """Whatever holds the app after a stop (FastAPI kept every endpoint in module-level caches); the endpoints
     must not keep the service, the engine and its model alive once the server stopped (each
     in-process server of a test run would stay resident, ~1.3 GB apiece)."""
     import gc

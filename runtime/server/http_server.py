@@ -41,11 +41,13 @@ import threading
 import time
 from typing import Any, AsyncIterator, Callable, Sequence
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import ClientDisconnect
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from . import openai_protocol as proto
@@ -108,10 +110,10 @@ async def _done_or_gone(started: Started, request: Request) -> bool:
 
 
 class _Served:
-    """What the endpoints serve, in one place the server lets go of when it stops: FastAPI keeps
-    every endpoint function it has classified in module-level caches (4,096 entries, strong
-    references), so a closure over the service would keep the engine and its model alive after
-    the server stopped (each in-process server of a test run, ~1.3 GB apiece)."""
+    """What the endpoints serve, in one place the server lets go of when it stops: whatever still
+    holds the application after a stop (uvicorn's server object, a framework's caches: FastAPI
+    kept every endpoint it classified in module-level caches) must not keep the engine and its
+    model alive (each in-process server of a test run, ~1.3 GB apiece)."""
 
     __slots__ = ("service", "handlers")
 
@@ -125,11 +127,11 @@ class _Served:
 
 def build_app(service: RuntimeService, *, api_key: str | None = None, allowed_hosts: HostAllowList | None = None,
               expose_paths: bool = False) -> Any:
-    """The FastAPI application over one RuntimeService (with an API key: see auth.py; the Host
-    names it answers: host_allowlist.py, loopback only by default)."""
+    """The Starlette application over one RuntimeService (with an API key: see auth.py; the Host
+    names it answers: host_allowlist.py, loopback only by default). Starlette, not FastAPI: every
+    endpoint reads its own body and answers a Response, and FastAPI's import (its OpenAPI
+    models) was ~0.15 s of every start."""
     served = _Served(service, Handlers(service, expose_paths=expose_paths))
-    app = FastAPI(title="sglc runtime", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.served = served  # NOTE: HttpServer releases it when it stops
 
     def fail(err: BaseException) -> Response:
         if isinstance(err, ClientDisconnect):  # NOTE: gone while sending its body: nobody to answer
@@ -156,8 +158,6 @@ def build_app(service: RuntimeService, *, api_key: str | None = None, allowed_ho
                                              code=err.status_code), status_code=err.status_code,
                             headers=getattr(err, "headers", None))
 
-    app.add_exception_handler(StarletteHTTPException, http_error)
-
     def endpoint(name: str):
         """POST endpoint: the handler `name`'s start(body) submits everything (errors -> 4xx
         before any byte is sent); then the JSON answer once all requests finished, or the SSE stream."""
@@ -181,24 +181,13 @@ def build_app(service: RuntimeService, *, api_key: str | None = None, allowed_ho
         return handle
 
     def quick(name: str):
-        async def handle() -> Any:
+        async def handle(request: Request) -> Any:
             try:
                 return JSONResponse(await run_in_threadpool(getattr(served.handlers, name)))
             except Exception as err:
                 return fail(err)
         return handle
 
-    app.post("/v1/completions")(endpoint("completions"))
-    app.post("/v1/chat/completions")(endpoint("chat"))
-    app.post("/generate")(endpoint("generate"))
-    app.get("/v1/models")(quick("models"))
-    app.get("/get_model_info")(quick("sglang_model_info"))
-    app.get("/model_info")(quick("sglang_model_info"))
-    app.get("/get_server_info")(quick("server_info"))
-    app.get("/server_info")(quick("server_info"))  # NOTE: SGLang's client and router ask this one first
-    app.get("/get_load")(quick("load"))
-
-    @app.post("/abort_request")
     async def abort_request(request: Request) -> Any:
         """SGLang's abort: ``{"rid": ID}`` (with n > 1 also its samples) or ``{"abort_all": true}``."""
         try:
@@ -216,7 +205,6 @@ def build_app(service: RuntimeService, *, api_key: str | None = None, allowed_ho
             return fail(err)
         return JSONResponse({"aborted": num})
 
-    @app.post("/end_program")
     async def end_program(request: Request) -> Any:
         """A program run ended (issue 28): ``{"program_id": ID}`` -> ``{"released_tokens": N}``."""
         try:
@@ -225,31 +213,47 @@ def build_app(service: RuntimeService, *, api_key: str | None = None, allowed_ho
         except Exception as err:
             return fail(err)
 
-    @app.post("/flush_cache")
-    async def flush() -> Any:
+    async def flush(request: Request) -> Any:
         """State-changing: POST only (a GET is 405), so a link or an <img> cannot trigger it."""
         flushed, message = served.service.flush()  # NOTE: returns at once (refuses unless idle)
         return JSONResponse({"flushed": flushed, "message": message or "cache flushed"},
                             status_code=200 if flushed else 409)
 
-    @app.get("/health")
-    async def health() -> Any:
+    async def health(request: Request) -> Any:
         """On the event loop, never the thread pool: answers while generation is saturated."""
         state, message = served.service.health(False)
         return JSONResponse({"status": state, "message": message}, status_code=200 if state == "serving" else 503)
 
-    @app.get("/health_generate")
-    async def health_generate() -> Any:
+    async def health_generate(request: Request) -> Any:
         state, message = await run_in_threadpool(served.service.health, True)
         return JSONResponse({"status": state, "message": message}, status_code=200 if state == "serving" else 503)
 
-    @app.get("/metrics")
-    async def metrics() -> Any:
+    async def metrics(request: Request) -> Any:
         """On the event loop: the engine's counters are read under its lock, which is never held
         during a model forward, so this waits for at most one scheduling step."""
         return PlainTextResponse(served.handlers.prometheus(), media_type="text/plain; version=0.0.4")
 
-    app.add_middleware(RequestGuard, api_key=api_key, allowed_hosts=allowed_hosts)  # NOTE: before routing: cheap
+    post, get = ["POST"], ["GET"]
+    routes = [
+        Route("/v1/completions", endpoint("completions"), methods=post),
+        Route("/v1/chat/completions", endpoint("chat"), methods=post),
+        Route("/generate", endpoint("generate"), methods=post),
+        Route("/v1/models", quick("models"), methods=get),
+        Route("/get_model_info", quick("sglang_model_info"), methods=get),
+        Route("/model_info", quick("sglang_model_info"), methods=get),
+        Route("/get_server_info", quick("server_info"), methods=get),
+        Route("/server_info", quick("server_info"), methods=get),  # NOTE: SGLang's client and router ask this one first
+        Route("/get_load", quick("load"), methods=get),
+        Route("/abort_request", abort_request, methods=post),
+        Route("/end_program", end_program, methods=post),
+        Route("/flush_cache", flush, methods=post),
+        Route("/health", health, methods=get),
+        Route("/health_generate", health_generate, methods=get),
+        Route("/metrics", metrics, methods=get),
+    ]
+    app = Starlette(routes=routes, exception_handlers={StarletteHTTPException: http_error},
+                    middleware=[Middleware(RequestGuard, api_key=api_key, allowed_hosts=allowed_hosts)])  # NOTE: before routing: cheap
+    app.state.served = served  # NOTE: HttpServer releases it when it stops
     return app
 
 

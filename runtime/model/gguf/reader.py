@@ -4,7 +4,8 @@ tokenizer builder reads metadata through ``read_gguf_metadata``).
 
 gguf-py's GGUFReader builds a numpy view per metadata item (a SmolLM2 file's 98k tokenizer
 strings took 6.9 s to open, a 262k-token vocabulary ~15 s); this one parses the header with
-``struct``: string arrays become lists of str (undecodable bytes kept by ``surrogateescape``),
+``struct``: string arrays become a ``StringArray`` decoded on first use (a start that never reads
+the vocabulary skips its 65k-262k strings; undecodable bytes kept by ``surrogateescape``),
 numeric arrays one numpy copy each. Format (GGUF v2/v3, little-endian): "GGUF", version u32,
 tensor count u64, metadata count u64; metadata: key string (u64 length + UTF-8), value type u32,
 value; tensor infos: name, n_dims u32, dims u64 (innermost first), type u32, offset u64; tensor
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,43 @@ def release_pages_of(view: np.ndarray) -> None:
     hi = min(len(base), -(-(start + view.nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE)
     if hi > lo:
         base.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
+
+class StringArray(Sequence):
+    """A metadata array of strings, decoded on first use: opening a file for its weights need
+    not build a Python str per vocabulary entry (0.15 s and ~10 MiB for a 64k vocabulary)."""
+
+    def __init__(self, buffer: mmap.mmap, offset: int, count: int) -> None:
+        self._buffer, self._offset, self._count = buffer, offset, count
+        self._items: list[str] | None = None
+
+    def _decoded(self) -> list[str]:
+        if self._items is None:
+            buf, pos, items = self._buffer, self._offset, []
+            for _ in range(self._count):
+                (n,) = _U64.unpack_from(buf, pos)
+                items.append(buf[pos + 8:pos + 8 + n].decode("utf-8", errors="surrogateescape"))
+                pos += 8 + n
+            self._items = items
+        return self._items
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index):  # int or slice, as a list's
+        return self._decoded()[index]
+
+    def __iter__(self):
+        return iter(self._decoded())
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, (list, StringArray)) else NotImplemented
+
+    def __repr__(self) -> str:
+        return f"StringArray({self._count} strings)"
+
+
+_U64 = struct.Struct("<Q")
 
 
 class GGUFReaderLite:
@@ -132,20 +171,28 @@ class GGUFReaderLite:
             arr = np.frombuffer(self._map, dtype=dtype, count=count, offset=self._pos).copy()
             self._pos += arr.nbytes
             return arr.astype(bool) if item == 7 else arr
-        if item == STRING:
-            return [self._string() for _ in range(count)]
+        if item == STRING:  # NOTE: only walked here (lengths and bounds), decoded on first use
+            start, end = self._pos, len(self._map)
+            for _ in range(count):
+                if self._pos + 8 > end:
+                    raise GGUFFormatError(f"{self.path}: truncated at byte {self._pos}")
+                (n,) = _U64.unpack_from(self._map, self._pos)
+                self._pos += 8 + n
+            if self._pos > end:
+                raise GGUFFormatError(f"{self.path}: a string array runs past the end of the file")
+            return StringArray(self._map, start, count)
         if item == ARRAY:
             return [self._array(self._scalar("<I"), self._scalar("<Q")) for _ in range(count)]
         raise GGUFFormatError(f"{self.path}: unknown array element type {item}")
 
     # -- access ----------------------------------------------------------------------------
     def field(self, key: str, default: Any = None) -> Any:
-        """A metadata value (string arrays as lists of str, numeric arrays as numpy)."""
+        """A metadata value (string arrays as a ``StringArray`` sequence of str, numeric arrays as numpy)."""
         return self.fields.get(key, default)
 
     def array_length(self, key: str) -> int | None:
         value = self.fields.get(key)
-        return len(value) if isinstance(value, (list, np.ndarray)) else None
+        return len(value) if isinstance(value, (list, StringArray, np.ndarray)) else None
 
     def tensor_bytes(self, info: TensorInfo, type_name: str) -> np.ndarray:
         """The tensor's bytes, a read-only uint8 view of the map [rows, bytes per row]."""
