@@ -11,6 +11,7 @@ A second signal exits at once: one log line, then ``os._exit(128 + signal)``, wh
 """
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -166,7 +167,7 @@ def serve(config: ServeConfig, *, say: Callable[[str], None] = _say) -> int:
     runtime: Runtime | None = None
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        runtime = Runtime(config)
+        runtime = _start_runtime(config)
         placement = getattr(runtime.engine, "placement", None)
         if placement is not None:
             print(f"sglc serve: {placement.describe()}", file=sys.stderr, flush=True)
@@ -189,6 +190,21 @@ def serve(config: ServeConfig, *, say: Callable[[str], None] = _say) -> int:
                 _hard_exit("sglc serve: the engine thread is still inside a step; exiting without it", 1)
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def _start_runtime(config: ServeConfig) -> Runtime:
+    """``Runtime(config)`` with Python's cyclic collector off while it imports and loads, then the
+    objects it made frozen (``gc.freeze``). Startup makes millions of long-lived objects (torch's
+    import alone ~1M): every full collection during the load walked them all, and each one
+    during serving would walk them again, for nothing: they live as long as the process."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return Runtime(config)
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 def _hard_exit(line: str, status: int) -> None:
