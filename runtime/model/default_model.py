@@ -11,6 +11,7 @@ config.json and the tokenizer files."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -85,6 +86,21 @@ def is_gguf_model(spec: str | os.PathLike | None) -> bool:
         return locate_model(spec)[1]
     except (OSError, ValueError):
         return False
+
+
+def stored_dtype(spec: str | os.PathLike | None) -> str | None:
+    """The dtype a Hugging Face folder's config.json says its weights are stored in (``torch_dtype``,
+    or ``dtype`` as newer transformers write it: "bfloat16", "float16", "float32"); None for a GGUF,
+    a folder whose config does not say, or a spec that cannot be found (the load says why)."""
+    try:
+        path, is_gguf = locate_model(spec)
+        if is_gguf:
+            return None
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = config.get("torch_dtype") or config.get("dtype") if isinstance(config, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def gguf_source(spec: str | os.PathLike | None) -> Path | None:

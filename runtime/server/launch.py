@@ -50,7 +50,7 @@ class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 0
     http_port: int | None = None  # the ecosystem-protocols issue: HTTP beside gRPC
-    dtype: str | None = None  # None: float32, or bfloat16 when quantized
+    dtype: str | None = None  # None: EngineConfig's choice (bfloat16 when quantized or a bf16 folder on native bf16)
     quantization: str = "none"
     threads: int | None = None  # None: the physical cores (runtime/engine/thread_policy.py)
     kv_slots: int | None = None
