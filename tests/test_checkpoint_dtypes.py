@@ -32,26 +32,51 @@ def test_a_half_precision_checkpoint_loads_as_stored(tmp_path, stored):
         torch.testing.assert_close(got[0], want, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads the process's maps (Linux)")
-def test_a_loaded_model_keeps_no_view_of_its_checkpoint_file(tmp_path):
-    """safetensors maps the file and hands out views of the map; one tensor kept as loaded (the
-    embedding, whose dtype already matched) kept the whole map and every page the load read
-    resident: RSS was the file plus the model's own copies. Nothing the model holds may point
-    into it, so the map goes when the load is done."""
+def _maps_of(file: str) -> list[tuple[int, int]]:
+    """(mapped bytes, resident KiB) of every mapping of ``file`` in this process (/proc/self/smaps)."""
+    out, current = [], None
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5 and ":" in head[3]:  # a mapping's first line
+                lo, hi = (int(x, 16) for x in head[0].split("-"))
+                current = [hi - lo, 0] if line.rstrip().endswith(file) else None
+                if current is not None:
+                    out.append(current)
+            elif current is not None and head[0] == "Rss:":
+                current[1] = int(head[1])
+    return [tuple(m) for m in out]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads the process's maps (Linux)")
+def test_a_loaded_model_maps_only_its_embedding_of_the_checkpoint_file(tmp_path):
+    """safetensors maps the file and hands out views of the map; one tensor kept as loaded kept the
+    whole map and every page the load read resident: RSS was the file plus the model's own copies.
+    What may outlive the load is the embedding's own map (looked up in place, mapped_tensor.py):
+    no more than its bytes, and none of its pages resident once the tied head is packed from it.
+    Lookups read the stored rows."""
     import gc
 
     cfg = transformers.LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
                                    tie_word_embeddings=True)
     torch.manual_seed(0)
-    transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(tmp_path)
+    hf = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
+    hf.save_pretrained(tmp_path)
     file = str(tmp_path / "model.safetensors")
     model = load_model(tmp_path, dtype="bfloat16")
     gc.collect()
-    with open("/proc/self/maps") as maps:
-        assert not any(line.rstrip().endswith(file) for line in maps), "the checkpoint's map outlived the load"
+    table_bytes = 512 * 64 * 2
+    maps = _maps_of(file)
+    assert len(maps) == 1 and maps[0][0] <= table_bytes + 2 * 4096, f"more than the embedding stayed mapped: {maps}"
+    assert maps[0][1] == 0, "the embedding's pages stayed resident after the head was packed"
     ids = [3, 17, 5, 99]
+    assert torch.equal(torch.nn.functional.embedding(torch.tensor(ids), model.embed),
+                       hf.model.embed_tokens.weight.detach()[ids])
     assert torch.isfinite(_three_ways(model, [ids])[0][0]).all()
+    float_model = load_model(tmp_path, dtype="float32")  # NOTE: stored bf16, run in float32: a copy
+    gc.collect()
+    assert len(_maps_of(file)) == 1 and float_model.embed.dtype == torch.float32
 
 
 def test_a_bfloat16_folder_is_served_in_bfloat16_where_the_cpu_runs_it_natively(tmp_path, monkeypatch):

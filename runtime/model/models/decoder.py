@@ -34,6 +34,7 @@ from ..native.capabilities import ENV as CPU_LEVEL_ENV
 from ..native.capabilities import supported_levels
 from ..gguf import GGUFFile, GGUFWeight
 from ..gguf_convert import MARKER_FILE
+from ..mapped_tensor import MappedTensor, map_tensor
 from ..weights import check_state_dict, load_state_dict
 from .decode_layers import DecodeLayers, build_decode_layers
 from .gguf_linear import GGUFEmbedding
@@ -192,7 +193,7 @@ class DecoderForCausalLM:
             raise FileNotFoundError(f"{str(path)!r} holds the config and tokenizer of a GGUF file, whose weights are "
                                     "read from the file: load_model(path, gguf=...) (default_model.gguf_source)")
         else:
-            model.load_state_dict(load_state_dict(path), source=str(path))
+            model.load_state_dict(load_state_dict(path), source=str(path), folder=Path(path))
         return model
 
     @classmethod
@@ -218,8 +219,10 @@ class DecoderForCausalLM:
         """One layer from the checkpoint (names after ``prefix``); a family's module defines it."""
         raise NotImplementedError
 
-    def load_state_dict(self, tensors: dict[str, torch.Tensor], source: str = "") -> None:
-        """Take Hugging Face-named tensors; checks names and shapes first (:class:`WeightError`)."""
+    def load_state_dict(self, tensors: dict[str, torch.Tensor], source: str = "", folder: Path | None = None) -> None:
+        """Take Hugging Face-named tensors; checks names and shapes first (:class:`WeightError`).
+        ``folder``: the safetensors folder they came from, whose embedding is then looked up in
+        place where it is stored in the model's dtype (``mapped_tensor.py``)."""
         c = self.config
         check_state_dict(tensors, self.checkpoint_shapes(c), source,
                          allowed_extra={"lm_head.weight"} if c.tie_word_embeddings else set())
@@ -238,16 +241,30 @@ class DecoderForCausalLM:
             self.lm_head = (w.build_linear(self.embed, kind="int8", head=True) if c.tie_word_embeddings
                             else w.linear(head_name, head=True))
         else:
-            self.embed = w.tensor("model.embed_tokens.weight")
+            mapped = self._embedding_in_place(folder)
+            self.embed = mapped.tensor if mapped is not None else w.tensor("model.embed_tokens.weight")
             tied = c.tie_word_embeddings and not w.quantized  # NOTE: reuse the embedding; a quantized head needs its source
             head = self.embed if tied else w.weight(head_name)
             self.lm_head = w.build_linear(head, kind="int8", head=True)
+            if mapped is not None:  # NOTE: packing a tied head read every row: only looked-up rows need stay
+                mapped.release_pages()
         self.final_norm = w.norm("model.norm.weight")
         # NOTE: layers load on every core: repacking is numpy and torch work that releases the GIL
         with ThreadPoolExecutor(max(1, min(os.cpu_count() or 1, 8))) as pool:
             self.layers = list(pool.map(lambda i: self.load_layer(i, f"model.layers.{i}.", w), range(c.num_hidden_layers)))
         self.decode_layers = build_decode_layers(self)
         log.info("model kernels: %s", self.describe_kernels())
+
+    def _embedding_in_place(self, folder: Path | None) -> MappedTensor | None:
+        """The checkpoint's embedding over its own map of the file (on a CPU, where it is stored in
+        the model's dtype), or None: then it is copied like every other tensor."""
+        if folder is None or self.device.type != "cpu":
+            return None
+        mapped = map_tensor(folder, "model.embed_tokens.weight")
+        c = self.config
+        if mapped is None or mapped.tensor.dtype != self.dtype or tuple(mapped.tensor.shape) != (c.vocab_size, c.hidden_size):
+            return None
+        return mapped
 
     def graph_unsafe_reason(self) -> str | None:
         """Why the decode forward cannot be captured as a CUDA graph (None: it can)."""
