@@ -10,25 +10,20 @@ table, 604 MiB for Gemma 3 1B's 262k x 1152). GGUF files already work this way
 
 The map is private and writable (``ACCESS_COPY``): a stray in-place write lands in a private copy
 of that page instead of faulting on a read-only map; nothing in the runtime writes a weight.
-Format (safetensors): u64 little-endian header length N, N bytes of JSON ``{name: {"dtype",
-"shape", "data_offsets": [begin, end]}}``, then the data; offsets count from the data's start.
+The header is read by ``weights.safetensors_header`` (the format is described there).
 """
 from __future__ import annotations
 
-import json
 import mmap
-import struct
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .weights import safetensors_files
+from .weights import safetensors_files, safetensors_header
 
 _TORCH_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 _WORDS = {"BF16": np.uint16, "F16": np.uint16, "F32": np.uint32}  # NOTE: numpy has no bf16; bits, then a torch view
-#: a header longer than this is not a safetensors header (the format caps it at 100 MB)
-_MAX_HEADER = 100 << 20
 
 
 class MappedTensor:
@@ -45,27 +40,12 @@ class MappedTensor:
             self._map.madvise(mmap.MADV_DONTNEED)
 
 
-def _header(file: Path) -> tuple[dict, int]:
-    """The file's header and where its data starts."""
-    with open(file, "rb") as f:
-        raw = f.read(8)
-        if len(raw) != 8:
-            raise ValueError(f"{file}: not a safetensors file (shorter than its header length)")
-        (n,) = struct.unpack("<Q", raw)
-        if n > _MAX_HEADER:
-            raise ValueError(f"{file}: not a safetensors file (header length {n})")
-        header = json.loads(f.read(n))
-    if not isinstance(header, dict):
-        raise ValueError(f"{file}: not a safetensors file (header is not an object)")
-    return header, 8 + n
-
-
 def map_tensor(folder: str | Path, name: str) -> MappedTensor | None:
     """``name`` from the folder's safetensors files as a tensor over its own map, or None where it
     cannot be read in place (not found, a dtype other than BF16/F16/F32, offsets that do not fit
     the file or the shape): the caller then copies it as usual."""
     for file in safetensors_files(folder):
-        header, data_start = _header(file)
+        header, data_start = safetensors_header(file)
         entry = header.get(name)
         if entry is None:
             continue

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from .gguf.tensor_types import NATIVE_KERNELS, block_shape, type_name
 from .gguf_tokenizer import GGUFTokenizerError, GGUFVocab
 from .gguf_tokenizer import check_supported as check_tokenizer
 from .model_config import SLIDING, ModelConfig
-from .weights import safetensors_files
+from .weights import safetensors_files, safetensors_header
 
 #: safetensors dtypes loaded as weights (docs/models.md: float32, float16 or bfloat16 checkpoints)
 FLOAT_SAFETENSORS_DTYPES = ("F32", "F16", "BF16")
@@ -162,21 +161,6 @@ def _int_or_none(value: Any) -> int | None:
 
 # ------------------------------------------------------------------ Hugging Face folder
 
-def _safetensors_header(file: Path) -> dict[str, Any]:
-    """The JSON header of a safetensors file (u64 little-endian length, then the JSON)."""
-    with open(file, "rb") as fh:
-        raw = fh.read(8)
-        if len(raw) != 8:
-            raise ValueError(f"{file}: not a safetensors file (shorter than its header length)")
-        (n,) = struct.unpack("<Q", raw)
-        if n > 100 << 20:
-            raise ValueError(f"{file}: safetensors header of {n} bytes is implausible")
-        try:
-            return json.loads(fh.read(n))
-        except ValueError:
-            raise ValueError(f"{file}: safetensors header is not JSON") from None
-
-
 def _hf_summary(name: str, path: Path) -> ModelSummary:
     s = ModelSummary(name, "hf", str(path))
     config_file = path / "config.json"
@@ -206,7 +190,7 @@ def _hf_summary(name: str, path: Path) -> ModelSummary:
     for file in files:
         s.files[file.name] = file.stat().st_size
         try:
-            header = _safetensors_header(file)
+            header, _ = safetensors_header(file)
         except (OSError, ValueError) as err:
             s.problems.append(str(err))
             continue

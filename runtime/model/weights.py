@@ -3,7 +3,9 @@ model family expects (``models/*.checkpoint_shapes``)."""
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file
@@ -32,6 +34,26 @@ def safetensors_files(path: str | Path) -> list[Path]:
     if not files:
         raise FileNotFoundError(f"no .safetensors weight files in model folder {str(folder)!r}")
     return files
+
+
+def safetensors_header(file: Path) -> tuple[dict[str, Any], int]:
+    """A safetensors file's JSON header and the byte where its data starts (format: u64
+    little-endian header length N, N bytes of JSON ``{name: {"dtype", "shape", "data_offsets"}}``
+    with offsets from the data's start, then the data)."""
+    with open(file, "rb") as fh:
+        raw = fh.read(8)
+        if len(raw) != 8:
+            raise ValueError(f"{file}: not a safetensors file (shorter than its header length)")
+        (n,) = struct.unpack("<Q", raw)
+        if n > 100 << 20:
+            raise ValueError(f"{file}: safetensors header of {n} bytes is implausible")
+        try:
+            header = json.loads(fh.read(n))
+        except ValueError:
+            raise ValueError(f"{file}: safetensors header is not JSON") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{file}: safetensors header is not a JSON object")
+    return header, 8 + n
 
 
 def load_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
