@@ -1,0 +1,101 @@
+"""How long `sglc serve` takes to answer: process start until a first 1-token completion answers
+over HTTP (polled every 50 ms), and the server's VmRSS then. Several checkouts side by side, runs
+alternating, so that a change to the start is measured against its parent on the same machine
+state:
+
+    python bench/bench_start.py --model bench/out/family_models/llama-Q4_K_M.gguf \
+        [--checkout /tmp/parent_wt --checkout .] [--runs 4] [--threads 2] [--kv-tokens 4096]
+
+Each checkout runs `python -m sglc.cli serve` with PYTHONPATH at it (``sglc_runtime`` must
+resolve there too: a worktree needs a folder with a ``sglc_runtime`` link to its ``runtime/``,
+given as ``--checkout LINKDIR:WORKTREE``). Python may write bytecode (a stale cache would
+recompile every start). Run it alone on a quiet machine (uptime). Prints medians and the ratio of
+each checkout to the first; no assertions.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+POLL_S = 0.05
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def one_start(pythonpath: str, model: str, threads: int, kv_tokens: int) -> tuple[float, int]:
+    """(seconds until a first completion answers, VmRSS MiB then) of one fresh server."""
+    env = dict(os.environ, PYTHONPATH=pythonpath)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    port = free_port()
+    body = json.dumps({"prompt": "Hello", "max_tokens": 1}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
+                                     {"Content-Type": "application/json"})
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "sglc.cli", "serve", "--model", model, "--port", "0",
+                             "--http-port", str(port), "--threads", str(threads), "--kv-slots", str(kv_tokens)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd="/")
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"sglc serve exited with {proc.returncode} (PYTHONPATH={pythonpath})")
+            try:
+                with urllib.request.urlopen(request, timeout=60) as answer:
+                    answer.read()
+                break
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(POLL_S)
+            if time.perf_counter() - t0 > 600:
+                raise RuntimeError("sglc serve did not answer within 600 s")
+        seconds = time.perf_counter() - t0
+        rss = int(Path(f"/proc/{proc.pid}/status").read_text().split("VmRSS:")[1].split()[0]) // 1024
+        return seconds, rss
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--checkout", action="append", default=None,
+                    help="a checkout to start (PYTHONPATH entries joined by ':'; default: this one)")
+    ap.add_argument("--runs", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--kv-tokens", type=int, default=4096)
+    args = ap.parse_args()
+    checkouts = args.checkout or [str(ROOT)]
+    print(f"load {os.getloadavg()[0]:.2f}; {args.runs} runs each, alternating", flush=True)
+    times: dict[str, list[float]] = {c: [] for c in checkouts}
+    rss: dict[str, int] = {}
+    for _ in range(args.runs):
+        for c in checkouts:
+            seconds, rss[c] = one_start(c, str(Path(args.model).resolve()), args.threads, args.kv_tokens)
+            times[c].append(seconds)
+    first = statistics.median(times[checkouts[0]])
+    for c in checkouts:
+        median = statistics.median(times[c])
+        print(f"{c}: start median {median:.2f} s ({median / first:.2f}x the first; runs "
+              f"{' '.join(f'{t:.2f}' for t in times[c])}), RSS after the answer {rss[c]} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
