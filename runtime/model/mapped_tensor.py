@@ -9,7 +9,9 @@ table, 604 MiB for Gemma 3 1B's 262k x 1152). GGUF files already work this way
 (``models/gguf_linear.py`` ``GGUFEmbedding``).
 
 The map is private and writable (``ACCESS_COPY``): a stray in-place write lands in a private copy
-of that page instead of faulting on a read-only map; nothing in the runtime writes a weight.
+of that page instead of faulting on a read-only map; nothing in the runtime writes a weight. Like
+a GGUF's map (and llama.cpp's), it reads the file as it is: a checkpoint rewritten in place while
+the server runs changes the rows looked up after that (replacing the file, as downloads do, does not).
 The header is read by ``weights.safetensors_header`` (the format is described there).
 """
 from __future__ import annotations
