@@ -29,13 +29,13 @@ _WORDS = {"BF16": np.uint16, "F16": np.uint16, "F32": np.uint32}  # NOTE: numpy 
 
 
 class MappedTensor:
-    """``tensor`` over a private map of its bytes in ``file``; :meth:`release_pages` drops the
-    pages this process has touched (they fault back in from the page cache when read again)."""
+    """``tensor`` over a private map of its bytes; :meth:`release_pages` drops the pages this
+    process has touched (they fault back in from the page cache when read again)."""
 
-    __slots__ = ("tensor", "file", "_map")
+    __slots__ = ("tensor", "_map")
 
-    def __init__(self, tensor: torch.Tensor, file: Path, mapping: mmap.mmap) -> None:
-        self.tensor, self.file, self._map = tensor, file, mapping
+    def __init__(self, tensor: torch.Tensor, mapping: mmap.mmap) -> None:
+        self.tensor, self._map = tensor, mapping
 
     def release_pages(self) -> None:
         if hasattr(mmap, "MADV_DONTNEED"):
@@ -64,5 +64,5 @@ def map_tensor(folder: str | Path, name: str) -> MappedTensor | None:
             mapping = mmap.mmap(f.fileno(), end - start, access=mmap.ACCESS_COPY, offset=start)
         words = np.frombuffer(mapping, dtype=_WORDS[dtype], count=count, offset=begin - start).reshape(shape)
         tensor = torch.from_numpy(words).view(_TORCH_DTYPES[dtype])
-        return MappedTensor(tensor, file, mapping)
+        return MappedTensor(tensor, mapping)
     return None

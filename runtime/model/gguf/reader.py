@@ -62,6 +62,9 @@ def release_pages_of(view: np.ndarray) -> None:
         base.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
 
+_U64 = struct.Struct("<Q")
+
+
 class StringArray(Sequence):
     """A metadata array of strings, decoded on first use: opening a file for its weights need
     not build a Python str per vocabulary entry (0.15 s and ~10 MiB for a 64k vocabulary)."""
@@ -94,9 +97,6 @@ class StringArray(Sequence):
 
     def __repr__(self) -> str:
         return f"StringArray({self._count} strings)"
-
-
-_U64 = struct.Struct("<Q")
 
 
 class GGUFReaderLite:
