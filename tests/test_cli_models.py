@@ -202,7 +202,7 @@ def test_inspect_model_reads_a_gguf_as_gguf_py_does(capsys, fixture, runs_as, wi
     k = s["kernels"]
     assert k["cpu_level"] == capabilities.chosen_level() and k["quantization"] == "int4"
     for kind in want:
-        assert ("native" in k["per_type"][kind]) == (kind in ("Q4_0", "Q4_K", "Q6_K", "Q8_0") and k["native_kernels"])
+        assert k["per_type"][kind].startswith("native ") == (kind in ("Q4_0", "Q4_K", "Q6_K", "Q8_0") and k["native_kernels"])
 
     code, out, _ = run_main(capsys, "inspect-model", str(path))
     assert code == 0
