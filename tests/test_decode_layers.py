@@ -18,12 +18,12 @@ from sglc_runtime.model.models.decode_layers import build_decode_layers
 from sglc_runtime.model.models.gguf_linear import native_gguf_kernels
 
 DATA = Path(__file__).parent / "data" / "gguf"
-#: fixtures whose every layer runs as one native call (tiled GGUF types and q4 tiles, native norms
-#: and experts; Phi-3: partial rotary and a window)
-FUSED = ["gemma2-Q5_1", "gemma3-Q8_0", "llama_wide-Q4_K_M", "llama_wide-Q6_K", "mistral-Q4_1", "mixtral-Q8_0",
-         "phi3-Q4_0", "qwen2-Q5_0", "qwen3_wide-Q5_K_M", "qwen3moe-Q4_0"]
-#: fixtures with a layer that has no native form: OLMoE's full-width q/k norms, a float16 file
-LOOP = ["olmoe-Q4_1", "llama-F16"]
+#: fixtures whose every layer runs as one native call (tiled GGUF types and q4 tiles, a float16 file's
+#: half tiles, native norms and experts; Phi-3: partial rotary and a window)
+FUSED = ["gemma2-Q5_1", "gemma3-Q8_0", "llama-F16", "llama_wide-Q4_K_M", "llama_wide-Q6_K", "mistral-Q4_1",
+         "mixtral-Q8_0", "phi3-Q4_0", "qwen2-Q5_0", "qwen3_wide-Q5_K_M", "qwen3moe-Q4_0"]
+#: fixtures with a layer that has no native form: OLMoE's full-width q/k norms
+LOOP = ["olmoe-Q4_1"]
 
 pytestmark = pytest.mark.skipif(not native_gguf_kernels(), reason="no native GGUF kernels on this machine")
 

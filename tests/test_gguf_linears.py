@@ -78,12 +78,22 @@ def test_every_level_equals_the_reference_bit_for_bit(name):
 
 
 @pytest.mark.parametrize("name", ["F16", "BF16"])
-def test_float_types_run_dequantized(name):
-    w = weight(name, 32, 256, seed=5)
+def test_float16_types_keep_their_values_on_half_tiles_or_run_dequantized(name):
+    """With the native kernels at a SIMD level, F16 / BF16 stay 2 bytes a weight on half tiles
+    (multiplied in float32); told not to use the kernels, they are decoded into a float linear."""
+    from sglc_runtime.model.models.half_linear import HalfTiledLinear, native_half_kernels
+
+    w = weight(name, 40, 256, seed=5)
+    x = torch.randn(3, 256)
+    want = x.double() @ torch.from_numpy(w.dequantize()).double().t()
     lin = gguf_linear(w, None, torch.float32, pack=False)
-    assert isinstance(lin, Linear)
-    x = torch.randn(2, 256)
-    assert torch.allclose(lin(x), x @ torch.from_numpy(w.dequantize()).t(), atol=1e-5)
+    if native_half_kernels():
+        assert isinstance(lin, HalfTiledLinear) and lin.tiled()[1][0].dtype == {"F16": torch.float16,
+                                                                                "BF16": torch.bfloat16}[name]
+    torch.testing.assert_close(lin(x).double(), want, atol=1e-5, rtol=1e-5)
+    plain = gguf_linear(w, None, torch.float32, pack=False, native=False)
+    assert isinstance(plain, Linear)
+    torch.testing.assert_close(plain(x).double(), want, atol=1e-5, rtol=1e-5)
 
 
 def test_native_types_dequantize_where_told_not_to_use_the_kernels():

@@ -20,6 +20,8 @@ exact as well.
 """
 from __future__ import annotations
 
+import copy
+
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -304,6 +306,36 @@ def test_bf16_and_int8_weights_stay_close_to_float32(built, name, dtype, quantiz
         assert got.dtype == torch.float32 and torch.isfinite(got).all()
         assert torch.nn.functional.cosine_similarity(got, want, dim=-1).min() > 0.99
         assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.85
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_bf16_folder_run_in_float32_matches_transformers_on_half_tiles(built, name, tmp_path):
+    """The same model stored in bfloat16 and run in float32 keeps its linears (experts too) as
+    bf16 half tiles where the native SIMD kernels run (models/half_linear.py): its logits, three
+    ways, are transformers' float32 model of the same widened weights."""
+    from sglc_runtime.model.models.half_linear import HalfTiledLinear, native_half_kernels
+
+    b = built(name)
+    hf = copy.deepcopy(b.hf)
+    with torch.no_grad():  # NOTE: the oracle: the stored values widened (buffers such as RoPE's stay float32)
+        for p in hf.parameters():
+            p.copy_(p.bfloat16().float())
+    copy.deepcopy(hf).to(torch.bfloat16).save_pretrained(tmp_path, **({"max_shard_size": "60KB"} if b.case.shard else {}))
+    ours = load_model(tmp_path, dtype="float32")
+    if native_half_kernels():
+        layer = ours.layers[0]
+        assert isinstance(layer.attn.o, HalfTiledLinear)
+        moe = next((layer.mlp for layer in ours.layers if isinstance(layer.mlp, SparseMoE)), None)
+        assert moe is None or moe.native is not None, "bf16 experts should run as one native call"
+    ids = torch.randint(0, VOCAB, (40,), generator=torch.Generator().manual_seed(4)).tolist()
+    one_go, chunked, stepwise = _three_ways(ours, [ids])
+    want = _hf_logits(Built(str(tmp_path), hf, b.case), ids, prefill=16)
+    if b.case.incremental:
+        torch.testing.assert_close(one_go[0][:16], want[:16], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(stepwise[0], want, atol=1e-4, rtol=1e-4)
+        return
+    for got in (one_go[0], chunked[0], stepwise[0]):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
 def test_one_token_moe_equals_the_grouped_path(built):

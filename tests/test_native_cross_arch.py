@@ -155,6 +155,30 @@ def test_arm_gguf_linears_equal_the_reference_bit_for_bit(arm_drivers, tmp_path,
 @needs_arm_tools
 @pytest.mark.parametrize("level", ARM_LEVELS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_arm_half_linears_equal_the_reference_bit_for_bit(arm_drivers, tmp_path, level, dtype):
+    """bf16 and float16 weights on half tiles (a decode pass of few rows and a prefill pass of many)
+    on aarch64 equal this machine's portable reference exactly."""
+    from sglc_runtime.model.models.half_linear import HalfTiledLinear
+
+    assert load_cpu_ops() is None
+    rows, k, n = 70, 96, 48
+    g = torch.Generator().manual_seed(8)
+    wb = HalfTiledLinear((torch.randn(n, k, generator=g) * 0.05).bfloat16(), None).tiled()[1][0]
+    wh = HalfTiledLinear((torch.randn(n, k, generator=g) * 0.05).half(), None).tiled()[1][0]
+    x = torch.randn(rows, k, generator=g).to(dtype)
+    bias = torch.randn(n, generator=g).to(dtype)
+    header = np.array([rows, k, n // 16, SLOT[dtype]], np.int64)
+    out = Outputs(run_driver(arm_drivers[level], "half_linear",
+                             [header, raw(x), raw(wb), raw(wh.view(torch.bfloat16)), raw(bias)], tmp_path))
+    yb, yh = out.take(dtype, rows, n), out.take(dtype, rows, n)
+    with running_level("generic"):
+        assert torch.equal(yb, torch.ops.sglc_cpu.half_linear(x, wb, bias))
+        assert torch.equal(yh, torch.ops.sglc_cpu.half_linear(x, wh, bias))
+
+
+@needs_arm_tools
+@pytest.mark.parametrize("level", ARM_LEVELS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_arm_q5_linears_equal_the_reference_bit_for_bit(arm_drivers, tmp_path, level, dtype):
     """GGUF's Q5_0, Q5_1 and Q5_K (q5 tiles: nibbles plus a fifth-bit load) on aarch64 equal this
     machine's portable reference exactly."""

@@ -270,7 +270,8 @@ def kernel_plan(s: ModelSummary, quantization: str, dtype: str, device: str, lev
                 native: bool) -> dict[str, str]:
     """Which kernel runs each tensor type under the engine's settings (``quantization`` / ``dtype``
     as EngineConfig resolves them, ``device``), at CPU ``level``; ``native``: whether the native
-    integer kernels are on at that level (they are not at "generic" or with SGLC_NATIVE_OPS=0)."""
+    integer and half-tile kernels are on at that level (they are not at "generic" or with
+    SGLC_NATIVE_OPS=0)."""
     plan: dict[str, str] = {}
     for kind, use in s.tensor_types.items():
         if s.format == "gguf":
@@ -280,6 +281,8 @@ def kernel_plan(s: ModelSummary, quantization: str, dtype: str, device: str, lev
                 plan[kind] = "1-D only (norms, biases): read as float32"
             elif quantization == "none" or device != "cpu":
                 plan[kind] = f"decoded to {dtype} at load (quantization none)"
+            elif kind in ("F16", "BF16") and native:
+                plan[kind] = f"native {kind.lower()} tiles ({level}), kept as shipped, multiplied in float32"
             elif kind in NATIVE_KERNELS and native:
                 plan[kind] = f"native {NATIVE_KERNELS[kind]} ({level}), kept as shipped"
             elif kind in NATIVE_KERNELS:
@@ -288,6 +291,8 @@ def kernel_plan(s: ModelSummary, quantization: str, dtype: str, device: str, lev
                 plan[kind] = f"decoded to {dtype} at load"
         elif kind not in FLOAT_SAFETENSORS_DTYPES:
             plan[kind] = "refused"
+        elif quantization == "none" and kind in ("BF16", "F16") and dtype == "float32" and device == "cpu" and native:
+            plan[kind] = f"native {kind.lower()} tiles ({level}), kept as shipped, multiplied in float32"
         elif quantization == "none":
             plan[kind] = f"{dtype} linears (torch{', oneDNN-packed' if device == 'cpu' else ''})"
         else:

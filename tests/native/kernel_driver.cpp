@@ -118,6 +118,31 @@ void gguf_linear(const sglc_kernel_table& t, Reader& in, Writer& out) {
   out.write(y6);
 }
 
+// half_linear: header [rows, k, tiles, slot]; x [rows, k] (slot), bf16 half tiles u16 [tiles, k, 16],
+// f16 half tiles u16 [tiles, k, 16], bias (slot). Writes the bf16 and f16 products [rows, tiles * 16]
+// (slot), each tile in calls of at most half_rows_per_pass rows, as the binding makes them.
+void half_linear(const sglc_kernel_table& t, Reader& in, Writer& out) {
+  const auto h = in.read<int64_t>(4);
+  const int64_t rows = h[0], k = h[1], tiles = h[2], n = tiles * 16;
+  const int slot = static_cast<int>(h[3]);
+  const int64_t es = elem_size(slot);
+  const auto x = in.bytes(rows * k * es);
+  const auto wb = in.read<uint16_t>(tiles * k * 16);
+  const auto wh = in.read<uint16_t>(tiles * k * 16);
+  const auto bias = in.bytes(n * es);
+  const sglc_quantized_rows act{nullptr, nullptr, nullptr, nullptr, nullptr, k, x.data(), k};
+  std::vector<uint8_t> yb(rows * n * es), yh(rows * n * es);
+  for (int64_t tile = 0; tile < tiles; ++tile) {
+    for (int64_t r0 = 0; r0 < rows; r0 += t.half_rows_per_pass) {
+      const int group = static_cast<int>(std::min<int64_t>(t.half_rows_per_pass, rows - r0));
+      t.bf16w_tile[slot](wb.data(), &act, tile, r0, group, n, bias.data(), yb.data());
+      t.f16w_tile[slot](wh.data(), &act, tile, r0, group, n, bias.data(), yh.data());
+    }
+  }
+  out.write(yb);
+  out.write(yh);
+}
+
 // q5_linear: header [rows, k, tiles, slot] (k a multiple of 256); x [rows, k] (slot), Q5_0 / Q5_1
 // q5 tiles u8 [tiles, k/32, 320] with d and m u16 [tiles, k/32, 16], Q5_K q5 tiles u8 [tiles, k/32,
 // 320] with d and dmin u16 [tiles, k/256, 16] and sc, mn u8 [tiles, k/32, 16], bias (slot).
@@ -214,7 +239,7 @@ void small_ops(const sglc_kernel_table& t, Reader& in, Writer& out) {
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: %s int_linear|gguf_linear|q5_linear|attention|small_ops|level <input> <output>\n", argv[0]);
+    std::fprintf(stderr, "usage: %s int_linear|gguf_linear|q5_linear|half_linear|attention|small_ops|level <input> <output>\n", argv[0]);
     return 2;
   }
   const sglc_kernel_table& t = *sglc_kernels();
@@ -238,6 +263,8 @@ int main(int argc, char** argv) {
       gguf_linear(t, in, out);
     } else if (op == "q5_linear") {
       q5_linear(t, in, out);
+    } else if (op == "half_linear") {
+      half_linear(t, in, out);
     } else if (op == "attention") {
       attention(t, in, out);
     } else if (op == "small_ops") {

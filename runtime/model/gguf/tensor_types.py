@@ -6,8 +6,10 @@ A GGUF tensor is stored as rows of fixed-size blocks (llama.cpp's ggml types). T
   (``models/gguf_linear.py``), run by an integer kernel at every CPU level: Q4_0 and Q4_1
   (``q4_linear``), Q4_K (``q4k_linear``), Q5_0 and Q5_1 (``q5_linear``), Q5_K (``q5k_linear``),
   Q6_K (``q6k_linear``), Q8_0 (``q8b_linear``);
-- **dequantized**: F32, F16, BF16, decoded by ``blocks.py`` into the model's compute dtype at
-  load (float32 where the CPU has no native bf16), with one log line naming the tensors;
+- **half**: F16 and BF16 linears keep their 2-byte values on half tiles (``models/half_linear.py``,
+  multiplied in float32) where the native kernels run at a SIMD level;
+- **dequantized**: F32 (and F16, BF16 elsewhere), decoded by ``blocks.py`` into the model's compute
+  dtype at load (float32 where the CPU has no native bf16), with one log line naming the tensors;
 - anything else (Q2_K, Q3_K, the IQ and TQ types, MXFP4, ...) is refused by name, listing these.
 """
 from __future__ import annotations

@@ -18,9 +18,10 @@ from typing import Any, NamedTuple
 import torch
 
 from ..attention import TorchAttentionBackend
-from .gguf_linear import TILE, tiled_for_few_rows
+from .gguf_tiles import TILE
 from .layer_ops import NativeLayerOps
 from .moe import NATIVE_ROUTER_MAX_TOKENS, SparseMoE, native_act_name
+from .tiled_linear import tiled_for_few_rows
 from .weight_loader import StackedLinear
 
 

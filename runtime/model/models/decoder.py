@@ -243,7 +243,8 @@ class DecoderForCausalLM:
         else:
             mapped = self._embedding_in_place(folder)
             self.embed = mapped.tensor if mapped is not None else w.tensor("model.embed_tokens.weight")
-            tied = c.tie_word_embeddings and not w.quantized  # NOTE: reuse the embedding; a quantized head needs its source
+            # NOTE: reuse the embedding; a quantized head needs its source, a half-tiled one its dtype
+            tied = c.tie_word_embeddings and not w.quantized and not w.keeps_half(tensors[head_name])
             head = self.embed if tied else w.weight(head_name)
             self.lm_head = w.build_linear(head, kind="int8", head=True)
             if mapped is not None:  # NOTE: packing a tied head read every row: only looked-up rows need stay
@@ -257,14 +258,17 @@ class DecoderForCausalLM:
 
     def _embedding_in_place(self, folder: Path | None) -> MappedTensor | None:
         """The checkpoint's embedding over its own map of the file (on a CPU, where it is stored in
-        the model's dtype), or None: then it is copied like every other tensor."""
+        the model's dtype, or in bf16 / float16 for a float32 model), or None: then it is copied like
+        every other tensor."""
         if folder is None or self.device.type != "cpu":
             return None
         mapped = map_tensor(folder, "model.embed_tokens.weight")
         c = self.config
-        if mapped is None or mapped.tensor.dtype != self.dtype or tuple(mapped.tensor.shape) != (c.vocab_size, c.hidden_size):
+        if mapped is None or tuple(mapped.tensor.shape) != (c.vocab_size, c.hidden_size):
             return None
-        return mapped
+        # NOTE: a bf16 / float16 table serves a float32 model too: its rows widen exactly when looked up
+        widens = self.dtype == torch.float32 and mapped.tensor.dtype in (torch.bfloat16, torch.float16)
+        return mapped if mapped.tensor.dtype == self.dtype or widens else None
 
     def graph_unsafe_reason(self) -> str | None:
         """Why the decode forward cannot be captured as a CUDA graph (None: it can)."""
@@ -319,6 +323,8 @@ class DecoderForCausalLM:
         ropes = [ops.rope_inputs(r, batch.positions, self.dtype, max_pos) for r in self.ropes]
         # NOTE: a fresh tensor either way: native ops add into it
         h = self.embed(batch.input_ids) if isinstance(self.embed, GGUFEmbedding) else F.embedding(batch.input_ids, self.embed)
+        if h.dtype != self.dtype:  # NOTE: a bf16 / float16 table looked up in place for a float32 model
+            h = h.to(self.dtype)
         if self.embed_scale is not None:
             h.mul_(self.embed_scale)
         x = ops.rms_norm(h, self.layers[0].input_norm, c.rms_norm_eps)

@@ -8,7 +8,8 @@ loads of their high 2 bits, with its d and int8 scales per 16 inputs (``q6k_line
 6.56 bits a weight), Q5_0, Q5_1 and Q5_K as q5 tiles (a q4 tile of the low 4 bits plus a load
 of the fifth bits) with Q4_1's / Q4_K's scales (Q5_0: d alone, offset -16 d; ``q5_linear``,
 ``q5k_linear``), Q8_0 as q8 tiles with a float16 scale per block (``q8b_linear``); the repacking
-is one native call per tensor (``gguf_tiles``). Nothing is
+is one native call per tensor (``gguf_tiles``). F16 and BF16 tensors keep their 2-byte values on
+half tiles (``half_linear``, multiplied in float32). Nothing is
 dequantized or re-quantized, so the product is llama.cpp's (same levels, same int8 activation
 blocks) and memory stays at the file's size (plus a few % for unpacked K-quant scales). Where no native kernel runs (no compiler, the generic CPU level, a type
 without a kernel: ``gguf.tensor_types``), the weight is dequantized (exactly, ``gguf.blocks``)
@@ -24,32 +25,17 @@ from ..gguf.tensor_types import NATIVE_TYPES
 from ..gguf.weight import GGUFWeight
 from ..native import kernel_info, load_cpu_ops
 from .gguf_tiles import TILE, gguf_tiles
+from .half_linear import GGUF_HALF_TYPES, HALF_IN_MULTIPLE, HalfTiledLinear, gguf_half_weight
 from .linear import Linear
-from .quantized_linear import Int4Linear, RowDispatchLinear
+from .quantized_linear import Int4Linear
+from .tiled_linear import TiledLinear
 
 #: types whose kernel is the q4 tiles' (4-bit levels, or 5 with one more load): they switch to a
 #: float copy at the int4 kernel's row count
 NIBBLE_TILE_TYPES = ("Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K")
 
 
-class _TiledLinear:
-    """Shared by the GGUF linears: bias, the padding of the last tile, the kernel's name, and
-    ``tiled()``: the weight as ``moe_experts`` takes it (its kind and tensors)."""
-
-    __slots__ = ("bias", "out_features", "in_features", "type_name")
-    kernel = "native"
-    tile_kind = ""
-
-    def tiled(self) -> tuple[str, tuple[torch.Tensor, ...]]:
-        return self.tile_kind, tuple(a for a in self._args if a is not None)
-
-    def _finish(self, y: torch.Tensor) -> torch.Tensor:
-        if y.shape[1] != self.out_features:  # NOTE: the padding channels of the last tile
-            y = y[:, : self.out_features]
-        return y if self.bias is None else y + self.bias.to(y.dtype)
-
-
-class GGUFQ4KLinear(_TiledLinear):
+class GGUFQ4KLinear(TiledLinear):
     """Q4_K on ``q4k_linear``: levels in q4 tiles, d / dmin per super-block, sc / mn per block."""
 
     __slots__ = ("_args",)
@@ -63,7 +49,7 @@ class GGUFQ4KLinear(_TiledLinear):
         return self._finish(torch.ops.sglc_cpu.q4k_linear(x, *self._args, None))
 
 
-class GGUFQ8Linear(_TiledLinear):
+class GGUFQ8Linear(TiledLinear):
     """Q8_0 on ``q8b_linear``: levels in q8 tiles, a float16 scale per block and channel."""
 
     __slots__ = ("_tiles", "_d")
@@ -81,7 +67,7 @@ class GGUFQ8Linear(_TiledLinear):
         return self._finish(torch.ops.sglc_cpu.q8b_linear(x, self._tiles, self._d, None))
 
 
-class GGUFQ5Linear(_TiledLinear):
+class GGUFQ5Linear(TiledLinear):
     """Q5_0 and Q5_1 on ``q5_linear``: levels 0..31 as q5 tiles, float16 d (and Q5_1's m) per block
     and channel; Q5_0's offset -16 d is the kernel's."""
 
@@ -100,7 +86,7 @@ class GGUFQ5Linear(_TiledLinear):
         return self._finish(torch.ops.sglc_cpu.q5_linear(x, *self._args, None))
 
 
-class GGUFQ5KLinear(_TiledLinear):
+class GGUFQ5KLinear(TiledLinear):
     """Q5_K on ``q5k_linear``: levels 0..31 as q5 tiles with Q4_K's d / dmin per super-block and
     sc / mn per block."""
 
@@ -115,7 +101,7 @@ class GGUFQ5KLinear(_TiledLinear):
         return self._finish(torch.ops.sglc_cpu.q5k_linear(x, *self._args, None))
 
 
-class GGUFQ6KLinear(_TiledLinear):
+class GGUFQ6KLinear(TiledLinear):
     """Q6_K on ``q6k_linear``: levels 0..63 as q6k tiles (4 + 2 bit planes), d per super-block, an
     int8 scale per 16 inputs."""
 
@@ -128,21 +114,6 @@ class GGUFQ6KLinear(_TiledLinear):
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self._finish(torch.ops.sglc_cpu.q6k_linear(x, *self._args, None))
-
-
-def tiled_for_few_rows(linear) -> tuple[_TiledLinear | Int4Linear, int | float] | None:
-    """The native tiled linear serving ``linear``'s few-row calls and the row count up to which it
-    does (a :class:`RowDispatchLinear` hands larger calls to its float copy), or None where
-    ``linear`` is not one: what the ops running several linears in one call (``moe_experts``,
-    ``stacked_linear``, ``DecodeLayer``) can take. That is a GGUF linear on its type's tiles, or an
-    int4 linear on q4 tiles (Q4_0 / Q4_1 files, ``--quantization int4``) without a bias: its
-    kernel adds a bias before rounding, where those ops add it after."""
-    small, rows = (linear.small, linear.min_rows) if isinstance(linear, RowDispatchLinear) else (linear, float("inf"))
-    if isinstance(small, _TiledLinear):
-        return small, rows
-    if isinstance(small, Int4Linear) and small.kernel == "native" and small.bias is None:
-        return small, rows
-    return None
 
 
 def _q4_tiles_linear(w: GGUFWeight, bias: torch.Tensor | None) -> Int4Linear:
@@ -174,6 +145,8 @@ def gguf_linear(w: GGUFWeight, bias: torch.Tensor | None, dtype: torch.dtype, pa
         if w.type_name == "Q5_K":
             return GGUFQ5KLinear(w, bias)
         return _q4_tiles_linear(w, bias)
+    if use_native and w.type_name in GGUF_HALF_TYPES and w.cols % HALF_IN_MULTIPLE == 0:
+        return HalfTiledLinear(gguf_half_weight(w), bias)  # NOTE: F16 / BF16 as shipped, multiplied in float32
     weight = torch.from_numpy(w.dequantize()).to(dtype).contiguous()
     return Linear.build(weight, None if bias is None else bias.to(dtype), pack=pack)
 

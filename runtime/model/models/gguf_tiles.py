@@ -26,7 +26,7 @@ TILE = 16
 TILED_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
 
 
-def _bytes_tensor(raw: np.ndarray) -> torch.Tensor:
+def bytes_tensor(raw: np.ndarray) -> torch.Tensor:
     """The weight's bytes as a uint8 tensor without a copy. A view of the read-only file map:
     DLPack shares it as is (``torch.from_numpy`` would warn about a non-writable array); numpy
     versions that cannot export read-only arrays through DLPack get a copy."""
@@ -43,7 +43,7 @@ def gguf_tiles(w: GGUFWeight) -> list[torch.Tensor]:
     why = load_cpu_ops()
     if why is not None:
         raise RuntimeError(f"{w.name}: the native repacking of {w.type_name} tiles is unavailable: {why}")
-    return list(torch.ops.sglc_cpu.gguf_tiles(_bytes_tensor(w.raw), w.type_name, w.rows, w.cols))
+    return list(torch.ops.sglc_cpu.gguf_tiles(bytes_tensor(w.raw), w.type_name, w.rows, w.cols))
 
 
 def _padded(t: np.ndarray, rows: int) -> np.ndarray:

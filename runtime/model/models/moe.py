@@ -27,9 +27,9 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from .gguf_linear import tiled_for_few_rows
 from .linear import Linear
 from .quantized_linear import CastLinear
+from .tiled_linear import tiled_for_few_rows
 
 #: up to this many tokens the router's logits are computed inside ``moe_route`` (its float32 dot
 #: products: a one-token step saves the cast, the GEMV's dispatch and the cast back, ~30 us a layer);

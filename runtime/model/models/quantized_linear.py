@@ -333,6 +333,8 @@ def describe_linear(linear) -> str:
         return f"{_kernel_name(linear.small)} below {linear.min_rows} rows, {dtype} copy from there"
     if isinstance(linear, (Int4Linear, Int8Linear)):
         return f"{_kernel_name(linear)} at every row count (no float copy)"
+    if getattr(linear, "tile_kind", ""):  # NOTE: tiled_linear.TiledLinear (not imported: it imports this module)
+        return f"{linear.type_name} on native tiles at every row count (no float copy)"
     return "float"
 
 

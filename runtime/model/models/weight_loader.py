@@ -13,12 +13,14 @@ import torch
 from ..gguf import GGUFWeight
 from ..gguf.reader import release_pages_of
 from ..native import bf16_is_native
-from .gguf_linear import NIBBLE_TILE_TYPES, gguf_linear, tiled_for_few_rows
+from .gguf_linear import NIBBLE_TILE_TYPES, gguf_linear
+from .half_linear import HALF_IN_MULTIPLE, HALF_KINDS, HalfTiledLinear, native_half_kernels
 from .linear import Linear, can_pack_weights
 from .quantized_linear import (CastLinear, QuantizedLinear, RowDispatchLinear, large_batch_dtype, large_batch_rows,
                                native_large_batch_rows, quantized_linear)
+from .tiled_linear import tiled_for_few_rows
 
-AnyLinear = Linear | RowDispatchLinear | QuantizedLinear
+AnyLinear = Linear | RowDispatchLinear | QuantizedLinear | HalfTiledLinear
 
 #: Where bf16 is native, a GGUF model's linears get a bf16 copy for prefill (on AMX ~7x the
 #: integer kernels' speed at 256 rows) while all the copies together stay under this many bytes:
@@ -88,6 +90,16 @@ class WeightLoader:
         # stays at the file's size and prefill runs on the integer kernels too.
         float_bytes = sum(2 * t.rows * t.cols for t in tensors.values() if isinstance(t, GGUFWeight))
         self._gguf_float_copies = self._bf16_native and float_bytes <= GGUF_FLOAT_COPY_BYTES
+        m = model
+        self._half_tiles = (not self.quantized and m.dtype == torch.float32 and m.device.type == "cpu"
+                            and m.native_ops is not False and native_half_kernels())
+
+    def keeps_half(self, t: torch.Tensor | GGUFWeight) -> bool:
+        """Whether the checkpoint tensor ``t``, as a linear's weight, stays in its bf16 / float16 on
+        half tiles (``half_linear``): a float32 model on a CPU with the native kernels, where the
+        tiles' float32 products equal those of the widened weights from a copy the file's size."""
+        return (self._half_tiles and isinstance(t, torch.Tensor) and t.dtype in HALF_KINDS and t.dim() == 2
+                and t.shape[1] % HALF_IN_MULTIPLE == 0)
 
     def tensor(self, name: str) -> torch.Tensor:
         """``name`` in the model's dtype and device (a GGUF tensor decoded: e.g. an MoE router)."""
@@ -113,9 +125,9 @@ class WeightLoader:
 
     def weight(self, name: str) -> torch.Tensor | GGUFWeight:
         """A linear weight: kept in its checkpoint precision until quantized, else the model's
-        dtype; a GGUF tensor as shipped."""
-        if isinstance(self.tensors[name], GGUFWeight):
-            return self.tensors[name]
+        dtype; a GGUF tensor as shipped, and a bf16 / float16 one where :meth:`keeps_half`."""
+        if isinstance(self.tensors[name], GGUFWeight) or self.keeps_half(self.tensors[name]):
+            return self.tensors[name]  # NOTE: a half weight is repacked into tiles: no clone needed
         if self.quantized:
             return self.tensors[name].to(device=self.model.device).contiguous()
         return self.tensor(name)
@@ -178,8 +190,11 @@ class WeightLoader:
 
     def build_linear(self, weight: torch.Tensor, bias: torch.Tensor | None = None,
                      kind: str | None = None, head: bool = False) -> AnyLinear:
-        """``weight`` as the model's kind of linear (quantized, packed or plain)."""
+        """``weight`` as the model's kind of linear (quantized, packed or plain; on half tiles where
+        it is a bf16 / float16 weight :meth:`keeps_half`)."""
         m = self.model
+        if weight.dtype != m.dtype and self.keeps_half(weight):
+            return HalfTiledLinear(weight, bias)
         if self.quantized:  # NOTE: integer kernels for small batches, a float copy for big ones where it pays
             small = quantized_linear(kind or m.quantization, weight, bias,
                                      native=False if m.native_ops is False else None)

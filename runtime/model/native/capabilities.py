@@ -130,6 +130,7 @@ class KernelInfo:
     level: str
     int_linear: str  # e.g. "avx2 (vpmaddubsw)"
     attention: str  # e.g. "avx2 registers" or "generic loop"
+    half_linear: str  # what bf16 / float16 weights kept as shipped run on, e.g. "avx2 fma"
 
     @property
     def int_linears_native(self) -> bool:

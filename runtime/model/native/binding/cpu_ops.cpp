@@ -12,7 +12,8 @@
 // gelu_tanh_mul, decode_attention_ (one decode step of attention read in place from the paged KV
 // buffer, with split-K for few long requests, a cascade over shared prefixes and optional score
 // soft-capping), q8_linear / q4_linear / q8b_linear / q4k_linear / q5_linear / q5k_linear /
-// q6k_linear (weight-only integer linears on 16-channel tiles), moe_route / moe_experts (a
+// q6k_linear (weight-only integer linears on 16-channel tiles), half_linear (bf16 / float16
+// weights as shipped on 16-channel tiles, multiplied in float32), moe_route / moe_experts (a
 // sparse MoE block's routing and experts, one call each: moe_experts.h), stacked_linear (the
 // parts of a fused projection in different GGUF types, one call: stacked_linear.h), gguf_tiles (a GGUF
 // tensor repacked into its kernel's tiles at load: gguf_tiles.h), and the class DecodeLayer (one
@@ -79,7 +80,7 @@ void use_kernels(const std::string& level) {
 
 std::vector<std::string> kernel_info() {
   const sglc_kernel_table& t = kernels();
-  return {t.level, t.int_linear, t.attention};
+  return {t.level, t.int_linear, t.attention, t.half_linear};
 }
 
 bool has_register_attention(int64_t head_dim, int64_t group) {
@@ -594,13 +595,18 @@ struct QuantizedRows {
     sq.resize(rows * blocks);
     sq16.resize(rows * blocks * 2);
   }
-  sglc_quantized_rows view(int64_t k) const { return {q.data(), dx.data(), sx.data(), sq.data(), sq16.data(), k}; }
+  // The quantized rows and the rows themselves (x, xs elements apart).
+  sglc_quantized_rows view(int64_t k, const void* x, int64_t xs) const {
+    return {q.data(), dx.data(), sx.data(), sq.data(), sq16.data(), k, x, xs};
+  }
 };
 
 // `rows` rows of k features (slot's dtype, xs elements apart) quantized into `act` (resized), in
-// parallel for many rows.
+// parallel for many rows. levels = false: only the rows themselves are handed on (a call whose
+// weights are all float-weight tiles reads nothing else).
 sglc_quantized_rows quantize_rows(const sglc_kernel_table& kt, int slot, const void* xp, int64_t xs, int64_t es,
-                                  int64_t rows, int64_t k, QuantizedRows& act) {
+                                  int64_t rows, int64_t k, QuantizedRows& act, bool levels = true) {
+  if (!levels) return sglc_quantized_rows{nullptr, nullptr, nullptr, nullptr, nullptr, k, xp, xs};
   const int64_t blocks = k / kQBlock;
   act.resize(rows, k);
   const auto quantize = kt.quantize_rows[slot];
@@ -608,16 +614,17 @@ sglc_quantized_rows quantize_rows(const sglc_kernel_table& kt, int slot, const v
     quantize(at_elem(xp, begin * xs, es), xs, end - begin, k, act.q.data() + begin * k, act.dx.data() + begin * blocks,
              act.sx.data() + begin * blocks, act.sq.data() + begin * blocks, act.sq16.data() + begin * blocks * 2);
   });
-  return act.view(k);
+  return act.view(k, xp, xs);
 }
 
 // One call of a tiled integer linear on checked inputs: the rows quantized once (in parallel
 // for many rows), then tile(t, r0, rows, act, bias, out) for every tile and group of at most
 // rows_per_pass rows. Tasks are (block of rows, tile) pairs, rows outermost, so the threads share
 // one block's activations while each tile's weights (a few KB) stay in L1 for the block's groups.
+// levels = false: float-weight tiles, which read the rows themselves (and take more rows a call).
 template <typename Tile>
 at::Tensor run_tiled(const at::Tensor& x, int64_t tiles, int64_t k, const std::optional<at::Tensor>& bias,
-                     const char* what, const Tile& tile) {
+                     const char* what, const Tile& tile, bool levels = true) {
   const int64_t rows = x.size(0), n = tiles * kQTile;
   const int slot = int_dtype_slot(x.scalar_type(), what);
   auto out = at::empty({rows, n}, x.options());
@@ -625,10 +632,12 @@ at::Tensor run_tiled(const at::Tensor& x, int64_t tiles, int64_t k, const std::o
   const sglc_kernel_table& kt = kernels();
   thread_local QuantizedRows caller_rows;
   QuantizedRows& act = caller_rows;  // NOTE: the caller's buffers, also inside the pool's tasks
-  const sglc_quantized_rows qr = quantize_rows(kt, slot, x.const_data_ptr(), x.stride(0), x.element_size(), rows, k, act);
+  const sglc_quantized_rows qr =
+      quantize_rows(kt, slot, x.const_data_ptr(), x.stride(0), x.element_size(), rows, k, act, levels);
   const void* bp = bias.has_value() ? bias->const_data_ptr() : nullptr;
   void* op = out.data_ptr();
-  const int64_t per_pass = kt.int_rows_per_pass, row_blocks = (rows + kRowBlock - 1) / kRowBlock;
+  const int64_t per_pass = levels ? kt.int_rows_per_pass : kt.half_rows_per_pass;
+  const int64_t row_blocks = (rows + kRowBlock - 1) / kRowBlock;
   at::parallel_for(0, row_blocks * tiles, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t rb = task / tiles, t = task % tiles, last = std::min(rows, (rb + 1) * kRowBlock);
@@ -789,6 +798,30 @@ at::Tensor q6k_linear(const at::Tensor& x, const at::Tensor& weight, const at::T
                        void* op, int64_t n_out) { kt->q6k_tile[slot](wp, dp, scp, act, t, r0, rows, n_out, bp, op); });
 }
 
+// bf16 / float16 weights as shipped: half tiles [N/16, K, 16] of the weight's dtype
+// (kernels/common/half_linear.h), multiplied in float32 with the rows as they are.
+void check_half_tiles(const at::Tensor& weight, const char* what) {
+  TORCH_CHECK(weight.dim() == 3 && weight.size(2) == kQTile && weight.is_contiguous() &&
+                  (weight.scalar_type() == at::kBFloat16 || weight.scalar_type() == at::kHalf),
+              what, ": weight must be contiguous bfloat16 or float16 half tiles [out / 16, in, 16], got ",
+              weight.sizes(), " ", weight.scalar_type());
+}
+
+at::Tensor half_linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  check_half_tiles(weight, "half_linear");
+  const int64_t tiles = weight.size(0), k = weight.size(1);
+  check_activations(x, k, "half_linear");
+  check_bias(bias, x, tiles * kQTile, "half_linear");
+  const auto* kt = &kernels();
+  const auto* wp = static_cast<const uint16_t*>(weight.const_data_ptr());
+  const auto tile_fns = weight.scalar_type() == at::kBFloat16 ? kt->bf16w_tile : kt->f16w_tile;
+  return run_tiled(
+      x, tiles, k, bias, "half_linear",
+      [&](int slot, int64_t t, int64_t r0, int rows, const sglc_quantized_rows* act, const void* bp, void* op,
+          int64_t n_out) { tile_fns[slot](wp, act, t, r0, rows, n_out, bp, op); },
+      /*levels=*/false);
+}
+
 #include "tiled_weight.h"
 #include "moe_experts.h"
 #include "stacked_linear.h"
@@ -820,6 +853,7 @@ TORCH_LIBRARY(sglc_cpu, m) {
   m.def("q6k_linear(Tensor x, Tensor weight, Tensor d, Tensor sc, Tensor? bias) -> Tensor");
   m.def("q5_linear(Tensor x, Tensor weight, Tensor d, Tensor? m, Tensor? bias) -> Tensor");
   m.def("q5k_linear(Tensor x, Tensor weight, Tensor d, Tensor dmin, Tensor sc, Tensor mn, Tensor? bias) -> Tensor");
+  m.def("half_linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("moe_route(Tensor logits, int top_k, bool renormalize, bool float_weights, Tensor? router=None) -> "
         "(Tensor, Tensor)");
   m.def("moe_experts(Tensor x, Tensor ids, Tensor weights, str[] gate_up_kinds, Tensor[] gate_up, str[] down_kinds, "
@@ -850,6 +884,7 @@ TORCH_LIBRARY_IMPL(sglc_cpu, CPU, m) {
   m.impl("q6k_linear", &q6k_linear);
   m.impl("q5_linear", &q5_linear);
   m.impl("q5k_linear", &q5k_linear);
+  m.impl("half_linear", &half_linear);
   m.impl("moe_experts", &moe_experts);
   m.impl("moe_route", &moe_route);
   m.impl("gguf_tiles", &gguf_tiles);

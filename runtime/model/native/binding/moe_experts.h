@@ -20,13 +20,13 @@
 // out (n wide).
 void run_projection(const sglc_kernel_table& kt, int slot, const std::vector<TiledWeight>& weights,
                  const std::vector<int64_t>& start, const sglc_quantized_rows* act, int64_t n, void* out) {
-  const int64_t per_pass = kt.int_rows_per_pass;
   struct Task {
     int64_t expert, tile, r0;
     int rows;
   };
   std::vector<Task> tasks;
   for (size_t e = 0; e < weights.size(); ++e) {
+    const int64_t per_pass = weights[e].rows_per_pass(kt);
     for (int64_t t = 0; t < weights[e].tiles && start[e + 1] > start[e]; ++t) {
       for (int64_t r0 = start[e]; r0 < start[e + 1]; r0 += per_pass) {
         tasks.push_back({static_cast<int64_t>(e), t, r0, static_cast<int>(std::min(per_pass, start[e + 1] - r0))});
@@ -129,21 +129,35 @@ at::Tensor run_experts(const at::Tensor& x, const at::Tensor& ids, const at::Ten
 
   const sglc_kernel_table& kt = kernels();
   const int64_t es = x.element_size();
+  const auto reads_levels = [](const std::vector<TiledWeight>& ws) {
+    return std::any_of(ws.begin(), ws.end(), [](const TiledWeight& w) { return w.reads_levels(); });
+  };
   thread_local QuantizedRows token_rows, pair_rows;
-  // every token's row once, then copied into pair order (each expert's rows contiguous)
-  quantize_rows(kt, slot, x.const_data_ptr(), h, es, t_rows, h, token_rows);
   const int64_t blocks = h / kQBlock;
-  pair_rows.resize(pairs, h);
-  for (int64_t p = 0; p < pairs; ++p) {
-    const int64_t r = pair_token[p];
-    std::memcpy(pair_rows.q.data() + p * h, token_rows.q.data() + r * h, h);
-    std::memcpy(pair_rows.dx.data() + p * blocks, token_rows.dx.data() + r * blocks, blocks * sizeof(float));
-    std::memcpy(pair_rows.sx.data() + p * blocks, token_rows.sx.data() + r * blocks, blocks * sizeof(float));
-    std::memcpy(pair_rows.sq.data() + p * blocks, token_rows.sq.data() + r * blocks, blocks * sizeof(int32_t));
-    std::memcpy(pair_rows.sq16.data() + p * blocks * 2, token_rows.sq16.data() + r * blocks * 2,
-                blocks * 2 * sizeof(int32_t));
+  if (reads_levels(gu)) {
+    // every token's row once, then copied into pair order (each expert's rows contiguous)
+    quantize_rows(kt, slot, x.const_data_ptr(), h, es, t_rows, h, token_rows);
+    pair_rows.resize(pairs, h);
+    for (int64_t p = 0; p < pairs; ++p) {
+      const int64_t r = pair_token[p];
+      std::memcpy(pair_rows.q.data() + p * h, token_rows.q.data() + r * h, h);
+      std::memcpy(pair_rows.dx.data() + p * blocks, token_rows.dx.data() + r * blocks, blocks * sizeof(float));
+      std::memcpy(pair_rows.sx.data() + p * blocks, token_rows.sx.data() + r * blocks, blocks * sizeof(float));
+      std::memcpy(pair_rows.sq.data() + p * blocks, token_rows.sq.data() + r * blocks, blocks * sizeof(int32_t));
+      std::memcpy(pair_rows.sq16.data() + p * blocks * 2, token_rows.sq16.data() + r * blocks * 2,
+                  blocks * 2 * sizeof(int32_t));
+    }
   }
-  const sglc_quantized_rows pair_act = pair_rows.view(h);
+  // the rows themselves in pair order, for float-weight experts
+  const bool reads_rows = std::any_of(gu.begin(), gu.end(), [](const TiledWeight& w) { return !w.reads_levels(); });
+  at::Tensor pair_x;
+  if (reads_rows) {
+    pair_x = at::empty({pairs, h}, x.options());
+    for (int64_t p = 0; p < pairs; ++p) {
+      std::memcpy(at_elem(pair_x.data_ptr(), p * h, es), at_elem(x.const_data_ptr(), pair_token[p] * h, es), h * es);
+    }
+  }
+  const sglc_quantized_rows pair_act = pair_rows.view(h, reads_rows ? pair_x.const_data_ptr() : nullptr, h);
 
   auto gate_up_out = at::empty({pairs, gu_width}, x.options());
   run_projection(kt, slot, gu, start, &pair_act, gu_width, gate_up_out.data_ptr());
@@ -155,7 +169,7 @@ at::Tensor run_experts(const at::Tensor& x, const at::Tensor& ids, const at::Ten
   });
   thread_local QuantizedRows hidden_rows;
   const sglc_quantized_rows hidden_act = quantize_rows(kt, slot, hidden.const_data_ptr(), inter, es, pairs, inter,
-                                                       hidden_rows);
+                                                       hidden_rows, reads_levels(dn));
   auto y = at::empty({pairs, h}, x.options());
   run_projection(kt, slot, dn, start, &hidden_act, h, y.data_ptr());
 

@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#define SGLC_KERNEL_ABI 6
+#define SGLC_KERNEL_ABI 7
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,7 +25,9 @@ enum sglc_dtype { SGLC_F32 = 0, SGLC_BF16 = 1, SGLC_F16 = 2, SGLC_F64 = 3, SGLC_
 
 // Activation rows quantized to int8 per block of 32 inputs (llama.cpp's Q8_0 / Q8_1 rows):
 // x[r, 32b + i] ~ dx[r, b] * q[r, 32b + i]; sx = dx * sum(q), sq = sum(q) per block, sq16 = sum(q)
-// per half block (16 inputs: the scale groups of Q6_K).
+// per half block (16 inputs: the scale groups of Q6_K). x and x_stride are the rows themselves
+// (the slot's dtype, x_stride elements apart): what the float-weight tiles read instead of the
+// levels (which a call with only float-weight tiles leaves unset).
 struct sglc_quantized_rows {
   const int8_t* q;    // [rows, k]
   const float* dx;    // [rows, k / 32]
@@ -33,6 +35,8 @@ struct sglc_quantized_rows {
   const int32_t* sq;  // [rows, k / 32]
   const int32_t* sq16;  // [rows, k / 16]
   int64_t k;
+  const void* x;      // [rows, k], rows x_stride elements apart
+  int64_t x_stride;
 };
 
 // --- the fused small ops of a decoder layer (rows [0, rows) of each operand) ---
@@ -109,6 +113,14 @@ typedef void (*sglc_q4k_tile_fn)(const uint8_t* w, const uint16_t* d, const uint
 // m per block (Q5_1: w = d * q + m), or m NULL for Q5_0 (w = d * (q - 16)); q5k_tile Q4_K's
 // scales and mins.
 
+// --- float-weight linears (bf16 or float16 weights as shipped, 16 output channels per tile) ---
+// out[r0 + r, 16t : 16t + 16] for r < rows (<= half_rows_per_pass) from tile t of half tiles
+// uint16 [tiles, k, 16] (element 16 i + c: input i of channel c; bf16 or IEEE half bits by the
+// table slot) and act's rows x, in float32 with one fused multiply-add per input in input order;
+// bias [n] or NULL; out rows n apart.
+typedef void (*sglc_half_tile_fn)(const uint16_t* w, const struct sglc_quantized_rows* act, int64_t t, int64_t r0,
+                                  int rows, int64_t n, const void* bias, void* out);
+
 struct sglc_kernel_table {
   int32_t abi;                 // SGLC_KERNEL_ABI
   const char* level;           // "generic", "avx2", "avx512", "neon_dotprod"
@@ -137,6 +149,10 @@ struct sglc_kernel_table {
   sglc_q6k_tile_fn q6k_tile[SGLC_NUM_INT_DTYPES];
   sglc_q4_tile_fn q5_tile[SGLC_NUM_INT_DTYPES];
   sglc_q4k_tile_fn q5k_tile[SGLC_NUM_INT_DTYPES];
+  const char* half_linear;     // what the float-weight linears run on, e.g. "avx2 fma"
+  int32_t half_rows_per_pass;  // rows one half tile call takes at most
+  sglc_half_tile_fn bf16w_tile[SGLC_NUM_INT_DTYPES];
+  sglc_half_tile_fn f16w_tile[SGLC_NUM_INT_DTYPES];
 };
 
 // Scratch floats sglc_attend_fn needs.

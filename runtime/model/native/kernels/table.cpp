@@ -12,31 +12,38 @@
 
 #if defined(SGLC_LEVEL_AVX512)
 #include "arch/x86/avx512/attention.h"
+#include "arch/x86/avx512/half_linear.h"
 #include "arch/x86/avx512/int_linear.h"
 namespace arch = sglc::avx512;
 #define SGLC_LEVEL_NAME "avx512"
 #define SGLC_INT_LINEAR "avx512-vnni (vpdpbusd)"
 #define SGLC_ATTENTION "avx512 registers"
+#define SGLC_HALF_LINEAR "avx512 fma"
 #elif defined(SGLC_LEVEL_AVX2)
 #include "arch/x86/avx2/attention.h"
+#include "arch/x86/avx2/half_linear.h"
 #include "arch/x86/avx2/int_linear.h"
 namespace arch = sglc::avx2;
 #define SGLC_LEVEL_NAME "avx2"
 #define SGLC_INT_LINEAR "avx2 (vpmaddubsw)"
 #define SGLC_ATTENTION "avx2 registers"
+#define SGLC_HALF_LINEAR "avx2 fma"
 #elif defined(SGLC_LEVEL_NEON_DOTPROD)
 #include "arch/arm/neon/attention.h"
+#include "arch/arm/neon/half_linear.h"
 #include "arch/arm/neon/int_linear.h"
 namespace arch = sglc::neon;
 #define SGLC_LEVEL_NAME "neon_dotprod"
 #define SGLC_INT_LINEAR "neon-dotprod (sdot)"
 #define SGLC_ATTENTION "neon registers"
+#define SGLC_HALF_LINEAR "neon fma"
 #else
 #include "arch/generic/kernels.h"
 namespace arch = sglc::generic;
 #define SGLC_LEVEL_NAME "generic"
 #define SGLC_INT_LINEAR "scalar reference"
 #define SGLC_ATTENTION "generic loop"
+#define SGLC_HALF_LINEAR "scalar reference"
 #endif
 
 namespace {
@@ -115,6 +122,18 @@ void q6k_tile(const uint8_t* w, const uint16_t* d, const int8_t* sc, const sglc_
   arch::q6k_rows<T>(w, d, sc, act, t, r0, rows, n, bias, out);
 }
 
+// The float-weight linears: bf16 or float16 tiles.
+template <typename T>
+void bf16w_tile(const uint16_t* w, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows, int64_t n,
+                const void* bias, void* out) {
+  arch::half_rows<T, sglc::BF16Weights>(w, act, t, r0, rows, n, bias, out);
+}
+template <typename T>
+void f16w_tile(const uint16_t* w, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows, int64_t n,
+               const void* bias, void* out) {
+  arch::half_rows<T, sglc::F16Weights>(w, act, t, r0, rows, n, bias, out);
+}
+
 void merge_state(float* m, float* l, float* acc, float m2, float l2, const float* acc2, int64_t d) {
   sglc::merge_state(m, l, acc, m2, l2, acc2, d);
 }
@@ -147,6 +166,10 @@ const sglc_kernel_table kTable = {
     {q6k_tile<float>, q6k_tile<bf16>, q6k_tile<f16>},
     {q5_tile<float>, q5_tile<bf16>, q5_tile<f16>},
     {q5k_tile<float>, q5k_tile<bf16>, q5k_tile<f16>},
+    SGLC_HALF_LINEAR,
+    sglc::kHalfRowsPerPass,
+    {bf16w_tile<float>, bf16w_tile<bf16>, bf16w_tile<f16>},
+    {f16w_tile<float>, f16w_tile<bf16>, f16w_tile<f16>},
 };
 
 }  // namespace

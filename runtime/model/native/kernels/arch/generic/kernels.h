@@ -5,6 +5,7 @@
 #pragma once
 
 #include "../../common/attention.h"
+#include "../../common/half_linear.h"
 #include "../../common/int_linear.h"
 
 namespace sglc::generic {
@@ -47,6 +48,12 @@ template <typename T, int Bits, typename Scales>
 void q4_rows(const uint8_t* w, const Scales& sc, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows,
              int64_t n, const void* bias, void* out) {
   q4_tile_scaled_ref<T, Bits>(w, sc, act, t, r0, rows, n, bias, out);
+}
+
+template <typename T, typename W>
+void half_rows(const uint16_t* w, const sglc_quantized_rows* act, int64_t t, int64_t r0, int rows, int64_t n,
+               const void* bias, void* out) {
+  half_tile_ref<T, W>(w, act, t, r0, rows, n, bias, out);
 }
 
 }  // namespace sglc::generic
