@@ -565,7 +565,16 @@ at::Tensor decode_attention_(at::Tensor& k_cache, at::Tensor& v_cache, const at:
 
 constexpr int64_t kQBlock = 32;   // inputs per quantization block (GGUF's)
 constexpr int64_t kQTile = 16;    // output channels per tile
-constexpr int64_t kRowBlock = 64;  // rows of one task (prefill): their activations stay in L2
+constexpr int64_t kRowBlock = 64;  // rows of one task (prefill) at most: their activations stay in L2
+
+// A call's rows as blocks of at most kRowBlock, of nearly equal sizes: the pool splits the
+// (block, tile) tasks into contiguous runs, so 68 rows as 64 + 4 left one thread 16x the other's
+// work (a 4096 x 1024 bf16 linear: 5.6 ms at 68 rows, 2.8 at 64); as 34 + 34 they are even.
+struct RowBlocks {
+  int64_t count, size;
+  explicit RowBlocks(int64_t rows)
+      : count((rows + kRowBlock - 1) / kRowBlock), size(count == 0 ? 0 : (rows + count - 1) / count) {}
+};
 
 void check_activations(const at::Tensor& x, int64_t k, const char* what) {
   check_rows(x, what);
@@ -637,11 +646,11 @@ at::Tensor run_tiled(const at::Tensor& x, int64_t tiles, int64_t k, const std::o
   const void* bp = bias.has_value() ? bias->const_data_ptr() : nullptr;
   void* op = out.data_ptr();
   const int64_t per_pass = levels ? kt.int_rows_per_pass : kt.half_rows_per_pass;
-  const int64_t row_blocks = (rows + kRowBlock - 1) / kRowBlock;
-  at::parallel_for(0, row_blocks * tiles, 1, [&](int64_t begin, int64_t end) {
+  const RowBlocks blocks(rows);
+  at::parallel_for(0, blocks.count * tiles, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t rb = task / tiles, t = task % tiles, last = std::min(rows, (rb + 1) * kRowBlock);
-      for (int64_t r0 = rb * kRowBlock; r0 < last; r0 += per_pass) {
+      const int64_t rb = task / tiles, t = task % tiles, last = std::min(rows, (rb + 1) * blocks.size);
+      for (int64_t r0 = rb * blocks.size; r0 < last; r0 += per_pass) {
         tile(slot, t, r0, static_cast<int>(std::min(per_pass, last - r0)), &qr, bp, op, n);
       }
     }

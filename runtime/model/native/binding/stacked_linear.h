@@ -43,17 +43,17 @@ at::Tensor run_stacked(const at::Tensor& x, const std::vector<TiledWeight>& part
   const sglc_quantized_rows qr =
       quantize_rows(kt, slot, x.const_data_ptr(), x.stride(0), es, rows, k, caller_rows, levels);
   char* op = static_cast<char*>(out.data_ptr());
-  const int64_t row_blocks = (rows + kRowBlock - 1) / kRowBlock;
+  const RowBlocks blocks(rows);
   // NOTE: tasks as run_tiled's: (block of rows, tile), rows outermost
-  at::parallel_for(0, row_blocks * tiles, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, blocks.count * tiles, 1, [&](int64_t begin, int64_t end) {
     int64_t p = 0;
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t rb = task / tiles, g = task % tiles, last = std::min(rows, (rb + 1) * kRowBlock);
+      const int64_t rb = task / tiles, g = task % tiles, last = std::min(rows, (rb + 1) * blocks.size);
       while (g >= first_tile[p + 1]) ++p;
       while (g < first_tile[p]) --p;
       void* cols = op + first_tile[p] * kQTile * es;  // this part's first column
       const int64_t per_pass = part[p].rows_per_pass(kt);
-      for (int64_t r0 = rb * kRowBlock; r0 < last; r0 += per_pass) {
+      for (int64_t r0 = rb * blocks.size; r0 < last; r0 += per_pass) {
         part[p].run(kt, slot, &qr, g - first_tile[p], r0, static_cast<int>(std::min(per_pass, last - r0)), n, cols);
       }
     }

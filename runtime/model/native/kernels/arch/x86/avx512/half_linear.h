@@ -79,7 +79,8 @@ void half_tile_many(const uint16_t* w, const sglc_quantized_rows* act, int64_t t
   const uint16_t* wt = w + t * k * kQTile;
   const T* x = static_cast<const T*>(act->x) + r0 * stride;
   alignas(64) float wf[kQBlock * kQTile];
-  alignas(64) float acc[kHalfRowsPerPass * kQTile] = {};
+  alignas(64) float acc[kHalfRowsPerPass * kQTile];
+  std::memset(acc, 0, sizeof(float) * kQTile * rows);  // NOTE: only the rows of this call
   for (int64_t b = 0; b < k; b += kQBlock) {
     const uint16_t* wb = wt + b * kQTile;
     for (int i = 0; i < kQBlock * kQTile; i += kQTile) _mm512_store_ps(wf + i, widen16(wb + i, W{}));
