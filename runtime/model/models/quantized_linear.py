@@ -335,6 +335,8 @@ def describe_linear(linear) -> str:
         return f"{_kernel_name(linear)} at every row count (no float copy)"
     if getattr(linear, "tile_kind", ""):  # NOTE: tiled_linear.TiledLinear (not imported: it imports this module)
         return f"{linear.type_name} on native tiles at every row count (no float copy)"
+    if isinstance(getattr(linear, "parts", None), list):  # NOTE: weight_loader.StackedLinear, same reason
+        return "stacked: " + " + ".join(dict.fromkeys(describe_linear(p) for p in linear.parts))
     return "float"
 
 
