@@ -193,3 +193,16 @@ def test_every_level_computes_the_reference_bit_for_bit(dtype):
     for level, (y4, y8) in outputs.items():
         assert torch.equal(y4, outputs["generic"][0]), level
         assert torch.equal(y8, outputs["generic"][1]), level
+
+
+@pytest.mark.parametrize("rows", [68, 130])
+def test_a_call_of_many_rows_equals_its_rows_one_at_a_time(level, rows):
+    """A prefill call is split into row blocks of nearly equal size for the thread pool (68 rows:
+    34 + 34, not 64 + 4); each row's result is the one it gets alone, whatever its block."""
+    g = torch.Generator().manual_seed(rows)
+    w = torch.randn(3 * 16, 256, generator=g) * 0.05
+    q4 = pack_q4_tiles(*int4_levels(w))
+    x = torch.randn(rows, 256, generator=g)
+    whole = torch.ops.sglc_cpu.q4_linear(x, *q4, None)
+    alone = torch.cat([torch.ops.sglc_cpu.q4_linear(x[r:r + 1], *q4, None) for r in range(rows)])
+    assert torch.equal(whole, alone)
