@@ -147,14 +147,26 @@ def test_a_float32_model_of_a_half_folder_keeps_its_weights_as_stored(tmp_path, 
 
 def test_a_half_folder_served_in_its_own_dtype_or_on_the_generic_level_keeps_torch_linears(tmp_path):
     """Half tiles are for float32 compute on a SIMD level: a bf16 model keeps oneDNN's packed
-    bf16 linears, and at the generic level (no SIMD) a float32 model gets torch's float32 ones."""
+    bf16 linears, and at the generic level (no SIMD) a float32 model gets torch's float32 ones,
+    its tied head a float32 copy beside the bf16 table looked up in place."""
+    from test_model_parity import _three_ways
+
     from sglc_runtime.model.models.linear import Linear
 
     cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                   tie_word_embeddings=True)
     torch.manual_seed(0)
-    transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(tmp_path)
+    hf = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    hf.save_pretrained(tmp_path)
     assert load_cpu_ops() is None
     assert isinstance(load_model(tmp_path, dtype="bfloat16").layers[0].attn.qkv, Linear)
+    ids = [3, 17, 5, 99, 42]
+    with torch.no_grad():
+        want = hf.float()(torch.tensor([ids])).logits[0]
     with running_level("generic"):
-        assert isinstance(load_model(tmp_path, dtype="float32").layers[0].attn.qkv, Linear)
+        model = load_model(tmp_path, dtype="float32")
+        assert isinstance(model.layers[0].attn.qkv, Linear) and isinstance(model.lm_head, Linear)
+        assert model.embed.dtype == torch.bfloat16 and model.lm_head.weight.dtype == torch.float32
+        for got in _three_ways(model, [ids]):
+            torch.testing.assert_close(got[0], want, atol=1e-4, rtol=1e-4)

@@ -243,8 +243,10 @@ class DecoderForCausalLM:
         else:
             mapped = self._embedding_in_place(folder)
             self.embed = mapped.tensor if mapped is not None else w.tensor("model.embed_tokens.weight")
-            # NOTE: reuse the embedding; a quantized head needs its source, a half-tiled one its dtype
-            tied = c.tie_word_embeddings and not w.quantized and not w.keeps_half(tensors[head_name])
+            # NOTE: reuse the embedding where it is the head's weight as is: a quantized head needs its
+            # source, a half-tiled one the stored dtype, a float one the model's (not a table kept in bf16)
+            tied = (c.tie_word_embeddings and not w.quantized and self.embed.dtype == self.dtype
+                    and not w.keeps_half(tensors[head_name]))
             head = self.embed if tied else w.weight(head_name)
             self.lm_head = w.build_linear(head, kind="int8", head=True)
             if mapped is not None:  # NOTE: packing a tied head read every row: only looked-up rows need stay
