@@ -51,19 +51,16 @@ void half_tile_rows(const uint16_t* w, const sglc_quantized_rows* act, int64_t t
 }
 
 // R rows' sums (acc: R x 16 floats) over one block of 32 inputs of widened weights wf [32][16].
-// Inputs widened at a time by the many-row path (a multiple of 32; the weights' 8 KB fit L1).
-constexpr int64_t kWidenBlock = 128;
-
 template <int R, typename T>
-inline void half_block_rows(const float* wf, int64_t len, const T* x, int64_t stride, float* acc) {
+inline void half_block_rows(const float* wf, const T* x, int64_t stride, float* acc) {
   __m256 a[R][2];
-  alignas(32) float xf[R][kWidenBlock];
+  alignas(32) float xf[R][kQBlock];
   for (int r = 0; r < R; ++r) {
     a[r][0] = _mm256_load_ps(acc + kQTile * r);
     a[r][1] = _mm256_load_ps(acc + kQTile * r + 8);
-    for (int64_t j = 0; j < len; j += 8) _mm256_store_ps(xf[r] + j, load8(x + r * stride + j));
+    for (int j = 0; j < 4; ++j) _mm256_store_ps(xf[r] + 8 * j, load8(x + r * stride + 8 * j));
   }
-  for (int64_t i = 0; i < len; ++i) {
+  for (int i = 0; i < kQBlock; ++i) {
     const __m256 w0 = _mm256_load_ps(wf + kQTile * i), w1 = _mm256_load_ps(wf + kQTile * i + 8);
     for (int r = 0; r < R; ++r) {
       const __m256 xv = _mm256_broadcast_ss(&xf[r][i]);
@@ -83,21 +80,20 @@ void half_tile_many(const uint16_t* w, const sglc_quantized_rows* act, int64_t t
   const int64_t k = act->k, stride = act->x_stride;
   const uint16_t* wt = w + t * k * kQTile;
   const T* x = static_cast<const T*>(act->x) + r0 * stride;
-  alignas(32) float wf[kWidenBlock * kQTile];
+  alignas(32) float wf[kQBlock * kQTile];
   alignas(32) float acc[kHalfRowsPerPass * kQTile];
   std::memset(acc, 0, sizeof(float) * kQTile * rows);  // NOTE: only the rows of this call
-  for (int64_t b = 0; b < k; b += kWidenBlock) {
-    const int64_t len = std::min(kWidenBlock, k - b);
+  for (int64_t b = 0; b < k; b += kQBlock) {
     const uint16_t* wb = wt + b * kQTile;
-    for (int64_t i = 0; i < len * kQTile; i += 8) _mm256_store_ps(wf + i, widen8(wb + i, W{}));
+    for (int i = 0; i < kQBlock * kQTile; i += 8) _mm256_store_ps(wf + i, widen8(wb + i, W{}));
     int g = 0;
-    for (; g + 6 <= rows; g += 6) half_block_rows<6>(wf, len, x + g * stride + b, stride, acc + kQTile * g);
+    for (; g + 6 <= rows; g += 6) half_block_rows<6>(wf, x + g * stride + b, stride, acc + kQTile * g);
     switch (rows - g) {
-      case 5: half_block_rows<5>(wf, len, x + g * stride + b, stride, acc + kQTile * g); break;
-      case 4: half_block_rows<4>(wf, len, x + g * stride + b, stride, acc + kQTile * g); break;
-      case 3: half_block_rows<3>(wf, len, x + g * stride + b, stride, acc + kQTile * g); break;
-      case 2: half_block_rows<2>(wf, len, x + g * stride + b, stride, acc + kQTile * g); break;
-      case 1: half_block_rows<1>(wf, len, x + g * stride + b, stride, acc + kQTile * g); break;
+      case 5: half_block_rows<5>(wf, x + g * stride + b, stride, acc + kQTile * g); break;
+      case 4: half_block_rows<4>(wf, x + g * stride + b, stride, acc + kQTile * g); break;
+      case 3: half_block_rows<3>(wf, x + g * stride + b, stride, acc + kQTile * g); break;
+      case 2: half_block_rows<2>(wf, x + g * stride + b, stride, acc + kQTile * g); break;
+      case 1: half_block_rows<1>(wf, x + g * stride + b, stride, acc + kQTile * g); break;
       default: break;
     }
   }
