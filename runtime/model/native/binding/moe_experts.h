@@ -129,12 +129,9 @@ at::Tensor run_experts(const at::Tensor& x, const at::Tensor& ids, const at::Ten
 
   const sglc_kernel_table& kt = kernels();
   const int64_t es = x.element_size();
-  const auto reads_levels = [](const std::vector<TiledWeight>& ws) {
-    return std::any_of(ws.begin(), ws.end(), [](const TiledWeight& w) { return w.reads_levels(); });
-  };
   thread_local QuantizedRows token_rows, pair_rows;
   const int64_t blocks = h / kQBlock;
-  if (reads_levels(gu)) {
+  if (any_reads_levels(gu)) {
     // every token's row once, then copied into pair order (each expert's rows contiguous)
     quantize_rows(kt, slot, x.const_data_ptr(), h, es, t_rows, h, token_rows);
     pair_rows.resize(pairs, h);
@@ -149,7 +146,7 @@ at::Tensor run_experts(const at::Tensor& x, const at::Tensor& ids, const at::Ten
     }
   }
   // the rows themselves in pair order, for float-weight experts
-  const bool reads_rows = std::any_of(gu.begin(), gu.end(), [](const TiledWeight& w) { return !w.reads_levels(); });
+  const bool reads_rows = any_reads_rows(gu);
   at::Tensor pair_x;
   if (reads_rows) {
     pair_x = at::empty({pairs, h}, x.options());
@@ -169,7 +166,7 @@ at::Tensor run_experts(const at::Tensor& x, const at::Tensor& ids, const at::Ten
   });
   thread_local QuantizedRows hidden_rows;
   const sglc_quantized_rows hidden_act = quantize_rows(kt, slot, hidden.const_data_ptr(), inter, es, pairs, inter,
-                                                       hidden_rows, reads_levels(dn));
+                                                       hidden_rows, any_reads_levels(dn));
   auto y = at::empty({pairs, h}, x.options());
   run_projection(kt, slot, dn, start, &hidden_act, h, y.data_ptr());
 

@@ -39,9 +39,8 @@ at::Tensor run_stacked(const at::Tensor& x, const std::vector<TiledWeight>& part
   if (rows == 0) return out;
   const sglc_kernel_table& kt = kernels();
   thread_local QuantizedRows caller_rows;
-  const bool levels = std::any_of(part.begin(), part.end(), [](const TiledWeight& w) { return w.reads_levels(); });
   const sglc_quantized_rows qr =
-      quantize_rows(kt, slot, x.const_data_ptr(), x.stride(0), es, rows, k, caller_rows, levels);
+      quantize_rows(kt, slot, x.const_data_ptr(), x.stride(0), es, rows, k, caller_rows, any_reads_levels(part));
   char* op = static_cast<char*>(out.data_ptr());
   const RowBlocks blocks(rows);
   // NOTE: tasks as run_tiled's: (block of rows, tile), rows outermost

@@ -56,6 +56,14 @@ struct TiledWeight {
   }
 };
 
+// Whether any of ws reads the rows' int8 levels (then they are quantized) / the rows themselves.
+bool any_reads_levels(const std::vector<TiledWeight>& ws) {
+  return std::any_of(ws.begin(), ws.end(), [](const TiledWeight& w) { return w.reads_levels(); });
+}
+bool any_reads_rows(const std::vector<TiledWeight>& ws) {
+  return std::any_of(ws.begin(), ws.end(), [](const TiledWeight& w) { return !w.reads_levels(); });
+}
+
 // The kind's tensors from args[0 .. count), checked as the kind's own linear op checks them.
 // Returns how many tensors the kind takes.
 int64_t parse_tiled_weight(const std::string& kind, const at::TensorList& args, int64_t first, TiledWeight& tw,
