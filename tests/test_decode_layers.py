@@ -15,7 +15,7 @@ from sglc_runtime.model.default_model import gguf_source, resolve_model_path
 from sglc_runtime.model.forward_batch import ForwardBatch
 from sglc_runtime.model.models import load_model
 from sglc_runtime.model.models.decode_layers import build_decode_layers
-from sglc_runtime.model.models.gguf_linear import native_gguf_kernels
+from sglc_runtime.model.models.tiled_linear import native_tile_kernels
 
 DATA = Path(__file__).parent / "data" / "gguf"
 #: fixtures whose every layer runs as one native call (tiled GGUF types and q4 tiles, a float16 file's
@@ -25,7 +25,7 @@ FUSED = ["gemma2-Q5_1", "gemma3-Q8_0", "llama-F16", "llama_wide-Q4_K_M", "llama_
 #: fixtures with a layer that has no native form: OLMoE's full-width q/k norms
 LOOP = ["olmoe-Q4_1"]
 
-pytestmark = pytest.mark.skipif(not native_gguf_kernels(), reason="no native GGUF kernels on this machine")
+pytestmark = pytest.mark.skipif(not native_tile_kernels(), reason="no native GGUF kernels on this machine")
 
 
 def load(fixture: str):

@@ -39,7 +39,7 @@ from sglc_runtime.model.gguf_convert import MARKER_FILE, convert_gguf
 from sglc_runtime.model.model_config import ModelConfig
 from sglc_runtime.model.models import load_model
 from sglc_runtime.model.models.decoder import RowDispatchLinear
-from sglc_runtime.model.models.gguf_linear import native_gguf_kernels
+from sglc_runtime.model.models.tiled_linear import native_tile_kernels
 from sglc_runtime.model.models.moe import SparseMoE
 from sglc_runtime.model.native import kernel_info
 from sglc_runtime.model.models.rope import rope_inv_freq
@@ -211,7 +211,7 @@ def test_tensors_equal_transformers_gguf_loader():
 def test_experts_are_views_of_the_file_and_run_on_native_kernels(loaded):
     """A 3-D expert tensor is split into per-expert tensors that view the memory-mapped file (no
     copy), and in a quantized model each expert is a linear on its type's native kernel."""
-    if not native_gguf_kernels():
+    if not native_tile_kernels():
         pytest.skip(f"{kernel_info().level} runs no native integer linears (GGUF tensors are decoded there)")
     f = GGUFFile(DATA / "qwen3moe-Q4_0.gguf")
     experts = f.experts("blk.0.ffn_gate_exps.weight")

@@ -81,13 +81,14 @@ def test_every_level_equals_the_reference_bit_for_bit(name):
 def test_float16_types_keep_their_values_on_half_tiles_or_run_dequantized(name):
     """With the native kernels at a SIMD level, F16 / BF16 stay 2 bytes a weight on half tiles
     (multiplied in float32); told not to use the kernels, they are decoded into a float linear."""
-    from sglc_runtime.model.models.half_linear import HalfTiledLinear, native_half_kernels
+    from sglc_runtime.model.models.half_linear import HalfTiledLinear
+    from sglc_runtime.model.models.tiled_linear import native_tile_kernels
 
     w = weight(name, 40, 256, seed=5)
     x = torch.randn(3, 256)
     want = x.double() @ torch.from_numpy(w.dequantize()).double().t()
     lin = gguf_linear(w, None, torch.float32, pack=False)
-    if native_half_kernels():
+    if native_tile_kernels():
         assert isinstance(lin, HalfTiledLinear) and lin.tiled()[1][0].dtype == {"F16": torch.float16,
                                                                                 "BF16": torch.bfloat16}[name]
     torch.testing.assert_close(lin(x).double(), want, atol=1e-5, rtol=1e-5)

@@ -10,7 +10,8 @@ import torch
 from sglc_runtime.model.default_model import find_default_gguf, gguf_source, resolve_model_path
 from sglc_runtime.model.gguf import GGUFFile
 from sglc_runtime.model.models import load_model
-from sglc_runtime.model.models.gguf_linear import GGUFEmbedding, GGUFQ8Linear, native_gguf_kernels
+from sglc_runtime.model.models.gguf_linear import GGUFEmbedding, GGUFQ8Linear
+from sglc_runtime.model.models.tiled_linear import native_tile_kernels
 from sglc_runtime.model.models.quantized_linear import Int4Linear, RowDispatchLinear, int4_levels, pack_q4_tiles
 from sglc_runtime.model.native import kernel_info, load_cpu_ops
 
@@ -37,7 +38,7 @@ def test_shipped_levels_and_scales_run_as_they_are(gguf_model):
     """Layer 0's fused gate/up linear holds the file's Q4_1 levels and float16 d, m in the int4
     tiles, exactly what re-quantizing the dequantized tensors recovers; the head is Q8_0 on its
     own kernel; the embedding is decoded from the file's blocks."""
-    if not native_gguf_kernels():
+    if not native_tile_kernels():
         pytest.skip(f"{kernel_info().level} runs no native integer linears (GGUF tensors are decoded there)")
     m = gguf_model
     gate_up = small(m.layers[0].mlp.gate_up)

@@ -313,7 +313,8 @@ def test_a_bf16_folder_run_in_float32_matches_transformers_on_half_tiles(built, 
     """The same model stored in bfloat16 and run in float32 keeps its linears (experts too) as
     bf16 half tiles where the native SIMD kernels run (models/half_linear.py): its logits, three
     ways, are transformers' float32 model of the same widened weights."""
-    from sglc_runtime.model.models.half_linear import HalfTiledLinear, native_half_kernels
+    from sglc_runtime.model.models.half_linear import HalfTiledLinear
+    from sglc_runtime.model.models.tiled_linear import native_tile_kernels
 
     b = built(name)
     hf = copy.deepcopy(b.hf)
@@ -322,7 +323,7 @@ def test_a_bf16_folder_run_in_float32_matches_transformers_on_half_tiles(built, 
             p.copy_(p.bfloat16().float())
     copy.deepcopy(hf).to(torch.bfloat16).save_pretrained(tmp_path, **({"max_shard_size": "60KB"} if b.case.shard else {}))
     ours = load_model(tmp_path, dtype="float32")
-    if native_half_kernels():
+    if native_tile_kernels():
         layer = ours.layers[0]
         assert isinstance(layer.attn.o, HalfTiledLinear)
         moe = next((layer.mlp for layer in ours.layers if isinstance(layer.mlp, SparseMoE)), None)

@@ -266,6 +266,10 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
+def _half_tiles(kind: str, level: str) -> str:
+    return f"native {kind.lower()} tiles ({level}), kept as shipped, multiplied in float32"
+
+
 def kernel_plan(s: ModelSummary, quantization: str, dtype: str, device: str, level: str,
                 native: bool) -> dict[str, str]:
     """Which kernel runs each tensor type under the engine's settings (``quantization`` / ``dtype``
@@ -282,7 +286,7 @@ def kernel_plan(s: ModelSummary, quantization: str, dtype: str, device: str, lev
             elif quantization == "none" or device != "cpu":
                 plan[kind] = f"decoded to {dtype} at load (quantization none)"
             elif kind in ("F16", "BF16") and native:
-                plan[kind] = f"native {kind.lower()} tiles ({level}), kept as shipped, multiplied in float32"
+                plan[kind] = _half_tiles(kind, level)
             elif kind in NATIVE_KERNELS and native:
                 plan[kind] = f"native {NATIVE_KERNELS[kind]} ({level}), kept as shipped"
             elif kind in NATIVE_KERNELS:
@@ -292,7 +296,7 @@ def kernel_plan(s: ModelSummary, quantization: str, dtype: str, device: str, lev
         elif kind not in FLOAT_SAFETENSORS_DTYPES:
             plan[kind] = "refused"
         elif quantization == "none" and kind in ("BF16", "F16") and dtype == "float32" and device == "cpu" and native:
-            plan[kind] = f"native {kind.lower()} tiles ({level}), kept as shipped, multiplied in float32"
+            plan[kind] = _half_tiles(kind, level)
         elif quantization == "none":
             plan[kind] = f"{dtype} linears (torch{', oneDNN-packed' if device == 'cpu' else ''})"
         else:

@@ -23,12 +23,11 @@ import torch
 
 from ..gguf.tensor_types import NATIVE_TYPES
 from ..gguf.weight import GGUFWeight
-from ..native import kernel_info, load_cpu_ops
 from .gguf_tiles import TILE, gguf_tiles
 from .half_linear import GGUF_HALF_TYPES, HALF_IN_MULTIPLE, HalfTiledLinear, gguf_half_weight
 from .linear import Linear
 from .quantized_linear import Int4Linear
-from .tiled_linear import TiledLinear
+from .tiled_linear import TiledLinear, native_tile_kernels
 
 #: types whose kernel is the q4 tiles' (4-bit levels, or 5 with one more load): they switch to a
 #: float copy at the int4 kernel's row count
@@ -123,16 +122,10 @@ def _q4_tiles_linear(w: GGUFWeight, bias: torch.Tensor | None) -> Int4Linear:
     return Int4Linear(None, None, bias, w.rows, w.cols, q4=tuple(gguf_tiles(w)))
 
 
-def native_gguf_kernels() -> bool:
-    """Whether GGUF tensors of the native types run on the native integer kernels here (built, at
-    a level whose integer kernels beat dequantizing)."""
-    return load_cpu_ops() is None and kernel_info().int_linears_native
-
-
 def gguf_linear(w: GGUFWeight, bias: torch.Tensor | None, dtype: torch.dtype, pack: bool, native: bool | None = None):
     """The linear for a GGUF weight: its type's native kernel (``native`` None: where
-    :func:`native_gguf_kernels`; True: required; False: never), else a float ``dtype`` copy."""
-    use_native = native_gguf_kernels() if native is None else native
+    :func:`~.tiled_linear.native_tile_kernels`; True: required; False: never), else a float ``dtype`` copy."""
+    use_native = native_tile_kernels() if native is None else native
     if use_native and w.type_name in NATIVE_TYPES:
         if w.type_name == "Q4_K":
             return GGUFQ4KLinear(w, bias)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import torch
 
 from ..gguf.weight import GGUFWeight
-from ..native import kernel_info, load_cpu_ops
 from .gguf_tiles import TILE, bytes_tensor
 from .tiled_linear import TiledLinear
 
@@ -27,12 +26,6 @@ HALF_KINDS = {torch.bfloat16: "bf16", torch.float16: "f16"}
 GGUF_HALF_TYPES = {"BF16": torch.bfloat16, "F16": torch.float16}
 #: the kernels read the rows 32 inputs at a time
 HALF_IN_MULTIPLE = 32
-
-
-def native_half_kernels() -> bool:
-    """Whether bf16 / float16 weights run on native half tiles here: the kernels built, at a SIMD
-    level (the generic level's scalar loop is slower than torch's float32 kernels)."""
-    return load_cpu_ops() is None and kernel_info().level != "generic"
 
 
 def gguf_half_weight(w: GGUFWeight) -> torch.Tensor:

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import torch
 
+from ..native import kernel_info, load_cpu_ops
 from .quantized_linear import Int4Linear, RowDispatchLinear
+
+
+def native_tile_kernels() -> bool:
+    """Whether the native tile kernels (the GGUF types', the half tiles') run here: built, at a
+    SIMD level (the generic level's scalar reference is slower than dequantizing / torch's float
+    kernels)."""
+    return load_cpu_ops() is None and kernel_info().int_linears_native
 
 
 class TiledLinear:

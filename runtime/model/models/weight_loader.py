@@ -14,11 +14,11 @@ from ..gguf import GGUFWeight
 from ..gguf.reader import release_pages_of
 from ..native import bf16_is_native
 from .gguf_linear import NIBBLE_TILE_TYPES, gguf_linear
-from .half_linear import HALF_IN_MULTIPLE, HALF_KINDS, HalfTiledLinear, native_half_kernels
+from .half_linear import HALF_IN_MULTIPLE, HALF_KINDS, HalfTiledLinear
 from .linear import Linear, can_pack_weights
 from .quantized_linear import (CastLinear, QuantizedLinear, RowDispatchLinear, large_batch_dtype, large_batch_rows,
                                native_large_batch_rows, quantized_linear)
-from .tiled_linear import tiled_for_few_rows
+from .tiled_linear import native_tile_kernels, tiled_for_few_rows
 
 AnyLinear = Linear | RowDispatchLinear | QuantizedLinear | HalfTiledLinear
 
@@ -92,7 +92,7 @@ class WeightLoader:
         self._gguf_float_copies = self._bf16_native and float_bytes <= GGUF_FLOAT_COPY_BYTES
         m = model
         self._half_tiles = (not self.quantized and m.dtype == torch.float32 and m.device.type == "cpu"
-                            and m.native_ops is not False and native_half_kernels())
+                            and m.native_ops is not False and native_tile_kernels())
 
     def keeps_half(self, t: torch.Tensor | GGUFWeight) -> bool:
         """Whether the checkpoint tensor ``t``, as a linear's weight, stays in its bf16 / float16 on
