@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 #: RoPE scaling types implemented by ``models/rope.py``
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "dynamic", "yarn", "longrope")
@@ -22,23 +23,31 @@ ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh"
 #: the two attention layer kinds (transformers' ``layer_types``)
 FULL, SLIDING = "full_attention", "sliding_attention"
 
+#: dtype spellings -> torch's attribute names (kept as names: a torch-free process reads configs too)
 _DTYPES = {
-    "float32": torch.float32,
-    "float": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "half": torch.float16,
+    "float32": "float32",
+    "float": "float32",
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+    "half": "float16",
 }
 
 
-def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    """``"bfloat16"`` / ``torch.bfloat16`` -> ``torch.bfloat16``; clear error otherwise."""
-    if isinstance(dtype, torch.dtype):
-        return dtype
+def dtype_name(dtype: "str | torch.dtype") -> str:
+    """``"bfloat16"`` / ``"torch.bfloat16"`` / ``torch.bfloat16`` -> ``"bfloat16"``; clear error otherwise."""
     try:
         return _DTYPES[str(dtype).removeprefix("torch.")]
     except KeyError:
         raise ValueError(f"unsupported dtype {dtype!r}; use one of {sorted(_DTYPES)}") from None
+
+
+def parse_dtype(dtype: "str | torch.dtype") -> "torch.dtype":
+    """``"bfloat16"`` / ``torch.bfloat16`` -> ``torch.bfloat16``; clear error otherwise."""
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    return getattr(torch, dtype_name(dtype))
 
 
 @dataclass(slots=True)
@@ -162,10 +171,10 @@ class ModelConfig:
                                  f"[1, num_experts={self.num_experts}] and moe_intermediate_size positive")
             if any(not 0 <= i < self.num_hidden_layers for i in self.moe_layers):
                 raise ValueError(f"moe_layers {self.moe_layers} outside the {self.num_hidden_layers} layers")
-        parse_dtype(self.dtype)
+        dtype_name(self.dtype)
 
     @property
-    def torch_dtype(self) -> torch.dtype:
+    def torch_dtype(self) -> "torch.dtype":
         """The checkpoint dtype as a ``torch.dtype``."""
         return parse_dtype(self.dtype)
 

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 import numpy as np
-import torch
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 
@@ -58,7 +57,7 @@ class ModelFile(Protocol):
 
     def tensor_shape(self, name: str) -> tuple[int, ...]: ...
 
-    def vector(self, name: str) -> torch.Tensor: ...
+    def vector_array(self, name: str) -> np.ndarray: ...
 
 
 class Meta:
@@ -287,7 +286,7 @@ def _llama(m: Meta) -> dict[str, Any]:
         raise GGUFModelError(f"llama rope.dimension_count {m.get('rope.dimension_count')} != head_dim "
                                     f"{d['head_dim']} (llama.cpp refuses it too)")
     if m.f.has_tensor("rope_freqs.weight"):
-        d["rope_scaling"] = rope_from_freq_factors(m.f.vector("rope_freqs.weight").numpy(), d["rope_theta"],
+        d["rope_scaling"] = rope_from_freq_factors(m.f.vector_array("rope_freqs.weight"), d["rope_theta"],
                                                    d["head_dim"], d["max_position_embeddings"])
     window = _window(m)
     experts = m.get_int("expert_count", 0)
@@ -372,8 +371,8 @@ def _phi3(m: Meta) -> dict[str, Any]:
         orig = m.get_int("rope.scaling.original_context_length")
         scaling: dict[str, Any] = {
             "rope_type": "longrope", "original_max_position_embeddings": orig,
-            "short_factor": [f32(x) for x in f.vector("rope_factors_short.weight").tolist()],
-            "long_factor": [f32(x) for x in f.vector("rope_factors_long.weight").tolist()]}
+            "short_factor": [f32(x) for x in f.vector_array("rope_factors_short.weight").tolist()],
+            "long_factor": [f32(x) for x in f.vector_array("rope_factors_long.weight").tolist()]}
         written = m.get_float("rope.scaling.attn_factor")
         scale = d["max_position_embeddings"] / orig
         implied = math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1 else 1.0

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from .architectures import (CONFIG_TENSORS, GLOBAL_TENSORS, SUPPORTED_GGUF_ARCHITECTURES, GGUFModelError, Meta,
                             architecture)
@@ -72,13 +71,19 @@ class GGUFFile:
         cols, rows = t.shape
         return GGUFWeight(name, kind, rows, cols, self.reader.tensor_bytes(t, kind))
 
-    def vector(self, name: str) -> torch.Tensor:
-        """A 1-D tensor (norms, biases) decoded to float32."""
+    def vector_array(self, name: str) -> np.ndarray:
+        """A 1-D tensor (norms, biases) decoded to a float32 array (no torch: models/native_model.py)."""
         t = self._tensors[name]
         kind = type_name(t.type)
         check_supported(kind, name)
         n = t.shape[0]
-        return torch.from_numpy(GGUFWeight(name, kind, 1, n, self.reader.tensor_bytes(t, kind)).dequantize().reshape(n))
+        return GGUFWeight(name, kind, 1, n, self.reader.tensor_bytes(t, kind)).dequantize().reshape(n)
+
+    def vector(self, name: str) -> "torch.Tensor":
+        """A 1-D tensor (norms, biases) decoded to float32."""
+        import torch
+
+        return torch.from_numpy(self.vector_array(name))
 
     def tensor_shape(self, name: str) -> tuple[int, ...]:
         """A tensor's shape in Hugging Face's order (outermost first; GGUF lists it innermost first)."""
@@ -101,13 +106,13 @@ class GGUFFile:
         (GGUFModelError for an architecture or metadata sglc does not run, naming it)."""
         return architecture(self.architecture).config(Meta(self))
 
-    def state_dict(self, config: dict[str, Any] | None = None) -> dict[str, torch.Tensor | GGUFWeight]:
+    def arrays(self, config: dict[str, Any] | None = None) -> dict[str, np.ndarray | GGUFWeight]:
         """Every weight under its Hugging Face name (``config``: :meth:`config_dict`'s): 2-D as
-        GGUFWeight, 1-D as float32 tensors; rows in Hugging Face's order, experts one by one."""
+        GGUFWeight, 1-D as float32 arrays; rows in Hugging Face's order, experts one by one."""
         config = self.config_dict() if config is None else config
         arch = architecture(self.architecture)
         names, experts = arch.tensors(config), arch.experts(config)
-        out: dict[str, torch.Tensor | GGUFWeight] = {}
+        out: dict[str, np.ndarray | GGUFWeight] = {}
         unknown = []
         for t in self._tensors.values():
             if t.name in CONFIG_TENSORS:
@@ -135,7 +140,7 @@ class GGUFFile:
                 q, kv = config["num_attention_heads"] * config["head_dim"], config["num_key_value_heads"] * config["head_dim"]
                 for proj, (a, b) in zip("qkv", ((0, q), (q, q + kv), (q + kv, q + 2 * kv))):
                     out[f"{p}self_attn.{proj}_proj.{kind}"] = (value.row_slice(a, b) if isinstance(value, GGUFWeight)
-                                                              else value[a:b].clone())
+                                                              else value[a:b].copy())
             else:
                 unknown.append(t.name)
         if unknown:
@@ -150,13 +155,22 @@ class GGUFFile:
                 out[name] = value - arch.norm_offset  # NOTE: float32, as transformers' GGUF loader does
         return out
 
-    def float_state_dict(self, config: dict[str, Any] | None = None) -> dict[str, torch.Tensor]:
-        """:meth:`state_dict` with every tensor decoded to float32 (a Hugging Face checkpoint)."""
-        return {name: value if isinstance(value, torch.Tensor) else torch.from_numpy(value.dequantize())
-                for name, value in self.state_dict(config).items()}
+    def state_dict(self, config: dict[str, Any] | None = None) -> dict[str, "torch.Tensor | GGUFWeight"]:
+        """:meth:`arrays` with the 1-D arrays as float32 tensors."""
+        import torch
 
-    def _value(self, name: str) -> torch.Tensor | GGUFWeight:
-        return self.vector(name) if len(self._tensors[name].shape) == 1 else self.weight(name)
+        return {name: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+                for name, value in self.arrays(config).items()}
+
+    def float_state_dict(self, config: dict[str, Any] | None = None) -> dict[str, "torch.Tensor"]:
+        """:meth:`arrays` with every tensor decoded to float32 (a Hugging Face checkpoint)."""
+        import torch
+
+        return {name: torch.from_numpy(value if isinstance(value, np.ndarray) else value.dequantize())
+                for name, value in self.arrays(config).items()}
+
+    def _value(self, name: str) -> np.ndarray | GGUFWeight:
+        return self.vector_array(name) if len(self._tensors[name].shape) == 1 else self.weight(name)
 
 
 def rope_row_order(rows: int, n_head: int) -> np.ndarray:
@@ -165,8 +179,14 @@ def rope_row_order(rows: int, n_head: int) -> np.ndarray:
     return np.arange(rows).reshape(n_head, rows // n_head // 2, 2).swapaxes(1, 2).reshape(rows)
 
 
-def unpermute_rope_rows(value: torch.Tensor | GGUFWeight, n_head: int) -> torch.Tensor | GGUFWeight:
+def unpermute_rope_rows(value, n_head: int):
+    """llama.cpp's q / k rows (a GGUFWeight, or a 1-D / 2-D numpy array or torch tensor) in Hugging
+    Face's order."""
     order = rope_row_order(value.shape[0], n_head)
     if isinstance(value, GGUFWeight):
         return value.reorder_rows(order)
+    if isinstance(value, np.ndarray):
+        return value[order]
+    import torch
+
     return value[torch.from_numpy(order)].contiguous()

@@ -35,10 +35,9 @@ import sysconfig
 import tempfile
 import threading
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Iterator
-
-import torch
 
 from sglc.native_library import compiler, compiler_version
 
@@ -110,11 +109,25 @@ def binding_sources() -> list[Path]:
     return sorted(p for p in BINDING.parent.iterdir() if p.suffix in (".h", ".cpp"))
 
 
+def torch_version() -> str:
+    """The installed torch's version, read from its package metadata: a process that only loads
+    the built binding (models/native_model.py) never imports torch."""
+    return metadata.version("torch")
+
+
 def binding_key() -> str:
     """Folder name of the binding's build: its sources, the kernel ABI header, flags, torch, Python."""
     sources: list[bytes | str] = [p.read_bytes() for p in binding_sources()]
     return _digest([*sources, (KERNELS / "kernel_table.h").read_bytes(), " ".join(BINDING_CFLAGS),
-                    torch.__version__, sys.implementation.cache_tag, sysconfig.get_platform()])
+                    torch_version(), sys.implementation.cache_tag, sysconfig.get_platform()])
+
+
+def binding_folder() -> Path:
+    """Where the binding of these sources is (or will be) built."""
+    return cache_root() / "native" / f"binding-{binding_key()}"
+
+
+BINDING_LIBRARY = "sglc_cpu_ops.so"  # the file torch's builder links in the folder
 
 
 def variant_command(level: str, output: Path, cxx: str | None = None, compile_only: bool = False,
@@ -212,7 +225,9 @@ def load_built_binding(build_dir: Path) -> bool:
     The folder is keyed by every source and flag (:func:`binding_key`) and torch's builder holds
     ``lock`` until its link is done, so a library there without one is this binding. Loading it
     directly skips importing cpp_extension (and setuptools) and running ninja: ~50 ms of a start."""
-    built = build_dir / "sglc_cpu_ops.so"
+    import torch
+
+    built = build_dir / BINDING_LIBRARY
     if not built.exists() or (build_dir / "lock").exists():
         return False
     try:
@@ -225,7 +240,7 @@ def load_built_binding(build_dir: Path) -> bool:
 
 
 def _build_binding() -> None:
-    build_dir = cache_root() / "native" / f"binding-{binding_key()}"
+    build_dir = binding_folder()
     if load_built_binding(build_dir):
         return
     from torch.utils.cpp_extension import load  # NOTE: imported here: it pulls in setuptools
@@ -239,10 +254,19 @@ def _build_binding() -> None:
 
 def _load_variant(level: str) -> None:
     """Build (first time) and register ``level``'s variant with the binding. Caller holds _lock."""
+    import torch
+
     if level not in _loaded_levels:
         name = torch.ops.sglc_cpu.load_kernels(str(variant_library(level)))
         assert name == level, f"the {level} library reports level {name!r}"
         _loaded_levels.add(level)
+
+
+def _torch_ops():
+    """``torch.ops.sglc_cpu`` (torch imported here: the module is loaded by torch-free processes too)."""
+    import torch
+
+    return torch.ops.sglc_cpu
 
 
 def disabled_reason() -> str | None:
@@ -266,7 +290,7 @@ def load_cpu_ops() -> str | None:
                     level = capabilities.chosen_level()  # NOTE: a bad SGLC_CPU_LEVEL fails the same way
                     _build_binding()
                     _load_variant(level)
-                    torch.ops.sglc_cpu.use_kernels(level)
+                    _torch_ops().use_kernels(level)
                     _state["error"] = None
                 except Exception as e:  # NOTE: any build failure means: run the eager fallbacks
                     detail = str(e).strip().splitlines()[-3:]  # NOTE: compiler output can run long
@@ -280,12 +304,12 @@ def load_cpu_ops() -> str | None:
 
 def active_level() -> str:
     """The level the loaded kernels run at (after :func:`load_cpu_ops` succeeded)."""
-    return str(torch.ops.sglc_cpu.kernel_info()[0])
+    return str(_torch_ops().kernel_info()[0])
 
 
 def kernel_info() -> capabilities.KernelInfo:
     """What the active variant runs (after :func:`load_cpu_ops` succeeded)."""
-    return capabilities.KernelInfo(*map(str, torch.ops.sglc_cpu.kernel_info()))
+    return capabilities.KernelInfo(*map(str, _torch_ops().kernel_info()))
 
 
 def current_level() -> str:
@@ -313,7 +337,7 @@ def use_level(level: str) -> None:
         raise capabilities.CpuLevelError(f"this CPU runs {', '.join(capabilities.supported_levels())}, not {level}")
     with _lock:
         _load_variant(level)
-        torch.ops.sglc_cpu.use_kernels(level)
+        _torch_ops().use_kernels(level)
 
 
 @contextlib.contextmanager

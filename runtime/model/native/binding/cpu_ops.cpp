@@ -17,7 +17,8 @@
 // sparse MoE block's routing and experts, one call each: moe_experts.h), stacked_linear (the
 // parts of a fused projection in different GGUF types, one call: stacked_linear.h), gguf_tiles (a GGUF
 // tensor repacked into its kernel's tiles at load: gguf_tiles.h), and the class DecodeLayer (one
-// decoder layer of a decode batch in one call: decode_layer.h). Work is spread over the pool only when
+// decoder layer of a decode batch in one call: decode_layer.h). c_api.h gives the same code as plain C
+// functions for a process without torch's Python package. Work is spread over the pool only when
 // there is enough of it to pay for waking the pool (a one-stream decode step runs inline).
 
 #include <ATen/ATen.h>
@@ -839,6 +840,8 @@ at::Tensor half_linear(const at::Tensor& x, const at::Tensor& weight, const std:
 #include "decode_layer.h"
 
 }  // namespace
+
+#include "c_api.h"
 
 TORCH_LIBRARY(sglc_cpu, m) {
   m.def("load_kernels(str path) -> str", &load_kernels);
