@@ -11,35 +11,36 @@
     sgl.set_default_backend(sgl.Runtime())       # the embedded runtime (or sgl.RuntimeEndpoint(...))
     state = qa.run(question="...")               # eager; qa.compile().run(...) runs the graph
 """
+import importlib
 from typing import Any, Optional
 
-from sglc.frontend.choices import (
-    ChoicesSamplingMethod,
-    greedy_token_selection,
-    token_length_normalized,
-    unconditional_likelihood_normalized,
-)
-from sglc.frontend.errors import NotExecutableError, NotSupportedError, TraceError, not_supported
-from sglc.frontend.function import SglFunction, function
-from sglc.frontend.primitives import (
-    assistant,
-    assistant_begin,
-    assistant_end,
-    gen,
-    gen_int,
-    gen_string,
-    image,
-    select,
-    system,
-    system_begin,
-    system_end,
-    user,
-    user_begin,
-    user_end,
-    video,
-)
-from sglc.frontend.state import ProgramState, ProgramStateGroup
-from sglc.lang.global_config import global_config
+#: The DSL's names, imported on first use (PEP 562): `sglc serve` and the other commands import
+#: this package too, and the frontend (its FSM compiler, lark, numpy) costs ~0.2 s of their start.
+_LAZY = {
+    **dict.fromkeys(("ChoicesSamplingMethod", "greedy_token_selection", "token_length_normalized",
+                     "unconditional_likelihood_normalized"), "sglc.frontend.choices"),
+    **dict.fromkeys(("NotExecutableError", "NotSupportedError", "TraceError", "not_supported"), "sglc.frontend.errors"),
+    **dict.fromkeys(("SglFunction", "function"), "sglc.frontend.function"),
+    **dict.fromkeys(("assistant", "assistant_begin", "assistant_end", "gen", "gen_int", "gen_string", "image", "select",
+                     "system", "system_begin", "system_end", "user", "user_begin", "user_end", "video"),
+                    "sglc.frontend.primitives"),
+    **dict.fromkeys(("ProgramState", "ProgramStateGroup"), "sglc.frontend.state"),
+    "global_config": "sglc.lang.global_config",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sglc' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # NOTE: later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 
@@ -73,12 +74,16 @@ def Runtime(model: str = "default", *, model_path: Any = None, **opts: Any) -> A
 def Engine(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - SGLang's spelling
     """SGLang's offline engine (``sgl.Engine``): not supported yet; ``sgl.Runtime()`` runs our
     engine in this process instead."""
+    from sglc.frontend.errors import not_supported
+
     raise not_supported("sgl.Engine(...) (SGLang's offline SRT engine)",
                         "use sgl.Runtime() (the embedded runtime in this process) or sgl.RuntimeEndpoint(...)")
 
 
 def separate_reasoning(expr: Any = None, model_type: Optional[str] = None) -> Any:
     """SGLang's ``sgl.separate_reasoning(gen(...), model_type=...)``: not supported yet."""
+    from sglc.frontend.errors import not_supported
+
     raise not_supported("sgl.separate_reasoning(...) (splitting a reasoning model's thinking from its answer)",
                         "append the gen itself and split its text after the run")
 

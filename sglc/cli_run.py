@@ -35,8 +35,7 @@ class RunUsageError(SglcError):
 
 def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register `sglc run` on the CLI's subparsers."""
-    from sglc.executor.batch import DEFAULT_CONCURRENCY
-    from sglc.executor.graph_executor import DEFAULT_MAX_PARALLEL
+    from sglc.executor.defaults import DEFAULT_CONCURRENCY, DEFAULT_MAX_PARALLEL
 
     run = subparsers.add_parser(
         "run", help="execute a graph.pb for each input line (JSONL in, JSONL out)",

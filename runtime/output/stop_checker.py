@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from ..constrained.stop_regex import StopRegexMatcher
 from ..sampling.sampling_params import SamplingParams
 
 
@@ -61,7 +60,11 @@ class StopChecker:
             ids.update(eos_token_ids)
         self.stop_ids = frozenset(ids)
         self.max_stop_len = max((len(s) for s in params.stop), default=0)
-        self.regexes = StopRegexMatcher(params.stop_regex, params.stop_regex_dfas)
+        self.regexes = None
+        if params.stop_regex:  # NOTE: imported here: the regex machinery (lark, the FSM compiler) is ~50 ms
+            from ..constrained.stop_regex import StopRegexMatcher
+
+            self.regexes = StopRegexMatcher(params.stop_regex, params.stop_regex_dfas)
 
     def check_token(self, token_id: int, num_output_tokens: int) -> FinishReason | None:
         """Finish reason decided by the token alone (stop id / eos); `num_output_tokens` counts it."""

@@ -19,9 +19,10 @@ from sglc.executor.program_hints import end_program, new_program_id
 from sglc.executor.results import OrderedJsonlWriter, ProgramResult
 from sglc.wire.program_hint import ProgramHint
 
+from .defaults import DEFAULT_CONCURRENCY
+
 log = logging.getLogger("sglc.executor")
 
-DEFAULT_CONCURRENCY = 8
 
 
 def send_batch_hint(executor: GraphExecutor, hint: Optional[ProgramHint] = None) -> Optional[str]:

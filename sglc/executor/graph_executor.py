@@ -37,7 +37,8 @@ from sglc.ir.ops import Op
 from sglc.wire.backend import Backend
 from sglc.wire.program_hint import ProgramHint
 
-DEFAULT_MAX_PARALLEL = 16
+from .defaults import DEFAULT_MAX_PARALLEL
+
 
 
 class GraphExecutor:
