@@ -133,8 +133,8 @@ def run_family(family: str, args: argparse.Namespace, out: Path) -> dict:
                                              "--kv-unified", "--cont-batching"],
                                args.llama_server, lp, out / f"{family}-llama.log", env)
     sp = free_port()
-    row["sglc"] = measure("sglc", [sys.executable, "-m", "sglc.cli", "serve", "--model", str(gguf), "--port", "0",
-                                   "--http-port", str(sp), "--threads", threads, "--kv-slots", str(kv)],
+    row["sglc"] = measure("sglc", [sys.executable, "-m", "sglc.cli", "serve", "--engine", args.engine, "--model", str(gguf),
+                                   "--port", "0", "--http-port", str(sp), "--threads", threads, "--kv-slots", str(kv)],
                           None, sp, out / f"{family}-sglc.log", env)
     return row
 
@@ -166,6 +166,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv-tokens", type=int, default=4096)
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--engine", choices=("torch", "native"), default="torch",
+                    help="sglc serve's engine (native: the torch-free one, runtime/engine/native_engine.py)")
     ap.add_argument("--json", default=str(ROOT / "bench" / "out" / "families.json"))
     args = ap.parse_args()
     out = Path(args.json).parent
@@ -180,7 +182,7 @@ def main() -> int:
                 rows.append({"family": family, "error": f"{type(e).__name__}: {e}"})
             print(table(rows[-1:]).splitlines()[-1], flush=True)
     note = (f"{args.quant} files, {platform.processor() or platform.machine()}, "
-            f"SGLC_CPU_LEVEL={os.environ.get('SGLC_CPU_LEVEL', 'native')}, "
+            f"SGLC_CPU_LEVEL={os.environ.get('SGLC_CPU_LEVEL', 'native')}, sglc --engine {args.engine}, "
             f"llama-server from {args.llama_server}, {args.threads} threads, {args.kv_tokens} KV tokens each")
     Path(args.json).write_text(json.dumps({"note": note, "rows": rows}, indent=1))
     print(f"\n{note}\n{table(rows)}")

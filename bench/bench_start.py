@@ -4,7 +4,8 @@ alternating, so that a change to the start is measured against its parent on the
 state:
 
     python bench/bench_start.py --model bench/out/family_models/llama-Q4_K_M.gguf \
-        [--checkout /tmp/parent_wt --checkout .] [--runs 4] [--threads 2] [--kv-tokens 4096]
+        [--checkout /tmp/parent_wt --checkout .] [--engine torch --engine native]
+        [--llama-server /work/llamacpp/native] [--runs 4] [--threads 2] [--kv-tokens 4096]
 
 Each checkout runs `python -m sglc.cli serve` with PYTHONPATH at it (``sglc_runtime`` must
 resolve there too: a worktree needs a folder with a ``sglc_runtime`` link to its ``runtime/``,
@@ -33,22 +34,31 @@ from bench.bench_families import free_port, stop  # noqa: E402
 POLL_S = 0.05
 
 
-def one_start(pythonpath: str, model: str, threads: int, kv_tokens: int) -> tuple[float, int]:
-    """(seconds until a first completion answers, VmRSS MiB then) of one fresh server."""
+def one_start(pythonpath: str, model: str, threads: int, kv_tokens: int, engine: str = "torch") -> tuple[float, int]:
+    """(seconds until a first completion answers, VmRSS MiB then) of one fresh server: `sglc serve`
+    from the checkout ``pythonpath``, or llama-server from the folder ``engine`` names
+    ("llama-server:DIR")."""
     env = dict(os.environ, PYTHONPATH=pythonpath)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     port = free_port()
+    llama = engine.startswith("llama-server:")
     body = json.dumps({"prompt": "Hello", "max_tokens": 1}).encode()
     request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
                                      {"Content-Type": "application/json"})
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "sglc.cli", "serve", "--model", model, "--port", "0",
-                             "--http-port", str(port), "--threads", str(threads), "--kv-slots", str(kv_tokens)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd="/")
+    if llama:
+        folder = engine.partition(":")[2]
+        cmd = [str(Path(folder) / "llama-server"), "-m", model, "--port", str(port), "-t", str(threads), "-np", "8",
+               "-c", str(kv_tokens), "--kv-unified", "--cont-batching"]
+    else:
+        folder = "/"
+        cmd = [sys.executable, "-m", "sglc.cli", "serve", "--engine", engine, "--model", model, "--port", "0",
+               "--http-port", str(port), "--threads", str(threads), "--kv-slots", str(kv_tokens)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=folder)
     try:
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"sglc serve exited with {proc.returncode} (PYTHONPATH={pythonpath})")
+                raise RuntimeError(f"{cmd[0]} exited with {proc.returncode} (PYTHONPATH={pythonpath})")
             try:
                 with urllib.request.urlopen(request, timeout=60) as answer:
                     answer.read()
@@ -72,14 +82,25 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv-tokens", type=int, default=4096)
+    ap.add_argument("--engine", action="append", choices=("torch", "native"), default=None,
+                    help="sglc serve's engine; repeat to start each checkout with each (default: torch)")
+    ap.add_argument("--llama-server", default=None, metavar="DIR",
+                    help="also start llama-server from DIR (with its libggml-cpu-*.so) on the same file, first")
     args = ap.parse_args()
-    checkouts = args.checkout or [str(ROOT)]
+    engines = args.engine or ["torch"]
+    # NOTE: a variant is a checkout started with one engine ("PATH" or "PATH --engine native")
+    checkouts = [c if e == "torch" and len(engines) == 1 else f"{c} --engine {e}"
+                 for c in (args.checkout or [str(ROOT)]) for e in engines]
+    if args.llama_server:
+        checkouts.insert(0, f" --engine llama-server:{args.llama_server}")
     print(f"load {os.getloadavg()[0]:.2f}; {args.runs} runs each, alternating", flush=True)
     times: dict[str, list[float]] = {c: [] for c in checkouts}
     rss: dict[str, int] = {}
     for _ in range(args.runs):
         for c in checkouts:
-            seconds, rss[c] = one_start(c, str(Path(args.model).resolve()), args.threads, args.kv_tokens)
+            path, _, engine = c.partition(" --engine ")
+            seconds, rss[c] = one_start(path, str(Path(args.model).resolve()), args.threads, args.kv_tokens,
+                                        engine or "torch")
             times[c].append(seconds)
     first = statistics.median(times[checkouts[0]])
     for c in checkouts:

@@ -3,10 +3,22 @@
 Bottom-up: ``engine_config.py`` (EngineConfig), ``stats.py`` (EngineStats, timers),
 ``prompt_ids.py`` (prompts -> token ids, score spans), ``request_trace.py`` (RequestTrace),
 ``engine_constraints.py`` (compile at submit, jump-forward), ``score_job.py`` (ScoreJob),
-``engine.py`` (Engine: schedule -> run -> process).
+``engine.py`` (Engine: schedule -> run -> process), ``native_engine.py`` (NativeEngine: the same API
+without torch, over ``model/native_model.py``).
 
 Ties every lower package together; only ``server`` imports it.
 """
-from .engine import Engine
+__all__ = ["Engine", "NativeEngine"]
 
-__all__ = ["Engine"]
+
+def __getattr__(name: str):
+    # NOTE: lazy: importing the package (stats, prompt_ids) must not import torch with engine.py
+    if name == "Engine":
+        from .engine import Engine
+
+        return Engine
+    if name == "NativeEngine":
+        from .native_engine import NativeEngine
+
+        return NativeEngine
+    raise AttributeError(name)

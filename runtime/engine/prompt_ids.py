@@ -4,9 +4,8 @@ Also the token spans ``Engine.score`` feeds: each continuation's tokens after th
 """
 from __future__ import annotations
 
+import sys
 from typing import Sequence
-
-import torch
 
 from ..cache.token_prefix import common_prefix_len
 
@@ -18,7 +17,7 @@ def to_token_ids(prompt: Prompt, tokenizer, vocab_size: int) -> list[int]:
     Raises TypeError (not text / ids) or ValueError (empty, out-of-vocabulary ids)."""
     if isinstance(prompt, str):
         ids = tokenizer.encode(prompt)
-    elif isinstance(prompt, (list, tuple)) or (isinstance(prompt, torch.Tensor) and prompt.dim() == 1):
+    elif isinstance(prompt, (list, tuple)) or _is_torch_vector(prompt):
         ids = [int(t) for t in prompt]
         bad = [t for t in ids if not 0 <= t < vocab_size]
         if bad:
@@ -49,3 +48,10 @@ def continuation_spans(prompt: Prompt, prompt_ids: list[int], continuations: Seq
             raise ValueError(f"continuation {c!r} adds no token to score after the prompt's first token")
         spans.append((full, start))
     return spans
+
+
+def _is_torch_vector(prompt) -> bool:
+    """A 1-D torch tensor of ids (torch is not imported for this: the torch-free engine reads
+    prompts too, and a tensor can only exist where torch already is)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(prompt, torch.Tensor) and prompt.dim() == 1

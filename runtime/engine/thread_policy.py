@@ -22,8 +22,6 @@ import os
 import threading
 from typing import Callable, TypeVar
 
-import torch
-
 T = TypeVar("T")
 
 
@@ -53,6 +51,8 @@ def server_threads(threads: int | None) -> int | None:
 
 def apply_thread_count(threads: int | None) -> int:
     """Set torch's intra-op threads (None: leave them); returns the count in use."""
+    import torch  # NOTE: here: the torch-free engine uses this module's other functions
+
     if threads is not None and torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     return torch.get_num_threads()
@@ -61,6 +61,12 @@ def apply_thread_count(threads: int | None) -> int:
 def in_transient_thread(fn: Callable[[], T], name: str = "sglc-setup") -> T:
     """``fn()`` run in a thread that ends when it returns (its OpenMP pool ends with it); its
     exception is re-raised here."""
+    return start_transient_thread(fn, name)()
+
+
+def start_transient_thread(fn: Callable[[], T], name: str = "sglc-setup") -> Callable[[], T]:
+    """:func:`in_transient_thread` started now; the returned function waits for ``fn``'s value
+    (or re-raises its exception), so the caller can do other work meanwhile."""
     box: dict[str, object] = {}
 
     def run() -> None:
@@ -71,7 +77,11 @@ def in_transient_thread(fn: Callable[[], T], name: str = "sglc-setup") -> T:
 
     thread = threading.Thread(target=run, name=name)
     thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return box["value"]  # type: ignore[return-value]
+
+    def result() -> T:
+        thread.join()
+        if "error" in box:
+            raise box["error"]  # type: ignore[misc]
+        return box["value"]  # type: ignore[return-value]
+
+    return result

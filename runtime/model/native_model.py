@@ -133,7 +133,10 @@ class NativeGGUFModel:
             self.layers.append(self._layer(arrays, f"model.layers.{i}."))
             self.input_norms.append(self._vector(arrays, f"model.layers.{i}.input_layernorm.weight"))
         shape = (kv_slots, c.num_key_value_heads, c.head_dim)
-        zeros = (lambda: np.zeros(shape, np.float32)) if dtype == "float32" else (lambda: np.zeros(shape, np.uint16))
+        # NOTE: written now (np.full, not calloc's lazy zeros): the pool is resident from the start, as
+        # the torch engine's, so a machine without room for it fails at load, not mid-request
+        cell = np.float32 if dtype == "float32" else np.uint16
+        zeros = lambda: np.full(shape, 0, cell)  # noqa: E731
         self.k_cache = [self._activations(zeros()) for _ in range(c.num_hidden_layers)]
         self.v_cache = [self._activations(zeros()) for _ in range(c.num_hidden_layers)]
         f.release_resident_pages()  # NOTE: the tiles hold the weights now; the embedding rows re-read on use

@@ -8,18 +8,18 @@ step; the engine reads the cursor (text, jump-forward) and the prompt logprobs (
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import torch
-
-from .sampler import make_generator
 from .sampling_params import SamplingParams
+
+if TYPE_CHECKING:  # NOTE: torch only where a request has a seed (the torch-free engine imports this module)
+    import torch
 
 
 class ConstraintCursor(Protocol):
     """Per-request constrained-decoding state (made by ``params.constraint.new_cursor()``)."""
 
-    def allowed_mask(self) -> torch.Tensor: ...  # bool [<= vocab], True = allowed next token
+    def allowed_mask(self) -> "torch.Tensor": ...  # bool [<= vocab], True = allowed next token
 
     def advance(self, token_id: int) -> None: ...
 
@@ -34,7 +34,7 @@ class SamplingState:
     for prompt logprobs (row p predicts token p + 1); next == end when none are.
     """
 
-    generator: torch.Generator | None = None
+    generator: "torch.Generator | None" = None
     cursor: ConstraintCursor | None = None
     logprob_next: int = 0
     logprob_end: int = 0
@@ -44,6 +44,8 @@ class SamplingState:
     def for_request(cls, params: SamplingParams, prompt_len: int) -> SamplingState:
         state = cls()
         if params.seed is not None and not params.is_greedy:
+            from .sampler import make_generator
+
             state.generator = make_generator(params.seed)
         if params.constraint is not None:
             state.cursor = params.constraint.new_cursor()

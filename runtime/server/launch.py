@@ -47,6 +47,8 @@ class ServeConfig:
     """What `sglc serve` starts. Engine fields are passed to EngineConfig (validated there)."""
 
     model: str = "default"
+    #: "torch" (every feature, any model) or "native" (GGUF on the CPU without torch: engine/native_engine.py)
+    engine: str = "torch"
     host: str = "127.0.0.1"
     port: int = 0
     http_port: int | None = None  # the ecosystem-protocols issue: HTTP beside gRPC
@@ -67,6 +69,31 @@ class ServeConfig:
     api_key: str | None = None  # None: open (see auth.py; cli_serve reads SGLC_API_KEY)
     allowed_hosts: tuple[str, ...] = ()  # HTTP Host names beyond loopback and the bound address (host_allowlist.py)
     expose_paths: bool = False  # HTTP info endpoints show absolute model paths (public_paths.py)
+
+    def native_engine_config(self) -> Any:
+        """The native engine's settings (it has no dtype choice beyond bf16 / float32, no quantization,
+        device or attention backend: it runs a GGUF file's own types on this CPU)."""
+        from sglc_runtime.engine.native_engine import NativeEngineConfig
+        from sglc_runtime.engine.thread_policy import server_threads
+
+        chunk = self.chunked_prefill_size
+        return NativeEngineConfig(model=self.model, num_kv_slots=self.kv_slots or NativeEngineConfig.num_kv_slots,
+                                  max_running_requests=self.max_running_requests,
+                                  chunked_prefill_size=chunk if isinstance(chunk, int) and chunk > 0
+                                  else NativeEngineConfig.chunked_prefill_size,
+                                  threads=server_threads(self.threads), dtype=self.dtype or "bfloat16")
+
+    def build_engine(self) -> Any:
+        """The engine this config names, loaded (not started)."""
+        if self.engine == "native":
+            from sglc_runtime.engine.native_engine import NativeEngine
+
+            return NativeEngine(self.native_engine_config())
+        if self.engine != "torch":
+            raise ValueError(f"engine must be 'torch' or 'native', got {self.engine!r}")
+        from sglc_runtime.engine import Engine
+
+        return Engine(self.engine_config())
 
     def engine_config(self) -> Any:
         from sglc_runtime.engine.engine_config import EngineConfig
@@ -96,6 +123,14 @@ def build_frontends(config: ServeConfig, service: Any) -> list[Frontend]:
     return frontends
 
 
+def _import_frontends(config: ServeConfig) -> None:
+    """Import the modules build_frontends will use (their import is most of their cost)."""
+    from . import grpc_server  # noqa: F401
+
+    if config.http_port is not None:
+        from . import http_server  # noqa: F401
+
+
 def _say(line: str) -> None:
     print(line, flush=True)
 
@@ -104,12 +139,19 @@ class Runtime:
     """A started engine + service + frontends, stopped once by ``stop()`` (idempotent)."""
 
     def __init__(self, config: ServeConfig, *, engine: Any = None) -> None:
-        from sglc_runtime.engine import Engine
-
         from .service import RuntimeService
 
         self.config = config
-        self.engine = engine if engine is not None else Engine(config.engine_config())
+        if engine is None and config.engine == "native":
+            # NOTE: the servers' modules import while the native engine loads: its tile repacking runs
+            # in ctypes calls, which release the GIL (the torch engine's load holds it: no gain there)
+            importer = threading.Thread(target=_import_frontends, args=(config,), name="sglc-import", daemon=True)
+            importer.start()
+            try:
+                engine = config.build_engine()
+            finally:
+                importer.join()
+        self.engine = engine if engine is not None else config.build_engine()
         self.engine.start()
         self.service = RuntimeService(self.engine, limits=config.limits)
         self.service.model_info()  # NOTE: derive the chat template before the first call needs it

@@ -1,0 +1,434 @@
+"""NativeEngine: the Engine's serving API over the torch-free GGUF model (issue #26).
+
+``sglc serve --engine native`` runs this in a process that never imports torch: ~1 s and ~210 MiB
+less than the torch engine before the first answer (docs/benchmarks.md). The same tiles and
+kernels compute (``model/native_model.py``: each decoder layer is the binding's ``DecodeLayer``),
+so a greedy request gives the torch engine's tokens. What is here is the serving loop around it:
+continuous batching (every step decodes one token of each running request and prefills up to
+``chunked_prefill_size`` prompt tokens of the others, all as rows of one native call), KV slots
+reserved per request at admission (prompt + max_new_tokens: a request admitted always finishes),
+sampling in numpy, and the text, stops and delivery of the torch engine's ``RequestOutput``.
+
+Not here yet, refused at submit by name (the torch engine runs them): output constraints (regex /
+JSON schema / EBNF), stop_regex, penalties, prompt logprobs, scoring (``select``), program hints
+(accepted and ignored: they never change outputs). There is no prefix cache yet: each request
+prefills its whole prompt. Seeded sampling is deterministic per seed, from numpy's generator, so
+its draws are not the torch engine's.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..model.default_model import gguf_source, resolve_model_path
+from ..model.native_model import NativeGGUFModel
+from ..model.tokenizer import Tokenizer
+from ..output.outputs import GenerateOutput, StreamChunk
+from ..output.request_output import RequestOutput
+from ..sampling.sampling_params import SamplingParams, as_params
+from ..sampling.token_result import TokenResult
+from .prompt_ids import Prompt, to_token_ids
+from .stats import EngineStats
+from .thread_policy import start_transient_thread
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_TIMEOUT_S = 10.0
+
+
+@dataclass
+class NativeEngineConfig:
+    """model: a GGUF file, or a name that resolves to one (``default_model.gguf_source``);
+    dtype: the activations' and KV's ("bfloat16", as the torch engine's GGUF path, or "float32")."""
+
+    model: str = "default"
+    num_kv_slots: int = 4096
+    max_running_requests: int = 64
+    max_context: int | None = None
+    chunked_prefill_size: int = 256
+    threads: int | None = None
+    seed: int | None = None
+    dtype: str = "bfloat16"
+
+    def __post_init__(self) -> None:
+        for name in ("num_kv_slots", "max_running_requests", "chunked_prefill_size"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"NativeEngineConfig.{name} must be positive, got {getattr(self, name)}")
+
+
+def unsupported_params(p: SamplingParams) -> list[str]:
+    """The sampling fields this engine cannot honour (empty: it runs the request)."""
+    found = []
+    if p.regex is not None or p.json_schema is not None or p.fsm is not None or p.ebnf is not None \
+            or p.constraint is not None:
+        found.append("output constraints (regex / json_schema / fsm / ebnf)")
+    if p.stop_regex:
+        found.append("stop_regex")
+    if p.frequency_penalty or p.presence_penalty or p.repetition_penalty != 1.0:
+        found.append("penalties (frequency / presence / repetition)")
+    if p.return_logprob and p.logprob_start_len >= 0:
+        found.append("prompt logprobs (logprob_start_len >= 0)")
+    return found
+
+
+def sample_token(logits: np.ndarray, p: SamplingParams, rng: np.random.Generator) -> int:
+    """One token from a float32 logits row: greedy at temperature 0 (or top_k 1), else drawn from
+    the softmax at ``temperature`` restricted by top_k, top_p and min_p."""
+    if p.temperature == 0.0 or p.top_k == 1:
+        return int(np.argmax(logits))
+    x = logits.astype(np.float64) / p.temperature
+    ids = np.arange(x.shape[0])
+    if 0 < p.top_k < x.shape[0]:
+        ids = np.argpartition(-x, p.top_k - 1)[:p.top_k]
+    order = ids[np.argsort(-x[ids], kind="stable")]
+    probs = np.exp(x[order] - x[order[0]])
+    probs /= probs.sum()
+    keep = probs.shape[0]
+    if p.top_p < 1.0:  # NOTE: the smallest head whose mass reaches top_p (the first token always stays)
+        keep = min(keep, int(np.searchsorted(np.cumsum(probs), p.top_p)) + 1)
+    if p.min_p > 0.0:
+        keep = min(keep, max(1, int((probs >= p.min_p * probs[0]).sum())))
+    head = probs[:keep] / probs[:keep].sum()
+    return int(order[rng.choice(keep, p=head)])
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    x = logits.astype(np.float32)
+    m = x.max()
+    return x - (m + np.log(np.exp(x - m).sum(dtype=np.float32)))
+
+
+@dataclass(eq=False)
+class _Request:
+    rid: str
+    tokens: list[int]  # prompt, then each sampled token
+    num_prompt: int
+    params: SamplingParams
+    output: RequestOutput
+    rng: np.random.Generator
+    slots: list[int] = field(default_factory=list)  # KV slot of each token position (reserved whole)
+    computed: int = 0  # positions whose K/V are written
+    aborted: bool = False
+
+    @property
+    def num_output(self) -> int:
+        return len(self.tokens) - self.num_prompt
+
+
+class NativeEngine:
+    """Submit / abort / stats / start / shutdown as ``Engine`` has them, for ``RuntimeService``."""
+
+    def __init__(self, config: NativeEngineConfig | None = None, **overrides) -> None:
+        self.config = cfg = config if config is not None else NativeEngineConfig(**overrides)
+        path = resolve_model_path(cfg.model)
+        source = gguf_source(cfg.model)
+        if source is None:
+            raise ValueError(f"the native engine runs GGUF files; {cfg.model!r} is not one")
+        # NOTE: loaded in a short-lived thread, so that the OpenMP pool its tile repacking opens
+        # ends with it and the stepping thread's is the only one (thread_policy.py); the tokenizer
+        # loads meanwhile (the repacking runs in ctypes calls, which release the GIL)
+        model = start_transient_thread(
+            lambda: NativeGGUFModel(source, kv_slots=cfg.num_kv_slots, dtype=cfg.dtype, threads=cfg.threads),
+            name="sglc-native-setup")
+        self.tokenizer = Tokenizer(path)
+        self.model = model()
+        mc = self.model.config
+        self.max_context = min(cfg.max_context or mc.max_position_embeddings, mc.max_position_embeddings,
+                               cfg.num_kv_slots)
+        self.eos_token_ids = tuple(sorted(set(self.tokenizer.stop_token_ids) | set(mc.eos_token_ids)))
+        self.vocab_size = self.model.embed.rows
+        self._rng = np.random.default_rng(cfg.seed)
+        self._free = list(range(cfg.num_kv_slots - 1, -1, -1))
+        self._waiting: deque[_Request] = deque()
+        self._running: list[_Request] = []
+        self._in_step: set[str] = set()
+        self._lock = threading.RLock()
+        self._cv = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._counts = dict(num_finished=0, num_steps=0, prompt_tokens=0, computed_prefill_tokens=0,
+                            completion_tokens=0)
+        self._times = dict(schedule_s=0.0, forward_s=0.0, process_s=0.0, busy_s=0.0)
+
+    # --- requests in ---------------------------------------------------------------------
+    def submit(self, prompt: Prompt, params: SamplingParams | dict | None = None, *, rid: str | None = None,
+               stream: bool = False, callback: Callable[[StreamChunk], None] | None = None,
+               hint: Any = None) -> str:
+        """Queue a request and return its id; invalid or unsupported input raises ValueError here.
+        ``hint`` (a program hint) is accepted and unused: hints never change outputs."""
+        params = as_params(params)
+        unsupported = unsupported_params(params)
+        if unsupported:
+            raise ValueError(f"the native engine does not run {', '.join(unsupported)} yet; "
+                             "serve with --engine torch for them")
+        ids = to_token_ids(prompt, self.tokenizer, self.vocab_size)
+        if not ids:
+            raise ValueError("the prompt has no tokens")
+        if len(ids) + max(params.max_new_tokens, 1) > self.max_context:
+            raise ValueError(f"prompt of {len(ids)} tokens + max_new_tokens {params.max_new_tokens} exceeds "
+                             f"the context of {self.max_context} tokens")
+        bad = [t for t in params.stop_token_ids if t >= self.vocab_size]
+        if bad:
+            raise ValueError(f"SamplingParams.stop_token_ids {bad} are outside the vocabulary ({self.vocab_size})")
+        rid = rid if rid is not None else uuid.uuid4().hex
+        rng = np.random.default_rng(params.seed) if params.seed is not None else self._rng
+        out = RequestOutput(rid, self.tokenizer, params, self.eos_token_ids, ids, stream=stream, callback=callback)
+        req = _Request(rid, list(ids), len(ids), params, out, rng)
+        with self._lock:
+            if self._find(rid) is not None:
+                raise ValueError(f"request id {rid!r} is already queued or running")
+            self._waiting.append(req)
+            self._counts["prompt_tokens"] += len(ids)
+            self._cv.notify_all()
+        return rid
+
+    def abort(self, rid: str, message: str = "aborted by client") -> bool:
+        """Abort a queued or running request; False when it is unknown or already finished."""
+        with self._lock:
+            req = self._find(rid)
+            if req is None:
+                return False
+            req.output.abort_message, req.aborted = message, True
+            if rid not in self._in_step:  # NOTE: one in the step in flight ends when the step is processed
+                self._finish(req)
+            return True
+
+    def _find(self, rid: str) -> _Request | None:
+        for req in (*self._waiting, *self._running):
+            if req.rid == rid:
+                return req
+        return None
+
+    # --- one step ------------------------------------------------------------------------
+    def step(self) -> bool:
+        """Admit, run one batch of rows, take its tokens; False when there was nothing to run."""
+        t0 = time.perf_counter()
+        with self._lock:
+            self._admit()
+            plan = self._plan()
+            if plan is None:
+                return False
+            self._in_step = {r.rid for r, _, _ in plan[0]}
+        t1 = time.perf_counter()
+        picked, rows, samplers = plan
+        reqs = [r for r, _, _ in picked]
+        try:
+            logits = self.model.forward(*rows, logit_rows=[row for _, row in samplers])
+            error = None
+        except Exception as err:  # NOTE: the batch is aborted; other requests keep being served
+            log.exception("native model step failed; aborting the %d requests of this batch", len(reqs))
+            logits, error = None, err
+        t2 = time.perf_counter()
+        with self._lock:
+            self._in_step = set()
+            self._process(picked, samplers, logits, error)
+            self._counts["num_steps"] += 1
+            t3 = time.perf_counter()
+            self._times["schedule_s"] += t1 - t0
+            self._times["forward_s"] += t2 - t1
+            self._times["process_s"] += t3 - t2
+            self._times["busy_s"] += t3 - t0
+            self._cv.notify_all()
+        return True
+
+    def _admit(self) -> None:
+        """Waiting requests in order while a row and their whole slots are free (no retraction)."""
+        while self._waiting and len(self._running) < self.config.max_running_requests:
+            req = self._waiting[0]
+            need = req.num_prompt + max(req.params.max_new_tokens, 1)
+            if need > len(self._free):
+                return
+            self._waiting.popleft()
+            req.slots = [self._free.pop() for _ in range(need)]
+            self._running.append(req)
+
+    def _plan(self):
+        """This step's rows: one per decoding request, then prompt chunks within the budget.
+        Returns (requests, (ids, positions, loc, index, lens), [(request, its logits row)])."""
+        budget = self.config.chunked_prefill_size
+        picked: list[tuple[_Request, int, int]] = []  # (request, first position, rows)
+        for req in self._running:
+            if req.aborted:
+                continue
+            if req.computed >= req.num_prompt:  # decoding: its last token
+                picked.append((req, len(req.tokens) - 1, 1))
+            elif budget > 0:
+                n = min(budget, req.num_prompt - req.computed)
+                picked.append((req, req.computed, n))
+                budget -= n
+        if not picked:
+            return None
+        total = sum(n for _, _, n in picked)
+        width = max(start + n for _, start, n in picked)
+        ids = np.empty(total, np.int64)
+        positions = np.empty(total, np.int64)
+        index = np.zeros((total, width), np.int64)
+        samplers = []
+        row = 0
+        for req, start, n in picked:
+            slots = np.asarray(req.slots[:start + n], np.int64)
+            ids[row:row + n] = req.tokens[start:start + n]
+            positions[row:row + n] = np.arange(start, start + n)
+            cols = np.arange(start + n)
+            own = cols[None, :] <= positions[row:row + n, None]  # row k attends positions 0 .. start + k
+            index[row:row + n, :start + n] = np.where(own, slots[None, :], 0)
+            if start + n >= req.num_prompt:  # its prompt is complete: it samples from its last row
+                samplers.append((req, row + n - 1))
+            row += n
+        loc = index[np.arange(total), positions]
+        return picked, (ids, positions, loc, index, positions + 1), samplers
+
+    def _process(self, picked: list[tuple[_Request, int, int]], samplers, logits: np.ndarray | None,
+                 error: Exception | None) -> None:
+        if error is not None:
+            for req, _, _ in picked:
+                req.output.fail(f"engine error: {type(error).__name__}: {error}")
+                self._finish(req)
+            return
+        for req, start, n in picked:
+            req.computed = start + n
+        for j, (req, _) in enumerate(samplers):
+            if req.aborted:
+                continue
+            reason = self._take(req, logits[j])
+            if reason is not None or req.num_output >= req.params.max_new_tokens:
+                self._finish(req)
+        for req in list(self._running):
+            if req.aborted:
+                self._finish(req)
+
+    def _take(self, req: _Request, row: np.ndarray) -> str | None:
+        """Sample ``req``'s next token from its logits row and hand it to its output."""
+        p = req.params
+        if req.num_output < p.min_new_tokens:  # NOTE: no stop token before min_new_tokens
+            banned = [t for t in (*([] if p.ignore_eos else self.eos_token_ids), *p.stop_token_ids)
+                      if t < row.shape[0]]
+            row = row.copy()
+            row[banned] = -np.inf
+        token = sample_token(row, p, req.rng)
+        lp = top = None
+        if p.return_logprob:
+            logp = log_softmax(row)
+            lp = float(logp[token])
+            if p.top_logprobs_num:
+                k = min(p.top_logprobs_num, logp.shape[0])
+                best = np.argsort(-logp, kind="stable")[:k]
+                top = [(int(t), float(logp[t])) for t in best]
+        req.tokens.append(token)
+        self._counts["completion_tokens"] += 1
+        try:
+            return req.output.on_token(TokenResult(token, lp, top, None), None)
+        except Exception as err:  # NOTE: one request's bad state must not take the batch down
+            log.exception("processing the token of request %s failed; aborting it", req.rid)
+            req.output.fail(f"engine error: {type(err).__name__}: {err}")
+            return "abort"
+
+    def _finish(self, req: _Request) -> GenerateOutput:
+        """End ``req`` (any state): free its slots, deliver its final output."""
+        if req in self._running:
+            self._running.remove(req)
+            self._free.extend(reversed(req.slots))
+            req.slots = []
+        elif req in self._waiting:
+            self._waiting.remove(req)
+        self._counts["num_finished"] += 1
+        self._counts["computed_prefill_tokens"] += min(req.computed, req.num_prompt)
+        return req.output.finalize(aborted=req.aborted, cached_tokens=0, prompt_logprobs=None)
+
+    # --- what the server asks besides generating ------------------------------------------
+    def score_job(self, *args, **kwargs):
+        raise ValueError("the native engine does not score choices (select) yet; serve with --engine torch")
+
+    def end_program(self, program_id: str) -> int:
+        """Program hints are not used here (nothing is held for a program): 0 released."""
+        return 0
+
+    def flush_cache(self) -> bool:
+        """There is no prefix cache to flush: True (nothing cached)."""
+        return True
+
+    def stats(self) -> EngineStats:
+        with self._lock:
+            c, t = self._counts, self._times
+            used = self.config.num_kv_slots - len(self._free)
+            return EngineStats(
+                num_waiting=len(self._waiting), num_running=len(self._running), num_finished=c["num_finished"],
+                num_retractions=0, num_steps=c["num_steps"], prompt_tokens=c["prompt_tokens"], cached_tokens=0,
+                cache_hit_rate=0.0, computed_prefill_tokens=c["computed_prefill_tokens"],
+                completion_tokens=c["completion_tokens"], num_kv_slots=self.config.num_kv_slots,
+                num_used_slots=used, cached_slots=0, pool_usage=used / self.config.num_kv_slots,
+                schedule_s=t["schedule_s"], radix_s=0.0, radix_calls=0, forward_s=t["forward_s"],
+                process_s=t["process_s"], busy_s=t["busy_s"])
+
+    # --- control -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Serve in a background thread."""
+        if self._thread is not None:
+            return
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="sglc-native-engine", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, timeout: float | None = SHUTDOWN_TIMEOUT_S) -> bool:
+        """Stop the thread (at its next step boundary, waiting up to ``timeout``) and abort what
+        is left; True when the thread has stopped."""
+        with self._lock:
+            self._stopping = True
+            self._cv.notify_all()
+        stopped = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+            stopped = not self._thread.is_alive()
+            if stopped:
+                self._thread = None
+        with self._lock:
+            for req in [*self._waiting, *self._running]:
+                if req.rid not in self._in_step:
+                    req.output.abort_message, req.aborted = "engine shut down", True
+                    self._finish(req)
+            self._cv.notify_all()
+        return stopped
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._stopping and not (self._waiting or self._running):
+                    self._cv.wait()
+                if self._stopping:
+                    return
+            try:
+                if not self.step():
+                    with self._lock:  # NOTE: work exists but none fits (slots): wait for a change
+                        self._cv.wait(0.05)
+            except Exception:  # NOTE: a bug here must not leave waiters hanging forever
+                log.exception("native engine step failed; aborting all requests")
+                with self._lock:
+                    self._in_step = set()
+                    for req in [*self._waiting, *self._running]:
+                        req.output.abort_message, req.aborted = "engine step failed", True
+                        self._finish(req)
+
+    # --- in-process use ------------------------------------------------------------------
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams | dict | None = None) -> list[GenerateOutput]:
+        """Run ``prompts`` to completion on the calling thread (no background thread running)."""
+        if self._thread is not None:
+            raise RuntimeError("NativeEngine.generate: the background thread drives this engine")
+        outs: dict[str, GenerateOutput] = {}
+        rids = []
+        for prompt in prompts:
+            holder: dict[str, GenerateOutput] = {}
+            rid = self.submit(prompt, params, callback=lambda chunk, h=holder: chunk.finished and h.update(out=chunk.output))
+            rids.append((rid, holder))
+        while any("out" not in h for _, h in rids):
+            if not self.step():
+                raise RuntimeError("NativeEngine.generate: requests left that no step can run")
+        for rid, h in rids:
+            outs[rid] = h["out"]
+        return [outs[rid] for rid, _ in rids]

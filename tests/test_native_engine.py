@@ -1,0 +1,174 @@
+"""The torch-free engine (runtime/engine/native_engine.py) and `sglc serve --engine native`.
+
+Oracle for tokens: the torch engine's model fed one token at a time (tests/test_native_model.py
+shows the native model equals it bit for bit), so a greedy request must give its tokens however
+the engine batches and chunks it. The server is a real `sglc serve` subprocess on loopback,
+driven by the real `openai` client and SGLang's /generate; that it never imported torch is read
+from the process's own memory map (libtorch_python is loaded by `import torch` and nothing else).
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import openai
+import pytest
+from grpc_helpers import ServeProcess
+from test_native_model import DATA, torch_model, torch_token_by_token
+
+from sglc.fleet import free_port
+from sglc_runtime.engine.native_engine import NativeEngine, sample_token
+from sglc_runtime.model.models.tiled_linear import native_tile_kernels
+from sglc_runtime.sampling.sampling_params import SamplingParams
+
+pytestmark = pytest.mark.skipif(not native_tile_kernels(), reason="no native GGUF kernels on this machine")
+
+FIXTURE = "qwen2-Q5_0"
+PROMPTS = [[3, 17, 30, 5, 9, 11, 60, 2, 44], [7, 8, 9], list(range(20, 45)), [100]]
+GREEDY = {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def oracle():
+    model = torch_model(FIXTURE)
+    return [torch_token_by_token(model, p, GREEDY["max_new_tokens"])[1] for p in PROMPTS]
+
+
+def engine(**kw) -> NativeEngine:
+    return NativeEngine(model=str(DATA / f"{FIXTURE}.gguf"), num_kv_slots=kw.pop("num_kv_slots", 256), **kw)
+
+
+@pytest.mark.parametrize("chunk", [256, 4])
+def test_greedy_requests_batched_and_chunked_give_the_torch_models_tokens(oracle, chunk):
+    outs = engine(chunked_prefill_size=chunk).generate(PROMPTS, GREEDY)
+    assert [o.token_ids for o in outs] == oracle
+    assert all(o.finish_reason["type"] == "length" and o.prompt_tokens == len(p) for o, p in zip(outs, PROMPTS))
+
+
+def test_requests_beyond_the_slots_and_rows_wait_their_turn(oracle):
+    """Slots for two requests at a time and one row: all still finish, with the same tokens."""
+    e = engine(num_kv_slots=40, max_running_requests=1)
+    assert [o.token_ids for o in e.generate(PROMPTS, GREEDY)] == oracle
+    assert e.stats().num_used_slots == 0 and e.stats().num_finished == len(PROMPTS)
+
+
+def test_stops_lengths_and_logprobs():
+    e = engine()
+    (first,) = e.generate([PROMPTS[0]], GREEDY)
+    stop_at = first.token_ids[3]
+    (stopped,) = e.generate([PROMPTS[0]], {**GREEDY, "stop_token_ids": [stop_at]})
+    assert stopped.token_ids == first.token_ids[:first.token_ids.index(stop_at) + 1]
+    assert stopped.finish_reason["type"] == "stop"
+    (late,) = e.generate([PROMPTS[0]], {**GREEDY, "stop_token_ids": [stop_at], "min_new_tokens": 6})
+    assert stop_at not in late.token_ids[:6]
+    (lp,) = e.generate([PROMPTS[0]], {**GREEDY, "return_logprob": True, "top_logprobs_num": 3})
+    assert lp.token_ids == first.token_ids and len(lp.output_logprobs) == 8
+    for token, value, top in zip(lp.token_ids, lp.output_logprobs, lp.output_top_logprobs):
+        assert value <= 0 and top[0][0] == token and abs(top[0][1] - value) < 1e-6  # greedy: the best token
+        assert top[0][1] >= top[1][1] >= top[2][1]
+
+
+def test_seeded_sampling_repeats_and_top_k_one_is_greedy():
+    e = engine()
+    params = {"max_new_tokens": 8, "temperature": 0.9, "top_p": 0.95, "seed": 7, "ignore_eos": True}
+    a, b = e.generate([PROMPTS[1], PROMPTS[1]], params)
+    assert a.token_ids == b.token_ids
+    (c,) = e.generate([PROMPTS[1]], {**params, "seed": 8, "temperature": 5.0})
+    assert c.token_ids != a.token_ids
+    (greedy,) = e.generate([PROMPTS[1]], GREEDY)
+    (k1,) = e.generate([PROMPTS[1]], {**params, "top_k": 1})
+    assert k1.token_ids == greedy.token_ids
+
+
+def test_sample_token_keeps_to_top_k_top_p_and_min_p():
+    rng = np.random.default_rng(0)
+    logits = np.log(np.array([0.5, 0.2, 0.15, 0.1, 0.05], np.float32))
+    draw = lambda **kw: {sample_token(logits, SamplingParams(**kw), rng) for _ in range(300)}  # noqa: E731
+    assert draw(temperature=1.0, top_k=2) == {0, 1}
+    assert draw(temperature=1.0, top_p=0.6) == {0, 1}  # 0.5 < 0.6 <= 0.7
+    assert draw(temperature=1.0, min_p=0.35) == {0, 1}  # p >= 0.35 * 0.5
+    assert draw(temperature=1.0) == {0, 1, 2, 3, 4}
+    assert draw(temperature=0.0) == {0}
+
+
+def test_what_it_does_not_run_is_refused_at_submit_by_name():
+    e = engine()
+    for params, name in [({"regex": "a+"}, "constraints"), ({"frequency_penalty": 0.5}, "penalties"),
+                         ({"return_logprob": True, "logprob_start_len": 0}, "prompt logprobs"),
+                         ({"stop_regex": ["x"]}, "stop_regex")]:
+        with pytest.raises(ValueError, match=name):
+            e.submit(PROMPTS[0], params)
+    with pytest.raises(ValueError, match="context"):
+        e.submit(PROMPTS[0], {"max_new_tokens": 10**6})
+    with pytest.raises(ValueError, match="select"):
+        e.score_job(PROMPTS[0], [[1]])
+    assert e.stats().num_waiting == 0
+
+
+def test_abort_and_shutdown_free_everything():
+    e = engine(num_kv_slots=128)
+    e.start()
+    try:
+        done = threading.Event()
+        rid = e.submit(PROMPTS[2], {"max_new_tokens": 100, "ignore_eos": True},
+                       callback=lambda chunk: chunk.finished and done.set())
+        time.sleep(0.05)
+        assert e.abort(rid) and done.wait(30)
+        assert not e.abort(rid)
+        deadline = time.monotonic() + 10
+        while e.stats().num_used_slots and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert e.stats().num_used_slots == 0
+        e.submit(PROMPTS[2], {"max_new_tokens": 100, "ignore_eos": True})
+    finally:
+        assert e.shutdown()
+    assert e.stats().num_running == 0 and e.stats().num_waiting == 0
+
+
+# --- `sglc serve --engine native` ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def server():
+    port = free_port()
+    with ServeProcess("--engine", "native", "--model", str(DATA / f"{FIXTURE}.gguf"), "--dtype", "bfloat16",
+                      "--kv-slots", "512", "--threads", "2", "--http-port", str(port)) as proc:
+        proc.http = f"http://127.0.0.1:{port}"
+        yield proc
+
+
+def post(base: str, path: str, body: dict) -> tuple[int, dict]:
+    req = urllib.request.Request(base + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_the_server_never_imports_torch(server):
+    maps = Path(f"/proc/{server.proc.pid}/maps").read_text()
+    assert "libtorch_cpu" in maps and "libtorch_python" not in maps
+
+
+def test_the_server_answers_sglang_generate_with_the_engines_tokens(server, oracle):
+    for prompt, want in zip(PROMPTS, oracle):
+        status, body = post(server.http, "/generate", {"input_ids": prompt, "sampling_params": GREEDY})
+        assert status == 200 and body["output_ids"] == want
+
+
+def test_the_server_answers_the_openai_client(server):
+    client = openai.OpenAI(base_url=server.http + "/v1", api_key="sk-test", max_retries=0, timeout=120)
+    (model,) = [m.id for m in client.models.list().data]
+    done = client.completions.create(model=model, prompt="Hello", max_tokens=6, temperature=0)
+    parts = client.completions.create(model=model, prompt="Hello", max_tokens=6, temperature=0, stream=True)
+    assert "".join(c.choices[0].text for c in parts) == done.choices[0].text
+    chat = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=5,
+                                          temperature=0)
+    assert chat.usage.completion_tokens == 5 and chat.choices[0].finish_reason == "length"
+    with pytest.raises(openai.BadRequestError, match="penalties"):
+        client.completions.create(model=model, prompt="Hello", max_tokens=4, presence_penalty=0.5)
