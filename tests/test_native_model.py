@@ -28,9 +28,15 @@ from sglc_runtime.model.native_model import NativeGGUFModel, NativeModelError, f
 
 DATA = Path(__file__).parent / "data" / "gguf"
 ROOT = Path(__file__).resolve().parent.parent
-#: fixtures of the families it runs (Qwen3's per-head norms, Qwen2's qkv bias, Mistral's q4 tiles;
-#: Q4_K / Q6_K, Q5_K, Q5_0 / Q8_0, Q4_1 / Q8_0 linears)
-FIXTURES = ["qwen3_wide-Q4_K_M", "qwen3_wide-Q5_K_M", "qwen2-Q5_0", "mistral-Q4_1"]
+#: fixtures whose logits equal the torch model's bit for bit: Qwen3's per-head norms, Qwen2's qkv
+#: bias, Mistral's q4 tiles, Llama's YaRN RoPE, Gemma 3's two RoPE tables and 7-token windows,
+#: Phi-3's fused projections and window; Q4_K / Q5_K / Q6_K / Q5_0 / Q8_0 / Q4_1 / Q4_0 linears
+FIXTURES = ["qwen3_wide-Q4_K_M", "qwen3_wide-Q5_K_M", "qwen2-Q5_0", "mistral-Q4_1", "llama_wide-Q4_K_M",
+            "llama_wide-Q6_K", "gemma3-Q8_0", "phi3-Q4_0"]
+#: fixtures within a bound of it, and why not equal: Gemma 2's final soft-cap (numpy's tanh against
+#: torch's: a last bit), the MoE routers (the torch model takes the router's logits from its GEMM
+#: library, the binding from its own dot products: a routing weight's last bit, then the experts')
+CLOSE = {"gemma2-Q5_1": 1e-6, "qwen3moe-Q4_0": 3e-2, "mixtral-Q8_0": 3e-2}
 PROMPT = [3, 17, 30, 5, 9, 11, 60, 2, 44]
 
 pytestmark = pytest.mark.skipif(not native_tile_kernels(), reason="no native GGUF kernels on this machine")
@@ -62,16 +68,31 @@ def one_call(model: NativeGGUFModel, prompt: list[int]) -> np.ndarray:
     return model.forward(np.array(prompt), rows, rows, np.tril(np.broadcast_to(rows, (n, n))), rows + 1)
 
 
-@pytest.mark.parametrize("fixture", FIXTURES)
-def test_a_prompt_in_one_call_is_the_torch_models_token_by_token_bit_for_bit(fixture):
+@pytest.mark.parametrize("fixture", FIXTURES + list(CLOSE))
+def test_a_prompt_in_one_call_is_the_torch_models_token_by_token(fixture):
+    """Bit for bit (FIXTURES) or within CLOSE's bound, and the same greedy tokens after it."""
     ref = torch_model(fixture)
     assert ref.dtype == torch.bfloat16  # NOTE: the torch engine's GGUF path computes in bf16
     logits, tokens = torch_token_by_token(ref, PROMPT, 10)
     native = NativeGGUFModel(DATA / f"{fixture}.gguf", kv_slots=64, dtype="bfloat16")
     got = one_call(native, PROMPT)
-    assert got.shape == logits.shape and np.array_equal(got, logits), np.abs(got - logits).max()
+    assert got.shape == logits.shape
+    if fixture in CLOSE:
+        assert np.abs(got - logits).max() <= CLOSE[fixture] * np.abs(logits).max()
+    else:
+        assert np.array_equal(got, logits), np.abs(got - logits).max()
     fresh = NativeGGUFModel(DATA / f"{fixture}.gguf", kv_slots=64, dtype="bfloat16")
     assert fresh.generate_greedy(PROMPT, 10) == tokens
+
+
+def test_a_call_of_many_rows_is_its_rows_alone_for_experts_too():
+    """Row independence where the oracle is not bit-exact (the MoE blocks): one call of the
+    prompt equals the same model fed one token at a time."""
+    path = DATA / "qwen3moe-Q4_0.gguf"
+    alone = NativeGGUFModel(path, kv_slots=64, dtype="bfloat16")
+    rows = [alone.forward(np.array([t]), np.array([i]), np.array([i]), np.arange(i + 1)[None, :], np.array([i + 1]))[0]
+            for i, t in enumerate(PROMPT)]
+    assert np.array_equal(one_call(NativeGGUFModel(path, kv_slots=64, dtype="bfloat16"), PROMPT), np.stack(rows))
 
 
 def test_float32_rows_are_independent_and_near_the_dequantized_float_model():
@@ -105,8 +126,7 @@ def test_it_loads_and_decodes_in_a_process_without_torch():
     assert got == tokens and imported is False
 
 
-@pytest.mark.parametrize("fixture, reason", [("gemma3-Q8_0", "Gemma"), ("llama_wide-Q4_K_M", "rope scaling"),
-                                             ("qwen3moe-Q4_0", "experts"), ("phi3-Q4_0", "Phi3ForCausalLM")])
+@pytest.mark.parametrize("fixture, reason", [("olmoe-Q4_1", "OlmoeForCausalLM"), ("llama-F16", "F16")])
 def test_what_it_does_not_run_is_refused_by_name(fixture, reason):
     with pytest.raises(NativeModelError, match=reason):
         NativeGGUFModel(DATA / f"{fixture}.gguf", kv_slots=16)

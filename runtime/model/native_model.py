@@ -12,11 +12,13 @@ arrays handed to native code, with nothing in between.
 
 A step takes rows of any mix of requests: each row names its position, the KV slot it writes and
 the slots it attends (its request's, itself last), so a prompt's rows are one call (the decode
-attention kernel writes every row's K/V before any row attends). What it runs today: the dense
-Llama-style families (Llama, Mistral without a sliding window, Qwen2, Qwen3) with plain RoPE and
-linears in a tiled GGUF type; anything else is refused by name, and the torch engine
-(``models/decoder.py``) runs it. What the engine around it needs next (scheduler, radix cache and
-sampler without torch) is in docs/runtime_model.md ("A torch-free model").
+attention kernel writes every row's K/V before any row attends); a layer with a sliding window
+gets each row's last ``window`` of them. What it runs: every GGUF architecture whose layers the
+torch engine runs as ``DecodeLayer`` (Llama with any RoPE scaling, Mistral, Qwen2, Qwen3, Gemma 2
+and 3, Phi-3, Qwen3-MoE, Mixtral) with linears in a tiled GGUF type; OLMoE (full-width q/k norms)
+and F16 / BF16 / F32 linears are refused by name, and the torch engine (``models/decoder.py``)
+runs them. RoPE tables come from ``rope_tables.py`` (numpy), the same schemes as the torch
+engine's within float32 rounding.
 """
 from __future__ import annotations
 
@@ -29,10 +31,14 @@ import numpy as np
 from .gguf import GGUFFile
 from .gguf.weight import GGUFWeight
 from .model_config import ModelConfig
+from .gguf.architectures import MIXTRAL_EXPERTS, QWEN_EXPERTS
 from .native.c_library import BF16, CLibrary, CTensor, c_library, handles, strings
+from .rope_tables import rope_tables
 
-#: Hugging Face architectures this model runs (the dense Llama-style decoders)
-ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+#: Hugging Face architectures this model runs (those whose every layer is a DecodeLayer)
+ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                 "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM", "Qwen3MoeForCausalLM",
+                 "MixtralForCausalLM")
 #: GGUF type -> (tile kind of stacked_linear / DecodeLayer, tensors gguf_tiles returns for it)
 TILE_KINDS = {"Q4_K": ("q4k", 5), "Q5_K": ("q5k", 5), "Q6_K": ("q6k", 3), "Q8_0": ("q8b", 2),
               "Q5_0": ("q5_0", 2), "Q5_1": ("q5_1", 3), "Q4_0": ("q4", 3), "Q4_1": ("q4", 3)}
@@ -65,28 +71,11 @@ def unsupported_reason(c: ModelConfig) -> str | None:
     """Why this path cannot run a model of config ``c`` (None: it can)."""
     checks = [
         (c.architecture not in ARCHITECTURES, f"architecture {c.architecture} (runs {', '.join(ARCHITECTURES)})"),
-        (c.rope_scaling is not None, f"rope scaling {c.rope_scaling}"),
-        (c.partial_rotary_factor != 1.0, f"partial rotary factor {c.partial_rotary_factor}"),
-        (c.sliding_window is not None, f"sliding window {c.sliding_window}"),
-        (c.hidden_act != "silu", f"activation {c.hidden_act}"),
-        (c.num_experts > 0, "experts"),
         (c.qk_norm not in (None, "head") or c.clip_qkv is not None, "full-width q/k norms or clip_qkv"),
-        (c.attn_logit_softcap is not None or c.final_logit_softcap is not None, "logit soft-capping"),
-        (c.embed_scale is not None or c.attn_scale is not None or c.norm_weight_offset != 0.0 or c.sandwich_norms,
-         "Gemma's scales and norms"),
-        (c.o_bias, "an output projection bias"),
+        (c.hidden_act not in ("silu", "gelu_tanh"), f"activation {c.hidden_act}"),
     ]
     found = [why for bad, why in checks if bad]
     return "; ".join(found) if found else None
-
-
-def rope_tables(head_dim: int, theta: float, positions: int) -> tuple[np.ndarray, np.ndarray]:
-    """Plain RoPE's float32 cos / sin tables [positions, head_dim] (Hugging Face's halves layout)."""
-    exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
-    inv_freq = (np.float32(1.0) / np.power(np.float32(theta), exponent)).astype(np.float32)
-    freqs = np.outer(np.arange(positions, dtype=np.float32), inv_freq).astype(np.float32)
-    emb = np.concatenate([freqs, freqs], axis=1)
-    return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
 
 
 @dataclass
@@ -124,13 +113,19 @@ class NativeGGUFModel:
         head = arrays.get("lm_head.weight", self.embed) if not c.tie_word_embeddings else self.embed
         self.head = self._projection([self._weight({"lm_head.weight": head}, "lm_head.weight")], None)
         self.final_norm = self._vector(arrays, "model.norm.weight")
-        self.scale = c.head_dim ** -0.5
+        self.scale = c.attn_scale if c.attn_scale is not None else c.head_dim ** -0.5
         # NOTE: no request outlives the pool, so positions stop below it
-        positions = min(c.max_position_embeddings, kv_slots)
-        self.cos, self.sin = (CTensor.wrap(self.lib, t) for t in rope_tables(c.head_dim, c.rope_theta, positions))
+        self.positions = positions = min(c.max_position_embeddings, kv_slots)
+        specs = [(c.rope_theta, c.rope_scaling)] + ([(c.local_rope_theta, c.local_rope_scaling)]
+                                                    if c.local_rope_theta is not None else [])
+        #: (cos, sin) per RoPE table: the global one, then the local one (Gemma 3's sliding layers)
+        self.ropes = [tuple(CTensor.wrap(self.lib, t) for t in rope_tables(
+            c.head_dim, theta, scaling, c.max_position_embeddings, positions, c.rotary_dim)) for theta, scaling in specs]
+        self.windows = [c.layer_window(i) for i in range(c.num_hidden_layers)]
+        self.layer_ropes = [1 if len(self.ropes) > 1 and w is not None else 0 for w in self.windows]
         self.layers, self.input_norms = [], []
         for i in range(c.num_hidden_layers):
-            self.layers.append(self._layer(arrays, f"model.layers.{i}."))
+            self.layers.append(self._layer(arrays, i))
             self.input_norms.append(self._vector(arrays, f"model.layers.{i}.input_layernorm.weight"))
         shape = (kv_slots, c.num_key_value_heads, c.head_dim)
         # NOTE: written now (np.full, not calloc's lazy zeros): the pool is resident from the start, as
@@ -158,10 +153,15 @@ class NativeGGUFModel:
         return CTensor.wrap(self.lib, bits, code=BF16)
 
     def _vector(self, arrays: dict, name: str) -> CTensor:
+        """A norm weight in the step dtype (Gemma's ``1 + w`` added in float32 first, as the torch
+        engine's loader does)."""
         v = arrays.get(name)
         if not isinstance(v, np.ndarray):
             raise NativeModelError(f"tensor {name} is missing or not a vector")
-        return self._activations(v.astype(np.float32))
+        v = v.astype(np.float32)
+        if self.config.norm_weight_offset and name.endswith("norm.weight"):
+            v = (v + np.float32(self.config.norm_weight_offset)).astype(np.float32)
+        return self._activations(v)
 
     def _tiles(self, w: GGUFWeight) -> tuple[str, list[CTensor]]:
         if w.type_name not in TILE_KINDS:
@@ -194,30 +194,72 @@ class NativeGGUFModel:
                       len(p.kinds), handles(p.tensors), len(p.tensors),
                       ctypes.c_void_p(p.bias.handle if p.bias else None))
 
-    def _layer(self, arrays: dict, p: str) -> "_Layer":
-        c = self.config
-        q, k, v = (self._weight(arrays, f"{p}self_attn.{n}_proj.weight") for n in "qkv")
+    def _layer(self, arrays: dict, i: int) -> "_Layer":
+        c, p = self.config, f"model.layers.{i}."
+        a = p + "self_attn."
+        fused = a + "qkv_proj.weight" in arrays  # NOTE: Phi-3 ships q/k/v as one tensor
+        qkv = [self._weight(arrays, a + "qkv_proj.weight")] if fused else \
+            [self._weight(arrays, f"{a}{n}_proj.weight") for n in "qkv"]
         bias = None
         if c.qkv_bias:
-            bias = np.concatenate([arrays[f"{p}self_attn.{n}_proj.bias"] for n in "qkv"])
-        gate, up = (self._weight(arrays, f"{p}mlp.{n}_proj.weight") for n in ("gate", "up"))
+            bias = arrays[a + "qkv_proj.bias"] if fused else np.concatenate([arrays[f"{a}{n}_proj.bias"] for n in "qkv"])
         layer = _Layer(self.lib)
-        keep = [self._projection([q, k, v], bias), self._projection([self._weight(arrays, f"{p}self_attn.o_proj.weight")],
-                                                                    None),
-                self._projection([gate, up], None), self._projection([self._weight(arrays, f"{p}mlp.down_proj.weight")],
-                                                                     None)]
-        for which, proj in zip(("qkv", "o", "gate_up", "down"), keep):
-            self._set(layer.handle, which, proj)
-        norms = [self._vector(arrays, f"{p}self_attn.{n}_norm.weight") if c.qk_norm == "head" else None
-                 for n in "qk"]
+        keep: list = [self._projection(qkv, bias),
+                      self._projection([self._weight(arrays, a + "o_proj.weight")],
+                                       arrays[a + "o_proj.bias"] if c.o_bias else None)]
+        self._set(layer.handle, "qkv", keep[0])
+        self._set(layer.handle, "o", keep[1])
+        norms = [self._vector(arrays, f"{a}{n}_norm.weight") if c.qk_norm == "head" else None for n in "qk"]
+        # NOTE: Gemma's sandwich: the attention output normed, the MLP between its own two norms
+        sandwich = c.sandwich_norms
+        post_attn = self._vector(arrays, p + "post_attention_layernorm.weight") if sandwich else None
+        mlp_norm = self._vector(arrays, p + ("pre_feedforward_layernorm.weight" if sandwich
+                                             else "post_attention_layernorm.weight"))
+        post_mlp = self._vector(arrays, p + "post_feedforward_layernorm.weight") if sandwich else None
         self.lib.call("sglc_c_layer_set_attention", ctypes.c_void_p(layer.handle), c.num_attention_heads,
-                      c.num_key_value_heads, c.head_dim, *(ctypes.c_void_p(n.handle if n else None) for n in norms),
-                      ctypes.c_void_p(None), ctypes.c_double(self.scale), ctypes.c_double(0.0))
-        mlp_norm = self._vector(arrays, f"{p}post_attention_layernorm.weight")
+                      c.num_key_value_heads, c.head_dim, *(_handle(n) for n in norms), _handle(post_attn),
+                      ctypes.c_double(self.scale), ctypes.c_double(c.attn_logit_softcap or 0.0))
+        act = c.hidden_act.encode()
         self.lib.call("sglc_c_layer_set_mlp", ctypes.c_void_p(layer.handle), ctypes.c_void_p(mlp_norm.handle),
-                      ctypes.c_void_p(None), b"silu", ctypes.c_double(c.rms_norm_eps))
-        layer.keep = [*keep, *[n for n in norms if n], mlp_norm]
+                      _handle(post_mlp), act, ctypes.c_double(c.rms_norm_eps))
+        if c.is_moe_layer(i):
+            keep += self._experts(arrays, p, layer)
+        else:
+            if p + "mlp.gate_up_proj.weight" in arrays:  # NOTE: Phi-3 ships gate and up as one tensor
+                gate_up = [self._weight(arrays, p + "mlp.gate_up_proj.weight")]
+            else:
+                gate_up = [self._weight(arrays, f"{p}mlp.{n}_proj.weight") for n in ("gate", "up")]
+            keep += [self._projection(gate_up, None), self._projection([self._weight(arrays, p + "mlp.down_proj.weight")],
+                                                                       None)]
+            self._set(layer.handle, "gate_up", keep[-2])
+            self._set(layer.handle, "down", keep[-1])
+        layer.keep = [*keep, *[n for n in (*norms, post_attn, mlp_norm, post_mlp) if n is not None]]
         return layer
+
+    def _experts(self, arrays: dict, p: str, layer: "_Layer") -> list:
+        """A sparse MoE block's router and experts set on ``layer``; returns what it points into."""
+        c = self.config
+        names = MIXTRAL_EXPERTS if c.architecture == "MixtralForCausalLM" else QWEN_EXPERTS
+        router = self._weight(arrays, f"{p}{names.block}gate.weight")
+        router_t = CTensor.wrap(self.lib, router.dequantize().astype(np.float32))
+        kinds: tuple[list[str], list[str]] = ([], [])
+        tensors: tuple[list[CTensor], list[CTensor]] = ([], [])
+        for e in range(c.num_experts):
+            gate, up = (self._weight(arrays, p + names.name(e, n)) for n in ("gate", "up"))
+            if gate.type_name != up.type_name:
+                raise NativeModelError(f"{gate.name}: an expert whose gate ({gate.type_name}) and up "
+                                       f"({up.type_name}) differ in type")
+            for side, w in enumerate((gate.concat_rows(up), self._weight(arrays, p + names.name(e, "down")))):
+                if w.rows % TILE:
+                    raise NativeModelError(f"{w.name}: {w.rows} output channels are not a multiple of {TILE}")
+                kind, ts = self._tiles(w)
+                kinds[side].append(kind)
+                tensors[side].extend(ts)
+        self.lib.call("sglc_c_layer_set_experts", ctypes.c_void_p(layer.handle), strings(kinds[0]), len(kinds[0]),
+                      handles(tensors[0]), len(tensors[0]), strings(kinds[1]), len(kinds[1]), handles(tensors[1]),
+                      len(tensors[1]), c.hidden_act.encode(), ctypes.c_void_p(router_t.handle),
+                      c.num_experts_per_tok, int(c.norm_topk_prob), int(c.architecture == "MixtralForCausalLM"))
+        return [router_t, *tensors[0], *tensors[1]]
 
     # ------------------------------------------------------------------ forward
     def embed_rows(self, ids: np.ndarray) -> np.ndarray:
@@ -237,35 +279,53 @@ class NativeGGUFModel:
         if not (positions.shape == loc.shape == lens.shape == (t,) and index.ndim == 2 and index.shape[0] == t):
             raise NativeModelError(f"a step's rows disagree: ids {ids.shape}, positions {positions.shape}, loc "
                                    f"{loc.shape}, lens {lens.shape}, index {index.shape}")
-        if t and (positions.min() < 0 or positions.max() >= self.cos.keep.shape[0]):
-            raise NativeModelError(f"a position outside [0, {self.cos.keep.shape[0]}) (the model's context)")
-        lib = self.lib
-        h = self._activations(self.embed_rows(ids))
+        if t and (positions.min() < 0 or positions.max() >= self.positions):
+            raise NativeModelError(f"a position outside [0, {self.positions}) (the model's context)")
+        lib, c = self.lib, self.config
+        h = self._activations(self._embed_scaled(ids))
         h_array = h.keep  # NOTE: the layers add into it in place
-        step = [CTensor.wrap(lib, a) for a in (positions, loc, index, lens)]
-        x = _out(lib, "sglc_c_rms_norm", h, self.input_norms[0], ctypes.c_double(self.config.rms_norm_eps))
+        rows_in = {None: [CTensor.wrap(lib, a) for a in (loc, index, lens)]}
+        for w in set(self.windows) - {None}:
+            rows_in[w] = [rows_in[None][0], *(CTensor.wrap(lib, a) for a in windowed(index, lens, w))]
+        pos = CTensor.wrap(lib, positions)
+        x = _out(lib, "sglc_c_rms_norm", h, self.input_norms[0], ctypes.c_double(c.rms_norm_eps))
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             next_norm = self.input_norms[i + 1] if i < last else None
-            x = _out(lib, "sglc_c_layer_forward", ctypes.c_void_p(layer.handle), h, x, step[0], self.cos, self.sin,
-                     self.k_cache[i], self.v_cache[i], step[1], step[2], step[3],
-                     ctypes.c_void_p(next_norm.handle if next_norm else None))
+            cos, sin = self.ropes[self.layer_ropes[i]]
+            x = _out(lib, "sglc_c_layer_forward", ctypes.c_void_p(layer.handle), h, x, pos, cos, sin,
+                     self.k_cache[i], self.v_cache[i], *rows_in[self.windows[i]], _handle(next_norm))
         rows = h_array if logit_rows is None else np.ascontiguousarray(h_array[np.asarray(logit_rows, np.int64)])
-        normed = _out(lib, "sglc_c_rms_norm", self._activations(rows), self.final_norm,
-                      ctypes.c_double(self.config.rms_norm_eps))
+        normed = _out(lib, "sglc_c_rms_norm", self._activations(rows), self.final_norm, ctypes.c_double(c.rms_norm_eps))
         if self.dtype != "float32":  # NOTE: the head is given float32 rows, as the torch engine's
             normed = CTensor.wrap(lib, from_bf16(normed.numpy()))
         hp = self.head
-        logits = _out(lib, "sglc_c_stacked_linear", normed, strings(hp.kinds), len(hp.kinds), handles(hp.tensors),
-                      len(hp.tensors))
-        return logits.numpy()[:, :hp.out_features].copy()
+        out = _out(lib, "sglc_c_stacked_linear", normed, strings(hp.kinds), len(hp.kinds), handles(hp.tensors),
+                   len(hp.tensors))
+        logits = out.numpy()[:, :hp.out_features].copy()
+        if c.final_logit_softcap is not None:  # NOTE: Gemma 2, as the torch engine: tanh(x / cap) * cap in float32
+            cap = np.float32(c.final_logit_softcap)
+            logits = (np.tanh(logits / cap) * cap).astype(np.float32)
+        return logits
+
+    def _embed_scaled(self, ids: np.ndarray) -> np.ndarray:
+        """The rows in the step dtype (bf16 bits or float32), times Gemma's sqrt(hidden) in that dtype."""
+        rows = self.embed_rows(ids)
+        scale = self.config.embed_scale
+        if self.dtype == "float32":
+            return rows if scale is None else (rows * np.float32(scale)).astype(np.float32)
+        bits = to_bf16(rows)
+        if scale is None:
+            return bits
+        # NOTE: a bf16 product of two bf16 values, rounded once, as torch's bf16 mul_
+        return to_bf16(from_bf16(bits) * from_bf16(to_bf16(np.array([scale], np.float32)))[0])
 
     def generate_greedy(self, prompt: list[int], max_new_tokens: int, stop_ids: tuple[int, ...] = ()) -> list[int]:
         """Greedy tokens after ``prompt`` (one request in slots 0..n), its prompt in one step."""
         n = len(prompt)
-        if n < 1 or n + max_new_tokens > min(self.kv_slots, self.cos.keep.shape[0]):
+        if n < 1 or n + max_new_tokens > self.positions:
             raise NativeModelError(f"a prompt of {n} tokens and {max_new_tokens} new ones do not fit "
-                                   f"{min(self.kv_slots, self.cos.keep.shape[0])} slots")
+                                   f"{self.positions} positions")
         rows = np.arange(n, dtype=np.int64)
         index = np.tril(np.broadcast_to(rows, (n, n)))
         logits = self.forward(np.asarray(prompt), rows, rows, index, rows + 1, logit_rows=[n - 1])
@@ -292,6 +352,19 @@ class _Layer:
         handle, self.handle = getattr(self, "handle", None), None
         if handle:
             self.lib.lib.sglc_c_layer_free(ctypes.c_void_p(handle))
+
+
+def windowed(index: np.ndarray, lens: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's last ``window`` slots of ``index`` (``lens`` long): what a sliding-window layer
+    attends (the torch engine's window: the query and the ``window - 1`` keys before it)."""
+    start = np.maximum(lens - window, 0)
+    width = min(index.shape[1], window)
+    cols = np.minimum(start[:, None] + np.arange(width)[None, :], index.shape[1] - 1)
+    return np.ascontiguousarray(np.take_along_axis(index, cols, axis=1)), lens - start
+
+
+def _handle(t: CTensor | None) -> ctypes.c_void_p:
+    return ctypes.c_void_p(t.handle if t is not None else None)
 
 
 def _out(lib: CLibrary, name: str, *args) -> CTensor:

@@ -88,21 +88,33 @@ class CLibrary:
         self.call("sglc_c_use_kernels", self.level.encode())
 
     def _declare(self) -> None:
-        L, p, i64, c = self.lib, ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p
-        L.sglc_c_wrap.restype = p
-        L.sglc_c_wrap.argtypes = [p, ctypes.c_int, ctypes.c_int, ctypes.POINTER(i64), c, ctypes.c_size_t]
-        L.sglc_c_free.argtypes = [p]
-        L.sglc_c_free.restype = None
-        L.sglc_c_set_threads.argtypes = [ctypes.c_int]
-        L.sglc_c_set_threads.restype = None
-        L.sglc_c_layer_new.restype = p
-        L.sglc_c_layer_free.argtypes = [p]
-        L.sglc_c_layer_free.restype = None
-        for name in ("sglc_c_load_kernels", "sglc_c_use_kernels", "sglc_c_describe", "sglc_c_gguf_tiles",
-                     "sglc_c_rms_norm", "sglc_c_stacked_linear", "sglc_c_layer_set_projection",
-                     "sglc_c_layer_set_attention", "sglc_c_layer_set_mlp", "sglc_c_layer_set_experts",
-                     "sglc_c_layer_forward"):
-            getattr(L, name).restype = ctypes.c_int
+        """Every function's C signature (ctypes would pass a Python int as a 32-bit int: an int64_t
+        argument past the sixth would then read garbage from its stack slot)."""
+        p, i64, c, i32, f64, sz = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int, ctypes.c_double,
+                                   ctypes.c_size_t)
+        pp, cp = ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_char_p)
+        err = [c, sz]
+        signatures = {
+            "sglc_c_load_kernels": (i32, [c, c, sz, *err]),
+            "sglc_c_use_kernels": (i32, [c, *err]),
+            "sglc_c_set_threads": (None, [i32]),
+            "sglc_c_wrap": (p, [p, i32, i32, ctypes.POINTER(i64), *err]),
+            "sglc_c_free": (None, [p]),
+            "sglc_c_describe": (i32, [p, ctypes.POINTER(i64), i32, ctypes.POINTER(i32), ctypes.POINTER(i32), pp, *err]),
+            "sglc_c_gguf_tiles": (i32, [p, c, i64, i64, pp, ctypes.POINTER(i32), *err]),
+            "sglc_c_rms_norm": (i32, [p, p, f64, pp, *err]),
+            "sglc_c_stacked_linear": (i32, [p, cp, i64, pp, i64, pp, *err]),
+            "sglc_c_layer_new": (p, []),
+            "sglc_c_layer_free": (None, [p]),
+            "sglc_c_layer_set_projection": (i32, [p, c, cp, i64, pp, i64, p, *err]),
+            "sglc_c_layer_set_attention": (i32, [p, i64, i64, i64, p, p, p, f64, f64, *err]),
+            "sglc_c_layer_set_mlp": (i32, [p, p, p, c, f64, *err]),
+            "sglc_c_layer_set_experts": (i32, [p, cp, i64, pp, i64, cp, i64, pp, i64, c, p, i64, i32, i32, *err]),
+            "sglc_c_layer_forward": (i32, [p, p, p, p, p, p, p, p, p, p, p, p, pp, *err]),
+        }
+        for name, (restype, argtypes) in signatures.items():
+            fn = getattr(self.lib, name)
+            fn.restype, fn.argtypes = restype, argtypes
 
     def call(self, name: str, *args) -> None:
         """``name(*args, err, err_len)``; NativeLibraryError with the op's message when it fails."""
