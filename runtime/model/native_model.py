@@ -32,7 +32,7 @@ from .gguf import GGUFFile
 from .gguf.weight import GGUFWeight
 from .model_config import ModelConfig
 from .gguf.architectures import MIXTRAL_EXPERTS, QWEN_EXPERTS
-from .native.c_library import BF16, CLibrary, CTensor, c_library, handles, strings
+from .native.c_library import BF16, DTYPE_CODES, CLibrary, CTensor, c_library, handles, strings
 from .rope_tables import rope_tables
 
 #: Hugging Face architectures this model runs (those whose every layer is a DecodeLayer)
@@ -128,12 +128,11 @@ class NativeGGUFModel:
             self.layers.append(self._layer(arrays, i))
             self.input_norms.append(self._vector(arrays, f"model.layers.{i}.input_layernorm.weight"))
         shape = (kv_slots, c.num_key_value_heads, c.head_dim)
-        # NOTE: written now (np.full, not calloc's lazy zeros): the pool is resident from the start, as
-        # the torch engine's, so a machine without room for it fails at load, not mid-request
-        cell = np.float32 if dtype == "float32" else np.uint16
-        zeros = lambda: np.full(shape, 0, cell)  # noqa: E731
-        self.k_cache = [self._activations(zeros()) for _ in range(c.num_hidden_layers)]
-        self.v_cache = [self._activations(zeros()) for _ in range(c.num_hidden_layers)]
+        # NOTE: zero-filled now (not calloc's lazy pages): the pool is resident from the start, as the
+        # torch engine's and llama-server's, so a machine without room for it fails at load
+        code = DTYPE_CODES[np.dtype(np.float32)] if dtype == "float32" else BF16
+        self.k_cache = [CTensor.zeros(self.lib, shape, code) for _ in range(c.num_hidden_layers)]
+        self.v_cache = [CTensor.zeros(self.lib, shape, code) for _ in range(c.num_hidden_layers)]
         f.release_resident_pages()  # NOTE: the tiles hold the weights now; the embedding rows re-read on use
 
     # ------------------------------------------------------------------ load

@@ -18,7 +18,22 @@
 Importing this package (or service) never imports torch; grpc_server and launch do
 only when they start an engine.
 """
-from sglc.wire.prompt import IMAGE_MARKER, PromptInput, RequestError, image_placeholder
-from .service import RuntimeService, ServiceUnavailable
+import importlib
+from typing import Any
+
+#: imported on first use (PEP 562): `sglc serve` imports launch.py first, and the service's modules
+#: (asyncio among them) then load while the engine does (launch.Runtime)
+_LAZY = {**dict.fromkeys(("IMAGE_MARKER", "PromptInput", "RequestError", "image_placeholder"), "sglc.wire.prompt"),
+         **dict.fromkeys(("RuntimeService", "ServiceUnavailable"), f"{__name__}.service")}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = ["IMAGE_MARKER", "PromptInput", "RequestError", "RuntimeService", "ServiceUnavailable", "image_placeholder"]

@@ -124,8 +124,9 @@ def build_frontends(config: ServeConfig, service: Any) -> list[Frontend]:
 
 
 def _import_frontends(config: ServeConfig) -> None:
-    """Import the modules build_frontends will use (their import is most of their cost)."""
-    from . import grpc_server  # noqa: F401
+    """Import the modules the service and build_frontends will use (their import is most of their
+    cost)."""
+    from . import grpc_server, service  # noqa: F401
 
     if config.http_port is not None:
         from . import http_server  # noqa: F401
@@ -139,8 +140,6 @@ class Runtime:
     """A started engine + service + frontends, stopped once by ``stop()`` (idempotent)."""
 
     def __init__(self, config: ServeConfig, *, engine: Any = None) -> None:
-        from .service import RuntimeService
-
         self.config = config
         if engine is None and config.engine == "native":
             # NOTE: the servers' modules import while the native engine loads: its tile repacking runs
@@ -152,6 +151,8 @@ class Runtime:
             finally:
                 importer.join()
         self.engine = engine if engine is not None else config.build_engine()
+        from .service import RuntimeService
+
         self.engine.start()
         self.service = RuntimeService(self.engine, limits=config.limits)
         self.service.model_info()  # NOTE: derive the chat template before the first call needs it

@@ -14,12 +14,10 @@ See docs/fsm.md.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from .budget import DEFAULT_BUDGET, CompileBudget, CompileMeter
-from .compressed import FSM, Edge, compile_regex, compile_regex_metered
-from .cursor import Cursor
-from .dtypes import DTYPE_REGEX, compile_choices, compile_dtype, regex_for_choices, regex_for_dtype
 from .errors import (
     CompileBudgetError,
     ConstraintViolationError,
@@ -33,18 +31,43 @@ from .errors import (
     UnsupportedRegexError,
     UnsupportedSchemaError,
 )
-from .json_schema import regex_from_json_schema
-from .serialize import fsm_from_dict, fsm_from_json, fsm_to_dict, fsm_to_json
-from .token_index import TokenIndex, build_token_index, clear_token_index_cache
-from .vocabulary import Vocabulary
-from .walk import sample
+
+#: The compilers' names, imported on first use (PEP 562): the budget and the errors above are what
+#: configuring a server needs, and the compilers (lark, numpy) are ~0.15 s of `sglc serve`'s start.
+_LAZY = {
+    **dict.fromkeys(("FSM", "Edge", "compile_regex", "compile_regex_metered"), "compressed"),
+    "Cursor": "cursor",
+    **dict.fromkeys(("DTYPE_REGEX", "compile_choices", "compile_dtype", "regex_for_choices", "regex_for_dtype"),
+                    "dtypes"),
+    "regex_from_json_schema": "json_schema",
+    **dict.fromkeys(("fsm_from_dict", "fsm_from_json", "fsm_to_dict", "fsm_to_json"), "serialize"),
+    **dict.fromkeys(("TokenIndex", "build_token_index", "clear_token_index_cache"), "token_index"),
+    "Vocabulary": "vocabulary",
+    "sample": "walk",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sglc.fsm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # NOTE: later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def compile_json_schema(
     schema: Any, *, separators: tuple[str, str] = (", ", ": "), max_nesting: int = 2,
     meter: CompileMeter | None = None,
-) -> FSM:
+) -> "FSM":
     """``compile_regex(regex_from_json_schema(schema, ...))`` (uncached under ``meter``)."""
+    from .compressed import compile_regex, compile_regex_metered
+    from .json_schema import regex_from_json_schema
+
     regex = regex_from_json_schema(schema, separators=separators, max_nesting=max_nesting, meter=meter)
     return compile_regex(regex) if meter is None else compile_regex_metered(regex, meter)
 

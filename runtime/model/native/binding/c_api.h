@@ -97,6 +97,19 @@ __attribute__((visibility("default"))) sglc_c_tensor* sglc_c_wrap(void* data, in
   return out;
 }
 
+// A new zero-filled contiguous tensor (written now, over the pool's threads: a KV buffer is
+// resident from the start, as the torch engine's).
+__attribute__((visibility("default"))) sglc_c_tensor* sglc_c_zeros(int code, int ndim, const int64_t* shape, char* err,
+                                                                   size_t err_len) {
+  sglc_c_tensor* out = nullptr;
+  guarded(err, err_len, [&] {
+    TORCH_CHECK(code >= 0 && code < kCodeCount, "sglc_c_zeros: unknown dtype code ", code);
+    TORCH_CHECK(ndim >= 0 && ndim <= 8, "sglc_c_zeros: ", ndim, " dimensions (at most 8)");
+    out = own(at::zeros(at::IntArrayRef(shape, ndim), at::TensorOptions().dtype(kCodeDtypes[code])));
+  });
+  return out;
+}
+
 __attribute__((visibility("default"))) void sglc_c_free(sglc_c_tensor* t) { delete t; }
 
 // Shape, dtype code and data of a (contiguous) tensor an op returned.
