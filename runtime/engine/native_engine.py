@@ -10,8 +10,8 @@ reserved per request at admission (prompt + max_new_tokens: a request admitted a
 sampling in numpy, and the text, stops and delivery of the torch engine's ``RequestOutput``.
 
 Not here yet, refused at submit by name (the torch engine runs them): output constraints (regex /
-JSON schema / EBNF), stop_regex, penalties, prompt logprobs, scoring (``select``), program hints
-(accepted and ignored: they never change outputs). There is no prefix cache yet: each request
+JSON schema / EBNF), stop_regex, prompt logprobs, scoring (``select``); program hints are accepted
+and unused (they never change outputs). There is no prefix cache yet: each request
 prefills its whole prompt. Seeded sampling is deterministic per seed, from numpy's generator, so
 its draws are not the torch engine's.
 """
@@ -71,8 +71,6 @@ def unsupported_params(p: SamplingParams) -> list[str]:
         found.append("output constraints (regex / json_schema / fsm / ebnf)")
     if p.stop_regex:
         found.append("stop_regex")
-    if p.frequency_penalty or p.presence_penalty or p.repetition_penalty != 1.0:
-        found.append("penalties (frequency / presence / repetition)")
     if p.return_logprob and p.logprob_start_len >= 0:
         found.append("prompt logprobs (logprob_start_len >= 0)")
     return found
@@ -97,6 +95,21 @@ def sample_token(logits: np.ndarray, p: SamplingParams, rng: np.random.Generator
         keep = min(keep, max(1, int((probs >= p.min_p * probs[0]).sum())))
     head = probs[:keep] / probs[:keep].sum()
     return int(order[rng.choice(keep, p=head)])
+
+
+def apply_penalties(logits: np.ndarray, p: SamplingParams, output_ids: Sequence[int]) -> np.ndarray:
+    """``logits`` with the output tokens' penalties, in SGLang's and vLLM's order (the torch
+    engine's ``sampling/penalties.py``): repetition (divide positive / multiply negative logits of
+    seen tokens), then frequency (per occurrence) and presence (once) subtracted."""
+    if not output_ids:
+        return logits
+    counts = np.bincount(np.asarray(output_ids, np.int64), minlength=logits.shape[0])[:logits.shape[0]].astype(np.float32)
+    seen = counts > 0
+    out = logits.astype(np.float32, copy=True)
+    if p.repetition_penalty != 1.0:
+        rep = np.float32(p.repetition_penalty)
+        out = np.where(seen, np.where(out > 0, out / rep, out * rep), out).astype(np.float32)
+    return (out - np.float32(p.frequency_penalty) * counts - np.float32(p.presence_penalty) * seen).astype(np.float32)
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -307,6 +320,9 @@ class NativeEngine:
     def _take(self, req: _Request, row: np.ndarray) -> str | None:
         """Sample ``req``'s next token from its logits row and hand it to its output."""
         p = req.params
+        logits = row
+        if p.has_penalties:
+            row = apply_penalties(row, p, req.tokens[req.num_prompt:])
         if req.num_output < p.min_new_tokens:  # NOTE: no stop token before min_new_tokens
             banned = [t for t in (*([] if p.ignore_eos else self.eos_token_ids), *p.stop_token_ids)
                       if t < row.shape[0]]
@@ -314,8 +330,8 @@ class NativeEngine:
             row[banned] = -np.inf
         token = sample_token(row, p, req.rng)
         lp = top = None
-        if p.return_logprob:
-            logp = log_softmax(row)
+        if p.return_logprob:  # NOTE: of the model's own logits, before any ban (the torch engine's rule)
+            logp = log_softmax(logits)
             lp = float(logp[token])
             if p.top_logprobs_num:
                 k = min(p.top_logprobs_num, logp.shape[0])
