@@ -32,6 +32,7 @@ from .gguf import GGUFFile
 from .gguf.weight import GGUFWeight
 from .model_config import ModelConfig
 from .gguf.architectures import MIXTRAL_EXPERTS, QWEN_EXPERTS
+from .gguf.reader import release_pages_of
 from .native.c_library import BF16, DTYPE_CODES, CLibrary, CTensor, c_library, handles, strings
 from .rope_tables import rope_tables
 
@@ -173,6 +174,7 @@ class NativeGGUFModel:
         self.lib.call("sglc_c_gguf_tiles", ctypes.c_void_p(raw.handle), w.type_name.encode(), w.rows, w.cols, out,
                       ctypes.byref(n))
         tensors = [CTensor(self.lib, out[i]) for i in range(n.value)]
+        release_pages_of(w.raw)  # NOTE: repacked: its file pages need not stay resident while the rest loads
         if len(tensors) != count:
             raise NativeModelError(f"{w.name}: {len(tensors)} tile tensors for {w.type_name}, expected {count}")
         return kind, tensors
@@ -254,6 +256,8 @@ class NativeGGUFModel:
                 kind, ts = self._tiles(w)
                 kinds[side].append(kind)
                 tensors[side].extend(ts)
+            for w in (gate, up):  # NOTE: their stacked copy was repacked, not the file's rows themselves
+                release_pages_of(w.raw)
         self.lib.call("sglc_c_layer_set_experts", ctypes.c_void_p(layer.handle), strings(kinds[0]), len(kinds[0]),
                       handles(tensors[0]), len(tensors[0]), strings(kinds[1]), len(kinds[1]), handles(tensors[1]),
                       len(tensors[1]), c.hidden_act.encode(), ctypes.c_void_p(router_t.handle),
