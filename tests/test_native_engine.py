@@ -21,8 +21,10 @@ import pytest
 from grpc_helpers import ServeProcess
 from test_native_model import DATA, torch_model, torch_token_by_token
 
+import sglc
 from sglc.fleet import free_port
-from sglc_runtime.engine.native_engine import NativeEngine, sample_token
+from sglc_runtime.engine.native_engine import NativeEngine, log_softmax, sample_token
+from sglc_runtime.model.native_model import NativeGGUFModel
 from sglc_runtime.model.models.tiled_linear import native_tile_kernels
 from sglc_runtime.sampling.sampling_params import SamplingParams
 
@@ -119,16 +121,53 @@ def test_sample_token_keeps_to_top_k_top_p_and_min_p():
 
 def test_what_it_does_not_run_is_refused_at_submit_by_name():
     e = engine()
-    for params, name in [({"regex": "a+"}, "constraints"),
-                         ({"return_logprob": True, "logprob_start_len": 0}, "prompt logprobs"),
-                         ({"stop_regex": ["x"]}, "stop_regex")]:
+    for params, name in [({"regex": "a+"}, "constraints"), ({"stop_regex": ["x"]}, "stop_regex")]:
         with pytest.raises(ValueError, match=name):
             e.submit(PROMPTS[0], params)
     with pytest.raises(ValueError, match="context"):
         e.submit(PROMPTS[0], {"max_new_tokens": 10**6})
-    with pytest.raises(ValueError, match="select"):
-        e.score_job(PROMPTS[0], [[1]])
     assert e.stats().num_waiting == 0
+
+
+@pytest.mark.parametrize("chunk", [256, 4])
+def test_prompt_logprobs_are_the_models_rows_across_chunks(chunk):
+    """input_logprobs from logprob_start_len on: log_softmax of the model's row p at token p + 1
+    (position 0: None), also where the prompt is prefilled in chunks of 4; a prefill-only request
+    (max_new_tokens 0) ends with its prompt."""
+    prompt = PROMPTS[2]
+    model = NativeGGUFModel(DATA / f"{FIXTURE}.gguf", kv_slots=64, dtype="bfloat16")
+    n = len(prompt)
+    rows = np.arange(n)
+    logits = model.forward(np.array(prompt), rows, rows, np.tril(np.broadcast_to(rows, (n, n))), rows + 1)
+    want = [None] + [float(log_softmax(logits[p - 1])[prompt[p]]) for p in range(1, n)]
+    e = engine(chunked_prefill_size=chunk)
+    (all_of_it,) = e.generate([prompt], {"max_new_tokens": 0, "return_logprob": True, "logprob_start_len": 0})
+    assert all_of_it.input_logprobs == want and all_of_it.token_ids == [] and all_of_it.finish_reason["type"] == "length"
+    (tail,) = e.generate([prompt], {**GREEDY, "return_logprob": True, "logprob_start_len": 5})
+    assert tail.input_logprobs == want[5:] and tail.input_token_ids == prompt[5:] and len(tail.token_ids) == 8
+
+
+def test_select_scores_are_the_prompt_logprobs_of_each_choice():
+    """score_job (what select runs) over the torch engine's ScoreJob: each choice's logprobs are
+    the prompt logprobs of prompt + choice, and near the torch engine's own scores (its prefill
+    computes otherwise: SDPA, bf16 copies of the weights at prefill)."""
+    from sglc_runtime.engine import Engine
+
+    e = engine(chunked_prefill_size=4)
+    prompt, choices = "The capital of France is", [" Paris", " London", " a"]
+    got = e.score_job(prompt, choices).results()
+    ref = Engine(model=str(DATA / f"{FIXTURE}.gguf"))
+    try:
+        want = ref.score(prompt, choices)
+    finally:
+        ref.shutdown()
+    for g, w in zip(got, want):
+        assert g.token_ids == w.token_ids and g.prompt_tokens == w.prompt_tokens
+        assert g.logprobs == pytest.approx(w.logprobs, abs=0.25)
+        full = e.tokenizer.encode(prompt + choices[got.index(g)])
+        (direct,) = e.generate([full], {"max_new_tokens": 0, "return_logprob": True,
+                                        "logprob_start_len": len(full) - len(g.token_ids)})
+        assert direct.input_logprobs == g.logprobs
 
 
 def test_abort_and_shutdown_free_everything():
@@ -180,6 +219,30 @@ def test_the_server_answers_sglang_generate_with_the_engines_tokens(server, orac
     for prompt, want in zip(PROMPTS, oracle):
         status, body = post(server.http, "/generate", {"input_ids": prompt, "sampling_params": GREEDY})
         assert status == 200 and body["output_ids"] == want
+
+
+def test_sglangs_client_and_ours_run_gen_and_select_alike(server):
+    """SGLang's real frontend (HTTP /generate, its own select scoring from logprobs) and ours (gRPC
+    Score) drive the native server to the same answers."""
+    import sglang
+
+    def make(m):
+        @m.function
+        def prog(s, question):
+            s += "Q: " + question + "\nA:"
+            s += m.gen("answer", max_tokens=6, temperature=0)
+            s += "\nSo the answer is"
+            s += m.select("pick", choices=[" yes", " no", " maybe"])
+        return prog
+
+    theirs = make(sglang).run(backend=sglang.RuntimeEndpoint(server.http), question="Is it blue?")
+    ours_backend = sglc.RuntimeEndpoint(server.address)
+    try:
+        ours = make(sglc).run(backend=ours_backend, question="Is it blue?")
+    finally:
+        ours_backend.close()
+    assert theirs["answer"] == ours["answer"]
+    assert theirs["pick"] == ours["pick"] and theirs["pick"] in (" yes", " no", " maybe")
 
 
 def test_the_server_answers_the_openai_client(server):

@@ -142,6 +142,11 @@ class Engine:
         #: Chunk queues of streaming requests, until chunks(rid) takes them.
         self._stream_queues: dict[str, queue.SimpleQueue] = {}
 
+    @property
+    def vocab_size(self) -> int:
+        """Token ids this engine's model takes (its logits' width)."""
+        return self.runner.vocab_size
+
     # --- requests in ---------------------------------------------------------------------
     def submit(self, prompt: Prompt, params: SamplingParams | dict | None = None, *, rid: str | None = None,
                stream: bool = False, callback: Callable[[StreamChunk], None] | None = None,

@@ -9,9 +9,10 @@ continuous batching (every step decodes one token of each running request and pr
 reserved per request at admission (prompt + max_new_tokens: a request admitted always finishes),
 sampling in numpy, and the text, stops and delivery of the torch engine's ``RequestOutput``.
 
-Not here yet, refused at submit by name (the torch engine runs them): output constraints (regex /
-JSON schema / EBNF), stop_regex, prompt logprobs, scoring (``select``); program hints are accepted
-and unused (they never change outputs). There is no prefix cache yet: each request
+Prompt logprobs, prefill-only requests and scoring (``select``, through the torch engine's
+``ScoreJob``) work as there. Not here yet, refused at submit by name (the torch engine runs them):
+output constraints (regex / JSON schema / EBNF) and stop_regex; program hints are accepted and
+unused (they never change outputs). There is no prefix cache yet: each request
 prefills its whole prompt. Seeded sampling is deterministic per seed, from numpy's generator, so
 its draws are not the torch engine's.
 """
@@ -33,8 +34,10 @@ from ..model.tokenizer import Tokenizer
 from ..output.outputs import GenerateOutput, StreamChunk
 from ..output.request_output import RequestOutput
 from ..sampling.sampling_params import SamplingParams, as_params
+from ..sampling.sampling_state import prompt_logprob_span
 from ..sampling.token_result import TokenResult
 from .prompt_ids import Prompt, to_token_ids
+from .score_job import ScoreJob
 from .stats import EngineStats
 from .thread_policy import start_transient_thread
 
@@ -62,6 +65,11 @@ class NativeEngineConfig:
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"NativeEngineConfig.{name} must be positive, got {getattr(self, name)}")
 
+    @property
+    def disable_radix_cache(self) -> bool:
+        """There is no prefix cache (what ScoreJob asks before prefilling a prompt to share)."""
+        return True
+
 
 def unsupported_params(p: SamplingParams) -> list[str]:
     """The sampling fields this engine cannot honour (empty: it runs the request)."""
@@ -71,8 +79,6 @@ def unsupported_params(p: SamplingParams) -> list[str]:
         found.append("output constraints (regex / json_schema / fsm / ebnf)")
     if p.stop_regex:
         found.append("stop_regex")
-    if p.return_logprob and p.logprob_start_len >= 0:
-        found.append("prompt logprobs (logprob_start_len >= 0)")
     return found
 
 
@@ -129,6 +135,8 @@ class _Request:
     slots: list[int] = field(default_factory=list)  # KV slot of each token position (reserved whole)
     computed: int = 0  # positions whose K/V are written
     aborted: bool = False
+    logprob_rows: tuple[int, int] = (0, 0)  # prompt positions [next, end) whose rows give prompt logprobs
+    prompt_logprobs: list[float | None] | None = None
 
     @property
     def num_output(self) -> int:
@@ -156,12 +164,12 @@ class NativeEngine:
         self.max_context = min(cfg.max_context or mc.max_position_embeddings, mc.max_position_embeddings,
                                cfg.num_kv_slots)
         self.eos_token_ids = tuple(sorted(set(self.tokenizer.stop_token_ids) | set(mc.eos_token_ids)))
-        self.vocab_size = self.model.embed.rows
         self._rng = np.random.default_rng(cfg.seed)
         self._free = list(range(cfg.num_kv_slots - 1, -1, -1))
         self._waiting: deque[_Request] = deque()
         self._running: list[_Request] = []
         self._in_step: set[str] = set()
+        self._results: dict[str, GenerateOutput] = {}  # finished requests nobody streams, until wait()
         self._lock = threading.RLock()
         self._cv = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
@@ -194,6 +202,9 @@ class NativeEngine:
         rng = np.random.default_rng(params.seed) if params.seed is not None else self._rng
         out = RequestOutput(rid, self.tokenizer, params, self.eos_token_ids, ids, stream=stream, callback=callback)
         req = _Request(rid, list(ids), len(ids), params, out, rng)
+        span = prompt_logprob_span(params, len(ids))
+        if span is not None:
+            req.logprob_rows, req.prompt_logprobs = span[:2], [None] if span[2] else []
         with self._lock:
             if self._find(rid) is not None:
                 raise ValueError(f"request id {rid!r} is already queued or running")
@@ -213,6 +224,31 @@ class NativeEngine:
                 self._finish(req)
             return True
 
+    @property
+    def vocab_size(self) -> int:
+        """Token ids this engine's model takes (its logits' width)."""
+        return self.model.embed.rows
+
+    def wait(self, rid: str, timeout: float | None = None) -> GenerateOutput:
+        """The final output of a request submitted without stream / callback (taken: once)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while rid not in self._results:
+                if self._find(rid) is None:
+                    raise KeyError(f"unknown request id {rid!r} (or its output was already taken)")
+                if self._thread is None:
+                    self._lock.release()  # NOTE: step() takes the lock itself
+                    try:
+                        self.step()
+                    finally:
+                        self._lock.acquire()
+                    continue
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"request {rid!r} did not finish in {timeout} s")
+                self._cv.wait(left)
+            return self._results.pop(rid)
+
     def _find(self, rid: str) -> _Request | None:
         for req in (*self._waiting, *self._running):
             if req.rid == rid:
@@ -230,10 +266,11 @@ class NativeEngine:
                 return False
             self._in_step = {r.rid for r, _, _ in plan[0]}
         t1 = time.perf_counter()
-        picked, rows, samplers = plan
+        picked, rows, samplers, prompt_rows = plan
         reqs = [r for r, _, _ in picked]
         try:
-            logits = self.model.forward(*rows, logit_rows=[row for _, row in samplers])
+            read = [row for _, row in samplers] + [row for _, row, _ in prompt_rows]
+            logits = self.model.forward(*rows, logit_rows=read)  # NOTE: also with no row read: the K/V writes
             error = None
         except Exception as err:  # NOTE: the batch is aborted; other requests keep being served
             log.exception("native model step failed; aborting the %d requests of this batch", len(reqs))
@@ -241,7 +278,7 @@ class NativeEngine:
         t2 = time.perf_counter()
         with self._lock:
             self._in_step = set()
-            self._process(picked, samplers, logits, error)
+            self._process(picked, samplers, prompt_rows, logits, error)
             self._counts["num_steps"] += 1
             t3 = time.perf_counter()
             self._times["schedule_s"] += t1 - t0
@@ -283,7 +320,8 @@ class NativeEngine:
         ids = np.empty(total, np.int64)
         positions = np.empty(total, np.int64)
         index = np.zeros((total, width), np.int64)
-        samplers = []
+        samplers = []  # (request, its row): the rows whose logits are read
+        prompt_rows = []  # (request, its row, position): rows whose logits give prompt logprobs
         row = 0
         for req, start, n in picked:
             slots = np.asarray(req.slots[:start + n], np.int64)
@@ -292,13 +330,15 @@ class NativeEngine:
             cols = np.arange(start + n)
             own = cols[None, :] <= positions[row:row + n, None]  # row k attends positions 0 .. start + k
             index[row:row + n, :start + n] = np.where(own, slots[None, :], 0)
-            if start + n >= req.num_prompt:  # its prompt is complete: it samples from its last row
+            lo, hi = max(req.logprob_rows[0], start), min(req.logprob_rows[1], start + n)
+            prompt_rows += [(req, row + p - start, p) for p in range(lo, hi)]
+            if start + n >= req.num_prompt and req.params.max_new_tokens > 0:  # it samples from its last row
                 samplers.append((req, row + n - 1))
             row += n
         loc = index[np.arange(total), positions]
-        return picked, (ids, positions, loc, index, positions + 1), samplers
+        return picked, (ids, positions, loc, index, positions + 1), samplers, prompt_rows
 
-    def _process(self, picked: list[tuple[_Request, int, int]], samplers, logits: np.ndarray | None,
+    def _process(self, picked: list[tuple[_Request, int, int]], samplers, prompt_rows, logits: np.ndarray | None,
                  error: Exception | None) -> None:
         if error is not None:
             for req, _, _ in picked:
@@ -307,6 +347,11 @@ class NativeEngine:
             return
         for req, start, n in picked:
             req.computed = start + n
+        for j, (req, _, p) in enumerate(prompt_rows):  # NOTE: row p predicts token p + 1
+            req.prompt_logprobs.append(float(log_softmax(logits[len(samplers) + j])[req.tokens[p + 1]]))
+        for req, start, n in picked:  # NOTE: a prefill-only request (a score's) ends with its prompt
+            if req.params.max_new_tokens == 0 and req.computed >= req.num_prompt and not req.aborted:
+                self._finish(req)
         for j, (req, _) in enumerate(samplers):
             if req.aborted:
                 continue
@@ -356,11 +401,15 @@ class NativeEngine:
             self._waiting.remove(req)
         self._counts["num_finished"] += 1
         self._counts["computed_prefill_tokens"] += min(req.computed, req.num_prompt)
-        return req.output.finalize(aborted=req.aborted, cached_tokens=0, prompt_logprobs=None)
+        out = req.output.finalize(aborted=req.aborted, cached_tokens=0, prompt_logprobs=req.prompt_logprobs)
+        if req.output.keeps_result:
+            self._results[req.rid] = out
+        return out
 
     # --- what the server asks besides generating ------------------------------------------
-    def score_job(self, *args, **kwargs):
-        raise ValueError("the native engine does not score choices (select) yet; serve with --engine torch")
+    def score_job(self, prompt: Prompt, continuations: Sequence[Prompt], *, hint: Any = None) -> ScoreJob:
+        """A select's scoring as engine requests (validated now): ``results()`` runs it."""
+        return ScoreJob(self, prompt, continuations, hint=hint)
 
     def end_program(self, program_id: str) -> int:
         """Program hints are not used here (nothing is held for a program): 0 released."""

@@ -16,26 +16,28 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from sglc.wire.program_hint import NEVER, ProgramHint
 
-from ..model.model_runner import ModelRunner
 from ..model.tokenizer import Tokenizer
 from ..output.outputs import GenerateOutput, ScoreResult
 from ..sampling.sampling_params import SamplingParams
-from .engine_config import EngineConfig
 from .prompt_ids import Prompt, continuation_spans, to_token_ids
+
+if TYPE_CHECKING:  # NOTE: the torch-free engine scores with this module too
+    from .engine_config import EngineConfig
 
 #: Continuations in flight at once (one batched prefill each wave; 4-way select is one wave).
 DEFAULT_WINDOW = 32
 
 
 class ScoringEngine(Protocol):
-    """What a ScoreJob uses of its engine (``engine.Engine``, whose ``score_job()`` makes jobs)."""
+    """What a ScoreJob uses of its engine (``engine.Engine`` and ``native_engine.NativeEngine``,
+    whose ``score_job()`` makes jobs)."""
 
-    config: EngineConfig  # disable_radix_cache: no prompt prefill of its own
-    runner: ModelRunner  # vocab_size
+    config: "EngineConfig | Any"  # disable_radix_cache: no prompt prefill of its own
+    vocab_size: int
     tokenizer: Tokenizer
     max_context: int
 
@@ -65,7 +67,7 @@ class ScoreJob:
         self._hint = hint
         self._choice_hint = None if hint is None else ProgramHint(hint.program_id, NEVER, hint.lease_ms)
         self.window = window
-        vocab = engine.runner.vocab_size
+        vocab = engine.vocab_size
         self.prompt_ids = to_token_ids(prompt, engine.tokenizer, vocab)
         # NOTE: checked before the continuations are tokenized with the prompt (once per choice).
         if len(self.prompt_ids) + 1 > engine.max_context:

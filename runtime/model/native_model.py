@@ -298,6 +298,8 @@ class NativeGGUFModel:
             cos, sin = self.ropes[self.layer_ropes[i]]
             x = _out(lib, "sglc_c_layer_forward", ctypes.c_void_p(layer.handle), h, x, pos, cos, sin,
                      self.k_cache[i], self.v_cache[i], *rows_in[self.windows[i]], _handle(next_norm))
+        if logit_rows is not None and len(logit_rows) == 0:  # NOTE: a step that only writes K/V (a prompt chunk)
+            return np.empty((0, self.head.out_features), np.float32)
         rows = h_array if logit_rows is None else np.ascontiguousarray(h_array[np.asarray(logit_rows, np.int64)])
         normed = _out(lib, "sglc_c_rms_norm", self._activations(rows), self.final_norm, ctypes.c_double(c.rms_norm_eps))
         if self.dtype != "float32":  # NOTE: the head is given float32 rows, as the torch engine's

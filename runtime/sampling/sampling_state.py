@@ -16,6 +16,16 @@ if TYPE_CHECKING:  # NOTE: torch only where a request has a seed (the torch-free
     import torch
 
 
+def prompt_logprob_span(params: SamplingParams, prompt_len: int) -> tuple[int, int, bool] | None:
+    """The prompt positions [next, end) whose logits rows give the prompt logprobs a request asks
+    for (row p predicts token p + 1), and whether they start with position 0's None; None when it
+    asks for none."""
+    if not (params.return_logprob and params.logprob_start_len >= 0):
+        return None
+    start = min(params.logprob_start_len, prompt_len - 1)
+    return max(start - 1, 0), prompt_len - 1, start == 0
+
+
 class ConstraintCursor(Protocol):
     """Per-request constrained-decoding state (made by ``params.constraint.new_cursor()``)."""
 
@@ -49,11 +59,11 @@ class SamplingState:
             state.generator = make_generator(params.seed)
         if params.constraint is not None:
             state.cursor = params.constraint.new_cursor()
-        if params.return_logprob and params.logprob_start_len >= 0:
-            start = min(params.logprob_start_len, prompt_len - 1)
-            if start == 0:
+        span = prompt_logprob_span(params, prompt_len)
+        if span is not None:
+            state.logprob_next, state.logprob_end, first_none = span
+            if first_none:
                 state.prompt_logprobs.append(None)  # position 0 has no context
-            state.logprob_next, state.logprob_end = max(start - 1, 0), prompt_len - 1
         return state
 
     @property
