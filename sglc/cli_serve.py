@@ -41,9 +41,9 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "(never downloaded; see `sglc models`)")
     p.add_argument("--engine", choices=("torch", "native"), default="torch",
                    help="torch (default): every feature, any model and device. native: a GGUF file on this CPU in "
-                        "a process that never imports torch (about 1 s and 200 MiB less to start); it refuses "
-                        "what it does not run yet by name (constraints, penalties, select, prompt logprobs) and "
-                        "has no prefix cache (docs/runtime_engine.md)")
+                        "a process that never imports torch (about 1 s and 100-200 MiB less to start); it refuses "
+                        "what it does not run yet by name (regex / JSON constraints, stop_regex; "
+                        "docs/runtime_engine.md)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=port, default=30000, help="gRPC port (0 = any free port; default: 30000)")
     p.add_argument("--http-port", type=port, default=None, metavar="N",

@@ -5,6 +5,8 @@ shows the native model equals it bit for bit), so a greedy request must give its
 the engine batches and chunks it. The server is a real `sglc serve` subprocess on loopback,
 driven by the real `openai` client and SGLang's /generate; that it never imported torch is read
 from the process's own memory map (libtorch_python is loaded by `import torch` and nothing else).
+The radix cache over numpy slots is the torch engine's own (tests/test_slot_arrays.py); here,
+that it serves repeated prefixes with the same tokens.
 """
 from __future__ import annotations
 
@@ -56,7 +58,33 @@ def test_requests_beyond_the_slots_and_rows_wait_their_turn(oracle):
     """Slots for two requests at a time and one row: all still finish, with the same tokens."""
     e = engine(num_kv_slots=40, max_running_requests=1)
     assert [o.token_ids for o in e.generate(PROMPTS, GREEDY)] == oracle
-    assert e.stats().num_used_slots == 0 and e.stats().num_finished == len(PROMPTS)
+    stats = e.stats()
+    assert stats.num_finished == len(PROMPTS) and stats.num_used_slots == stats.cached_slots  # NOTE: the rest is cached
+    assert e.tree.protected_size() == 0
+    e.tree.check_integrity()
+    e.pool.check_integrity()
+
+
+def test_the_radix_cache_serves_repeated_prefixes_with_the_same_tokens(oracle):
+    """A prompt seen before is served from the cache (all but its last token), a longer one that
+    extends it too; the tokens are the uncached ones' (the same K/V); under a pool too small for
+    everything, unlocked prefixes are evicted and requests still finish with their tokens."""
+    e = engine(chunked_prefill_size=4)
+    first = e.generate(PROMPTS, GREEDY)
+    again = e.generate(PROMPTS, GREEDY)
+    assert [o.token_ids for o in again] == [o.token_ids for o in first] == oracle
+    assert [o.cached_tokens for o in first] == [0, 0, 0, 0]
+    assert [o.cached_tokens for o in again] == [len(p) - 1 for p in PROMPTS]
+    longer = PROMPTS[2] + [7, 8, 9]
+    (extended,) = e.generate([longer], GREEDY)
+    assert extended.cached_tokens >= len(PROMPTS[2])
+    (cold,) = engine(disable_radix_cache=True).generate([longer], GREEDY)
+    assert extended.token_ids == cold.token_ids and cold.cached_tokens == 0
+    tight = engine(num_kv_slots=48, max_running_requests=2)
+    for _ in range(3):
+        assert [o.token_ids for o in tight.generate(PROMPTS, GREEDY)] == oracle
+    tight.tree.check_integrity()
+    assert tight.flush_cache() and tight.stats().num_used_slots == 0
 
 
 def test_stops_lengths_and_logprobs():
@@ -161,6 +189,7 @@ def test_select_scores_are_the_prompt_logprobs_of_each_choice():
         want = ref.score(prompt, choices)
     finally:
         ref.shutdown()
+    assert e.stats().cached_tokens >= len(choices) * (got[0].prompt_tokens - 1)  # NOTE: the prompt prefilled once
     for g, w in zip(got, want):
         assert g.token_ids == w.token_ids and g.prompt_tokens == w.prompt_tokens
         assert g.logprobs == pytest.approx(w.logprobs, abs=0.25)
@@ -181,13 +210,16 @@ def test_abort_and_shutdown_free_everything():
         assert e.abort(rid) and done.wait(30)
         assert not e.abort(rid)
         deadline = time.monotonic() + 10
-        while e.stats().num_used_slots and time.monotonic() < deadline:
+        while e.stats().num_running and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert e.stats().num_used_slots == 0
+        stats = e.stats()  # NOTE: what it computed is cached, nothing else held, nothing locked
+        assert stats.num_running == 0 and stats.num_used_slots == stats.cached_slots and e.tree.protected_size() == 0
         e.submit(PROMPTS[2], {"max_new_tokens": 100, "ignore_eos": True})
     finally:
         assert e.shutdown()
     assert e.stats().num_running == 0 and e.stats().num_waiting == 0
+    assert e.flush_cache() and e.stats().num_used_slots == 0
+    e.pool.check_integrity()
 
 
 # --- `sglc serve --engine native` ------------------------------------------------------------

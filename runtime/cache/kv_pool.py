@@ -5,7 +5,9 @@ Cached (radix tree) tokens and running requests draw from the same pool.
 """
 from __future__ import annotations
 
-import torch
+from typing import Any
+
+from .slot_arrays import SlotArrays, TorchSlots
 
 
 class KVPoolExhausted(RuntimeError):
@@ -16,7 +18,8 @@ class KVSlotPool:
     """A stack of free slot indices plus an in-use mask.
 
     Guarantees:
-        - ``alloc(n)`` returns ``n`` distinct slots that were free, as a 1-D int64 tensor.
+        - ``alloc(n)`` returns ``n`` distinct slots that were free, as a 1-D int64 array of the
+          pool's ``arrays`` (torch tensors by default; numpy for the torch-free engine).
         - ``free(slots)`` returns slots to the pool; with ``debug=True`` it raises on a double
           free, a slot that is out of range, or a slot repeated within one call. Without
           ``debug`` the hot path skips those checks; ``check_integrity()`` still finds the
@@ -27,14 +30,15 @@ class KVSlotPool:
     that range. The stack is LIFO, so a just-freed slot is the next handed out.
     """
 
-    __slots__ = ("num_slots", "debug", "device", "_stack", "_top", "_in_use")
+    __slots__ = ("num_slots", "debug", "arrays", "_stack", "_top", "_in_use")
 
-    def __init__(self, num_slots: int, *, debug: bool = False, device: torch.device | str = "cpu"):
+    def __init__(self, num_slots: int, *, debug: bool = False, device: Any = "cpu", arrays: SlotArrays | None = None):
+        """``arrays``: the slot arrays' library (default: torch tensors on ``device``)."""
         if num_slots < 1:
             raise ValueError(f"KVSlotPool: num_slots must be >= 1, got {num_slots}")
         self.num_slots = num_slots
         self.debug = debug
-        self.device = torch.device(device)
+        self.arrays = arrays if arrays is not None else TorchSlots(device)
         self.reset()
 
     # --- queries -------------------------------------------------------------------------
@@ -52,12 +56,12 @@ class KVSlotPool:
         """True when ``alloc(n)`` would succeed."""
         return 0 <= n <= self._top
 
-    def is_used(self, slots: torch.Tensor) -> torch.Tensor:
-        """Bool tensor: which of ``slots`` are currently handed out (for tests and checks)."""
-        return self._in_use[slots.to(self.device)]
+    def is_used(self, slots: Any) -> Any:
+        """Bool array: which of ``slots`` are currently handed out (for tests and checks)."""
+        return self._in_use[self.arrays.as_slots(slots)]
 
     # --- commands ------------------------------------------------------------------------
-    def alloc(self, n: int) -> torch.Tensor:
+    def alloc(self, n: int) -> Any:
         """Take ``n`` free slots; raises ``KVPoolExhausted`` when fewer are free."""
         if n < 0:
             raise ValueError(f"KVSlotPool.alloc: n must be >= 0, got {n}")
@@ -66,16 +70,16 @@ class KVSlotPool:
                 f"KVSlotPool.alloc({n}): only {self._top} of {self.num_slots} slots are free"
             )
         self._top -= n
-        out = self._stack[self._top : self._top + n].clone()
+        out = self.arrays.copy(self._stack[self._top : self._top + n])
         self._in_use[out] = True
         return out
 
-    def free(self, slots: torch.Tensor) -> None:
+    def free(self, slots: Any) -> None:
         """Return ``slots`` (1-D int64) to the pool; they must have come from ``alloc``."""
-        n = slots.numel()
+        slots = self.arrays.as_slots(slots)
+        n = len(slots)
         if n == 0:
             return
-        slots = slots.reshape(-1).to(device=self.device, dtype=torch.int64)
         if self.debug:
             self._check_free_arg(slots)
         if self._top + n > self.num_slots:
@@ -89,29 +93,29 @@ class KVSlotPool:
 
     def reset(self) -> None:
         """Mark every slot free (only safe when nobody holds slots)."""
-        self._stack = torch.arange(self.num_slots - 1, -1, -1, dtype=torch.int64, device=self.device)
+        self._stack = self.arrays.arange_desc(self.num_slots)
         self._top = self.num_slots
-        self._in_use = torch.zeros(self.num_slots, dtype=torch.bool, device=self.device)
+        self._in_use = self.arrays.zeros_bool(self.num_slots)
 
     # --- checks --------------------------------------------------------------------------
-    def _check_free_arg(self, slots: torch.Tensor) -> None:
+    def _check_free_arg(self, slots: Any) -> None:
         if slots.min().item() < 0 or slots.max().item() >= self.num_slots:
             raise ValueError(
                 f"KVSlotPool.free: slot out of range [0, {self.num_slots}): "
                 f"min={slots.min().item()} max={slots.max().item()}"
             )
-        if torch.unique(slots).numel() != slots.numel():
+        if self.arrays.unique_count(slots) != len(slots):
             raise ValueError("KVSlotPool.free: the same slot appears twice in one call")
         not_used = slots[~self._in_use[slots]]
-        if not_used.numel():
+        if len(not_used):
             raise ValueError(f"KVSlotPool.free: double free of slots {not_used[:8].tolist()}")
 
     def check_integrity(self) -> None:
         """Raise AssertionError unless the free stack and the in-use mask agree exactly."""
         free = self._stack[: self._top]
         assert 0 <= self._top <= self.num_slots, f"free count {self._top} out of range"
-        assert torch.unique(free).numel() == free.numel(), "a slot is on the free stack twice"
-        if free.numel():
+        assert self.arrays.unique_count(free) == len(free), "a slot is on the free stack twice"
+        if len(free):
             assert free.min().item() >= 0 and free.max().item() < self.num_slots, "foreign slot"
         assert not self._in_use[free].any().item(), "a free slot is marked in use"
         assert int(self._in_use.sum().item()) == self.num_used, (

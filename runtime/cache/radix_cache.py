@@ -1,7 +1,8 @@
 """RadixCache: SGLang's RadixAttention prefix cache over token-granular KV slots.
 
 A radix tree keyed by token ids; each edge stores its tokens (``key``, a Python list) and their
-KV slots (``value``, int64 tensor). Cached and running tokens share one ``KVSlotPool``: the tree
+KV slots (``value``, a 1-D int64 array of the pool's ``arrays``: torch tensors for the torch
+engine, numpy for the torch-free one). Cached and running tokens share one ``KVSlotPool``: the tree
 owns the slots stored in it, a running request owns the slots in its table row beyond its
 locked prefix.
 
@@ -18,16 +19,14 @@ keeps the texts hinted requests ended with, ordered by their programs' expected 
 from __future__ import annotations
 
 import heapq
-from typing import Any, NamedTuple, Protocol, Sequence
-
-import torch
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Sequence
 
 from .kv_pool import KVSlotPool
-from .req_slot_table import ReqSlotTable
 from .retention import RetentionTable
 from .token_prefix import common_prefix_len
 
-_EMPTY = torch.empty(0, dtype=torch.int64)
+if TYPE_CHECKING:  # NOTE: the torch engine's table (torch); the torch-free engine has none
+    from .req_slot_table import ReqSlotTable
 
 
 class TreeNode:
@@ -35,11 +34,11 @@ class TreeNode:
 
     __slots__ = ("children", "parent", "key", "value", "lock_ref", "last_access", "id")
 
-    def __init__(self, node_id: int, parent: TreeNode | None = None):
+    def __init__(self, node_id: int, parent: TreeNode | None = None, value: Any = None):
         self.children: dict[int, TreeNode] = {}  # first token of the child's key -> child
         self.parent = parent
         self.key: list[int] = []
-        self.value: torch.Tensor = _EMPTY
+        self.value: Any = value  # NOTE: the pool's empty array until the node gets its tokens
         self.lock_ref = 0  # NOTE: number of locks whose path root..last_node passes here
         self.last_access = 0
         self.id = node_id
@@ -51,12 +50,12 @@ class TreeNode:
 class MatchResult(NamedTuple):
     """``slots`` of the longest cached prefix of the query, and the node where it ends."""
 
-    slots: torch.Tensor
+    slots: Any
     last_node: TreeNode
 
     @property
     def prefix_len(self) -> int:
-        return int(self.slots.numel())
+        return len(self.slots)
 
 
 class CachedRequest(Protocol):
@@ -71,7 +70,7 @@ class CachedRequest(Protocol):
 
     req_row: int | None
     kv_len: int
-    prefix_indices: torch.Tensor
+    prefix_indices: Any
     last_node: TreeNode | None
     hint: Any
 
@@ -97,6 +96,7 @@ class RadixCache:
         if not 0.0 <= hinted_share <= 1.0:
             raise ValueError(f"hinted_share must be in [0, 1], got {hinted_share}")
         self.pool = pool
+        self.arrays = pool.arrays
         self.disable = disable
         self.retention = retention if retention is not None else RetentionTable(int(pool.num_slots * hinted_share))
         self.reset_tree()
@@ -112,7 +112,7 @@ class RadixCache:
         self.retention.clear()
 
     def _new_node(self, parent: TreeNode | None) -> TreeNode:
-        node = TreeNode(self._next_id, parent)
+        node = TreeNode(self._next_id, parent, self.arrays.empty())
         self._next_id += 1
         return node
 
@@ -135,10 +135,10 @@ class RadixCache:
         ``last_node`` ends exactly at the match. Marks the matched path as recently used.
         The slots are safe to use only after ``inc_lock(last_node)``.
         """
-        if self.disable or not token_ids:
-            return MatchResult(_EMPTY, self.root)
+        if self.disable or not len(token_ids):
+            return MatchResult(self.arrays.empty(), self.root)
         node, _, values = self._walk(_as_list(token_ids), collect=True)
-        slots = values[0] if len(values) == 1 else (torch.cat(values) if values else _EMPTY)
+        slots = values[0] if len(values) == 1 else self.arrays.cat(values)
         return MatchResult(slots, node)
 
     def peek_prefix_len(self, token_ids: Sequence[int]) -> int:
@@ -158,24 +158,24 @@ class RadixCache:
         return pos
 
     # --- commands ------------------------------------------------------------------------
-    def insert(self, token_ids: Sequence[int], slots: torch.Tensor) -> int:
+    def insert(self, token_ids: Sequence[int], slots: Any) -> int:
         """Cache ``token_ids`` with their ``slots``; returns how many leading tokens were
         ALREADY cached. The tree takes ownership of ``slots[returned:]``; the new tokens are
         evictable until locked."""
         key = _as_list(token_ids)
-        if len(key) != slots.numel():
-            raise ValueError(f"RadixCache.insert: {len(key)} tokens but {slots.numel()} slots")
+        if len(key) != len(slots):
+            raise ValueError(f"RadixCache.insert: {len(key)} tokens but {len(slots)} slots")
         if self.disable or not key:
             return 0
         return self._insert(key, slots)[0]
 
-    def _insert(self, key: list[int], slots: torch.Tensor) -> tuple[int, TreeNode]:
+    def _insert(self, key: list[int], slots: Any) -> tuple[int, TreeNode]:
         """``insert``, also returning the node where ``key`` ends."""
         node, present, _ = self._walk(key, collect=False)
         if present < len(key):
             leaf = self._new_node(node)
             leaf.key = key[present:]
-            leaf.value = slots[present:].clone()
+            leaf.value = self.arrays.copy(slots[present:])
             leaf.last_access = self._clock
             node.children[leaf.key[0]] = leaf
             self._evictable += len(leaf.key)
@@ -228,7 +228,7 @@ class RadixCache:
             if heir is not None:
                 heapq.heappush(heap, (key(heir, now), heir))
         if values:
-            self.pool.free(torch.cat(values))
+            self.pool.free(self.arrays.cat(values))
         return freed
 
     def reset(self) -> None:
@@ -239,11 +239,11 @@ class RadixCache:
             )
         values = [n.value for n in self._nodes() if n is not self.root]
         if values:
-            self.pool.free(torch.cat(values))
+            self.pool.free(self.arrays.cat(values))
         self.reset_tree()
 
     # --- request lifecycle ---------------------------------------------------------------
-    def cache_finished_req(self, req: CachedRequest, table: ReqSlotTable) -> None:
+    def cache_finished_req(self, req: CachedRequest, table: "ReqSlotTable") -> None:
         """A request leaves (finished, aborted or retracted): insert its computed tokens,
         free its duplicate slots, unlock its prefix and release its table row. Afterwards
         the request owns no slots."""
@@ -252,7 +252,7 @@ class RadixCache:
         if self.disable:
             self.pool.free(slots)
         else:
-            prefix_len = req.prefix_indices.numel()
+            prefix_len = len(req.prefix_indices)
             key = req.fill_ids[:kv_len]
             present, end = self._insert(key, slots) if key else (0, self.root)
             assert present >= prefix_len, f"{req}: its locked prefix vanished from the tree"
@@ -262,10 +262,10 @@ class RadixCache:
                 self.retention.hint(end, req.hint, getattr(req, "program_rank", 0))
         table.free_row(row)
         req.req_row = None
-        req.prefix_indices = _EMPTY
+        req.prefix_indices = self.arrays.empty()
         req.last_node = None
 
-    def cache_unfinished_req(self, req: CachedRequest, table: ReqSlotTable) -> None:
+    def cache_unfinished_req(self, req: CachedRequest, table: "ReqSlotTable") -> None:
         """A running request's computed tokens (``fill_ids[:kv_len]``) become cached: insert
         them, free duplicates, point the table row at the tree's canonical slots and move the
         lock to the new last node. The request keeps running."""
@@ -274,7 +274,7 @@ class RadixCache:
         row, kv_len = req.req_row, req.kv_len
         token_ids = req.fill_ids[:kv_len]
         slots = table.read(row, 0, kv_len)
-        prefix_len = req.prefix_indices.numel()
+        prefix_len = len(req.prefix_indices)
         present = self.insert(token_ids, slots)
         assert present >= prefix_len, f"{req}: its locked prefix vanished from the tree"
         self.pool.free(slots[prefix_len:present])
@@ -287,7 +287,7 @@ class RadixCache:
         req.last_node = match.last_node
 
     # --- internals -----------------------------------------------------------------------
-    def _walk(self, key: list[int], collect: bool) -> tuple[TreeNode, int, list[torch.Tensor]]:
+    def _walk(self, key: list[int], collect: bool) -> tuple[TreeNode, int, list[Any]]:
         """Follow ``key`` from the root, splitting the edge the match ends in."""
         self._clock += 1
         node, pos, n, values = self.root, 0, len(key), []
@@ -337,10 +337,9 @@ class RadixCache:
             if not n.children and n.lock_ref == 0 and n.parent is not None
         ]
 
-    def all_slots(self) -> torch.Tensor:
+    def all_slots(self) -> Any:
         """Every slot the tree owns (for tests and integrity checks)."""
-        values = [n.value for n in self._nodes() if n is not self.root]
-        return torch.cat(values) if values else _EMPTY
+        return self.arrays.cat([n.value for n in self._nodes() if n is not self.root])
 
     def check_integrity(self) -> None:
         """Raise AssertionError unless sizes, locks, child keys and slot ownership agree."""
@@ -352,7 +351,7 @@ class RadixCache:
             if node is self.root:
                 assert not node.key and node.lock_ref >= 1, "root changed"
                 continue
-            assert len(node.key) == node.value.numel() > 0, f"{node}: key/value lengths differ"
+            assert len(node.key) == len(node.value) > 0, f"{node}: key/value lengths differ"
             assert node.lock_ref >= 0, f"{node}: negative lock count"
             child_locks = sum(c.lock_ref for c in node.children.values())
             assert node.lock_ref >= child_locks, f"{node}: fewer locks than its children"
@@ -363,16 +362,16 @@ class RadixCache:
         assert evictable == self._evictable, f"evictable {self._evictable} != {evictable}"
         assert protected == self._protected, f"protected {self._protected} != {protected}"
         slots = self.all_slots()
-        assert torch.unique(slots).numel() == slots.numel(), "a slot is cached twice"
-        if slots.numel():
+        assert self.arrays.unique_count(slots) == len(slots), "a slot is cached twice"
+        if len(slots):
             assert self.pool.is_used(slots).all().item(), "a cached slot is free in the pool"
         if self.disable:
-            assert slots.numel() == 0, "a disabled cache holds tokens"
+            assert len(slots) == 0, "a disabled cache holds tokens"
 
 
 def _as_list(token_ids: Sequence[int]) -> list[int]:
     if isinstance(token_ids, list):
         return token_ids
-    if isinstance(token_ids, torch.Tensor):
+    if hasattr(token_ids, "tolist"):  # NOTE: a torch tensor or a numpy array of ids
         return token_ids.tolist()
     return list(token_ids)

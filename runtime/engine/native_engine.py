@@ -1,20 +1,24 @@
 """NativeEngine: the Engine's serving API over the torch-free GGUF model (issue #26).
 
-``sglc serve --engine native`` runs this in a process that never imports torch: ~1 s and ~210 MiB
-less than the torch engine before the first answer (docs/benchmarks.md). The same tiles and
+``sglc serve --engine native`` runs this in a process that never imports torch: ~1 s and ~100-200
+MiB less than the torch engine before the first answer (docs/benchmarks.md). The same tiles and
 kernels compute (``model/native_model.py``: each decoder layer is the binding's ``DecodeLayer``),
 so a greedy request gives the torch engine's tokens. What is here is the serving loop around it:
 continuous batching (every step decodes one token of each running request and prefills up to
-``chunked_prefill_size`` prompt tokens of the others, all as rows of one native call), KV slots
-reserved per request at admission (prompt + max_new_tokens: a request admitted always finishes),
-sampling in numpy, and the text, stops and delivery of the torch engine's ``RequestOutput``.
+``chunked_prefill_size`` prompt tokens of the others, all as rows of one native call), the torch
+engine's radix cache over numpy slot arrays (a prompt's longest cached prefix is reused, locked
+while the request runs; a finished request's tokens are inserted; unlocked prefixes are evicted
+least recently used first when a request needs room), KV slots for the rest reserved at
+admission (prompt + max_new_tokens: a request admitted always finishes), sampling in numpy, and
+the text, stops and delivery of the torch engine's ``RequestOutput``.
 
 Prompt logprobs, prefill-only requests and scoring (``select``, through the torch engine's
-``ScoreJob``) work as there. Not here yet, refused at submit by name (the torch engine runs them):
-output constraints (regex / JSON schema / EBNF) and stop_regex; program hints are accepted and
-unused (they never change outputs). There is no prefix cache yet: each request
-prefills its whole prompt. Seeded sampling is deterministic per seed, from numpy's generator, so
-its draws are not the torch engine's.
+``ScoreJob``: the prompt is prefilled once and every choice reuses it) work as there. Not here
+yet, refused at submit by name (the torch engine runs them): output constraints (regex / JSON
+schema / EBNF) and stop_regex; program hints are accepted and unused (they never change outputs).
+A prompt's tokens are cached when its request ends (not after each prefill chunk, as the torch
+engine does: requests sent together with one new prefix each prefill it). Seeded sampling is
+deterministic per seed, from numpy's generator, so its draws are not the torch engine's.
 """
 from __future__ import annotations
 
@@ -28,6 +32,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..cache.kv_pool import KVSlotPool
+from ..cache.radix_cache import RadixCache, TreeNode
+from ..cache.slot_arrays import NumpySlots
 from ..model.default_model import gguf_source, resolve_model_path
 from ..model.native_model import NativeGGUFModel
 from ..model.tokenizer import Tokenizer
@@ -59,16 +66,13 @@ class NativeEngineConfig:
     threads: int | None = None
     seed: int | None = None
     dtype: str = "bfloat16"
+    disable_radix_cache: bool = False
 
     def __post_init__(self) -> None:
         for name in ("num_kv_slots", "max_running_requests", "chunked_prefill_size"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"NativeEngineConfig.{name} must be positive, got {getattr(self, name)}")
 
-    @property
-    def disable_radix_cache(self) -> bool:
-        """There is no prefix cache (what ScoreJob asks before prefilling a prompt to share)."""
-        return True
 
 
 def unsupported_params(p: SamplingParams) -> list[str]:
@@ -134,6 +138,8 @@ class _Request:
     rng: np.random.Generator
     slots: list[int] = field(default_factory=list)  # KV slot of each token position (reserved whole)
     computed: int = 0  # positions whose K/V are written
+    cached: int = 0  # leading positions served by the radix cache (their slots are the tree's)
+    last_node: TreeNode | None = None  # where its cached prefix ends (locked while it runs)
     aborted: bool = False
     logprob_rows: tuple[int, int] = (0, 0)  # prompt positions [next, end) whose rows give prompt logprobs
     prompt_logprobs: list[float | None] | None = None
@@ -165,7 +171,10 @@ class NativeEngine:
                                cfg.num_kv_slots)
         self.eos_token_ids = tuple(sorted(set(self.tokenizer.stop_token_ids) | set(mc.eos_token_ids)))
         self._rng = np.random.default_rng(cfg.seed)
-        self._free = list(range(cfg.num_kv_slots - 1, -1, -1))
+        #: the pool's slots go to running requests and the prefix cache (SGLang's RadixAttention,
+        #: the torch engine's RadixCache over numpy slot arrays)
+        self.pool = KVSlotPool(cfg.num_kv_slots, arrays=NumpySlots())
+        self.tree = RadixCache(self.pool, disable=cfg.disable_radix_cache)
         self._waiting: deque[_Request] = deque()
         self._running: list[_Request] = []
         self._in_step: set[str] = set()
@@ -175,7 +184,7 @@ class NativeEngine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._counts = dict(num_finished=0, num_steps=0, prompt_tokens=0, computed_prefill_tokens=0,
-                            completion_tokens=0)
+                            completion_tokens=0, cached_tokens=0)
         self._times = dict(schedule_s=0.0, forward_s=0.0, process_s=0.0, busy_s=0.0)
 
     # --- requests in ---------------------------------------------------------------------
@@ -289,14 +298,27 @@ class NativeEngine:
         return True
 
     def _admit(self) -> None:
-        """Waiting requests in order while a row and their whole slots are free (no retraction)."""
+        """Waiting requests in order while a row and their slots are free: the longest cached
+        prefix of the prompt (locked), new slots for the rest and for max_new_tokens (reserved
+        whole: an admitted request always finishes; cached prefixes are evicted for room)."""
         while self._waiting and len(self._running) < self.config.max_running_requests:
             req = self._waiting[0]
-            need = req.num_prompt + max(req.params.max_new_tokens, 1)
-            if need > len(self._free):
+            # NOTE: at least the last prompt token is computed (its row samples); rows that give
+            # prompt logprobs too
+            usable = req.num_prompt - 1 if req.prompt_logprobs is None else min(req.num_prompt - 1, req.logprob_rows[0])
+            match = self.tree.match_prefix(req.tokens[:usable])
+            self.tree.inc_lock(match.last_node)
+            need = req.num_prompt - match.prefix_len + max(req.params.max_new_tokens, 1)
+            if need > self.pool.num_free:
+                self.tree.evict(need - self.pool.num_free)
+            if need > self.pool.num_free:
+                self.tree.dec_lock(match.last_node)
                 return
             self._waiting.popleft()
-            req.slots = [self._free.pop() for _ in range(need)]
+            req.slots = match.slots.tolist() + self.pool.alloc(need).tolist()
+            req.computed = req.cached = match.prefix_len
+            req.last_node = match.last_node
+            self._counts["cached_tokens"] += req.cached
             self._running.append(req)
 
     def _plan(self):
@@ -343,7 +365,7 @@ class NativeEngine:
         if error is not None:
             for req, _, _ in picked:
                 req.output.fail(f"engine error: {type(error).__name__}: {error}")
-                self._finish(req)
+                self._finish(req, keep_kv=False)
             return
         for req, start, n in picked:
             req.computed = start + n
@@ -391,20 +413,32 @@ class NativeEngine:
             req.output.fail(f"engine error: {type(err).__name__}: {err}")
             return "abort"
 
-    def _finish(self, req: _Request) -> GenerateOutput:
-        """End ``req`` (any state): free its slots, deliver its final output."""
+    def _finish(self, req: _Request, keep_kv: bool = True) -> GenerateOutput:
+        """End ``req`` (any state): its computed tokens go to the prefix cache (``keep_kv``: their
+        K/V are whole, not after a failed step), its other slots back to the pool, its prefix is
+        unlocked; then its final output is delivered."""
         if req in self._running:
             self._running.remove(req)
-            self._free.extend(reversed(req.slots))
-            req.slots = []
+            self._release(req, keep_kv)
         elif req in self._waiting:
             self._waiting.remove(req)
         self._counts["num_finished"] += 1
-        self._counts["computed_prefill_tokens"] += min(req.computed, req.num_prompt)
-        out = req.output.finalize(aborted=req.aborted, cached_tokens=0, prompt_logprobs=req.prompt_logprobs)
+        self._counts["computed_prefill_tokens"] += max(0, min(req.computed, req.num_prompt) - req.cached)
+        out = req.output.finalize(aborted=req.aborted, cached_tokens=req.cached, prompt_logprobs=req.prompt_logprobs)
         if req.output.keeps_result:
             self._results[req.rid] = out
         return out
+
+    def _release(self, req: _Request, keep_kv: bool) -> None:
+        """The radix cache's rule (``cache_finished_req``): insert the computed tokens, free the
+        request's own duplicates of what was already cached and every slot it did not use."""
+        slots = np.asarray(req.slots, np.int64)
+        kept = req.computed if keep_kv else req.cached
+        present = self.tree.insert(req.tokens[:kept], slots[:kept]) if kept else 0
+        assert present >= req.cached, f"{req.rid}: its locked prefix left the tree"
+        self.pool.free(np.concatenate([slots[req.cached:present], slots[kept:]]))
+        self.tree.dec_lock(req.last_node)
+        req.slots, req.last_node = [], None
 
     # --- what the server asks besides generating ------------------------------------------
     def score_job(self, prompt: Prompt, continuations: Sequence[Prompt], *, hint: Any = None) -> ScoreJob:
@@ -416,19 +450,24 @@ class NativeEngine:
         return 0
 
     def flush_cache(self) -> bool:
-        """There is no prefix cache to flush: True (nothing cached)."""
-        return True
+        """Empty the prefix cache; only while idle (False otherwise)."""
+        with self._lock:
+            if self._waiting or self._running:
+                return False
+            self.tree.reset()
+            return True
 
     def stats(self) -> EngineStats:
         with self._lock:
             c, t = self._counts, self._times
-            used = self.config.num_kv_slots - len(self._free)
+            used = self.pool.num_used
             return EngineStats(
                 num_waiting=len(self._waiting), num_running=len(self._running), num_finished=c["num_finished"],
-                num_retractions=0, num_steps=c["num_steps"], prompt_tokens=c["prompt_tokens"], cached_tokens=0,
-                cache_hit_rate=0.0, computed_prefill_tokens=c["computed_prefill_tokens"],
+                num_retractions=0, num_steps=c["num_steps"], prompt_tokens=c["prompt_tokens"],
+                cached_tokens=c["cached_tokens"], cache_hit_rate=c["cached_tokens"] / max(1, c["prompt_tokens"]),
+                computed_prefill_tokens=c["computed_prefill_tokens"],
                 completion_tokens=c["completion_tokens"], num_kv_slots=self.config.num_kv_slots,
-                num_used_slots=used, cached_slots=0, pool_usage=used / self.config.num_kv_slots,
+                num_used_slots=used, cached_slots=self.tree.total_size(), pool_usage=used / self.config.num_kv_slots,
                 schedule_s=t["schedule_s"], radix_s=0.0, radix_calls=0, forward_s=t["forward_s"],
                 process_s=t["process_s"], busy_s=t["busy_s"])
 
@@ -478,7 +517,7 @@ class NativeEngine:
                     self._in_step = set()
                     for req in [*self._waiting, *self._running]:
                         req.output.abort_message, req.aborted = "engine step failed", True
-                        self._finish(req)
+                        self._finish(req, keep_kv=False)
 
     # --- in-process use ------------------------------------------------------------------
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams | dict | None = None) -> list[GenerateOutput]:

@@ -81,7 +81,8 @@ class ServeConfig:
                                   max_running_requests=self.max_running_requests,
                                   chunked_prefill_size=chunk if isinstance(chunk, int) and chunk > 0
                                   else NativeEngineConfig.chunked_prefill_size,
-                                  threads=server_threads(self.threads), dtype=self.dtype or "bfloat16")
+                                  threads=server_threads(self.threads), dtype=self.dtype or "bfloat16",
+                                  disable_radix_cache=self.disable_radix_cache)
 
     def build_engine(self) -> Any:
         """The engine this config names, loaded (not started)."""
