@@ -16,8 +16,9 @@ Prompt logprobs, prefill-only requests and scoring (``select``, through the torc
 ``ScoreJob``: the prompt is prefilled once and every choice reuses it) work as there. Not here
 yet, refused at submit by name (the torch engine runs them): output constraints (regex / JSON
 schema / EBNF) and stop_regex; program hints are accepted and unused (they never change outputs).
-A prompt's tokens are cached when its request ends (not after each prefill chunk, as the torch
-engine does: requests sent together with one new prefix each prefill it). Seeded sampling is
+A prompt is cached as soon as it is prefilled (the torch engine caches after every chunk), and
+a waiting request whose prompt shares a long prefix with one being prefilled waits for it (the
+torch scheduler's in-batch prefix dedup). Seeded sampling is
 deterministic per seed, from numpy's generator, so its draws are not the torch engine's.
 """
 from __future__ import annotations
@@ -35,6 +36,7 @@ import numpy as np
 from ..cache.kv_pool import KVSlotPool
 from ..cache.radix_cache import RadixCache, TreeNode
 from ..cache.slot_arrays import NumpySlots
+from ..cache.token_prefix import common_prefix_len
 from ..model.default_model import gguf_source, resolve_model_path
 from ..model.native_model import NativeGGUFModel
 from ..model.tokenizer import Tokenizer
@@ -51,6 +53,9 @@ from .thread_policy import start_transient_thread
 log = logging.getLogger(__name__)
 
 SHUTDOWN_TIMEOUT_S = 10.0
+#: a waiting request whose prompt shares this many tokens more than the cache holds with one being
+#: prefilled waits for that prefill to be cached instead of prefilling the same tokens beside it
+DEDUP_TOKENS = 32
 
 
 @dataclass
@@ -138,8 +143,9 @@ class _Request:
     rng: np.random.Generator
     slots: list[int] = field(default_factory=list)  # KV slot of each token position (reserved whole)
     computed: int = 0  # positions whose K/V are written
-    cached: int = 0  # leading positions served by the radix cache (their slots are the tree's)
-    last_node: TreeNode | None = None  # where its cached prefix ends (locked while it runs)
+    cached: int = 0  # leading prompt positions the radix cache served at admission
+    locked: int = 0  # leading positions whose slots are the tree's (locked while it runs)
+    last_node: TreeNode | None = None  # where that locked prefix ends
     aborted: bool = False
     logprob_rows: tuple[int, int] = (0, 0)  # prompt positions [next, end) whose rows give prompt logprobs
     prompt_logprobs: list[float | None] | None = None
@@ -306,6 +312,8 @@ class NativeEngine:
             # NOTE: at least the last prompt token is computed (its row samples); rows that give
             # prompt logprobs too
             usable = req.num_prompt - 1 if req.prompt_logprobs is None else min(req.num_prompt - 1, req.logprob_rows[0])
+            if self._prefilling_shares(req.tokens[:usable], self.tree.peek_prefix_len(req.tokens[:usable])):
+                return  # NOTE: its prefix is being prefilled: admitted once that is cached, it reuses it
             match = self.tree.match_prefix(req.tokens[:usable])
             self.tree.inc_lock(match.last_node)
             need = req.num_prompt - match.prefix_len + max(req.params.max_new_tokens, 1)
@@ -316,10 +324,37 @@ class NativeEngine:
                 return
             self._waiting.popleft()
             req.slots = match.slots.tolist() + self.pool.alloc(need).tolist()
-            req.computed = req.cached = match.prefix_len
+            req.computed = req.cached = req.locked = match.prefix_len
             req.last_node = match.last_node
             self._counts["cached_tokens"] += req.cached
             self._running.append(req)
+
+    def _prefilling_shares(self, tokens: list[int], cached: int) -> bool:
+        """Whether a running request still prefilling its prompt shares more of ``tokens`` than the
+        cache holds (by ``DEDUP_TOKENS`` or more): the prefix will be cached when its prefill ends
+        (the torch scheduler's in-batch prefix dedup, for requests sent together)."""
+        for other in self._running:
+            if other.computed < other.num_prompt:
+                shared = common_prefix_len(other.tokens[:other.num_prompt], tokens)
+                if shared >= cached + DEDUP_TOKENS:
+                    return True
+        return False
+
+    def _cache_prompt(self, req: _Request) -> None:
+        """``req``'s prompt is prefilled: cache it now, while it decodes (the torch engine's
+        ``cache_unfinished_req``): insert it, give back the slots the tree already held, take the
+        tree's slots for them and move the lock to where the prompt ends."""
+        n = req.num_prompt
+        slots = np.asarray(req.slots[:n], np.int64)
+        present = self.tree.insert(req.tokens[:n], slots)
+        assert present >= req.locked, f"{req.rid}: its locked prefix left the tree"
+        self.pool.free(slots[req.locked:present])
+        match = self.tree.match_prefix(req.tokens[:n])
+        assert match.prefix_len == n, f"{req.rid}: re-match found {match.prefix_len}/{n}"
+        req.slots[req.locked:n] = match.slots[req.locked:n].tolist()
+        self.tree.inc_lock(match.last_node)
+        self.tree.dec_lock(req.last_node)
+        req.locked, req.last_node = n, match.last_node
 
     def _plan(self):
         """This step's rows: one per decoding request, then prompt chunks within the budget.
@@ -369,6 +404,8 @@ class NativeEngine:
             return
         for req, start, n in picked:
             req.computed = start + n
+            if start < req.num_prompt <= req.computed and not self.tree.disable and not req.aborted:
+                self._cache_prompt(req)
         for j, (req, _, p) in enumerate(prompt_rows):  # NOTE: row p predicts token p + 1
             req.prompt_logprobs.append(float(log_softmax(logits[len(samplers) + j])[req.tokens[p + 1]]))
         for req, start, n in picked:  # NOTE: a prefill-only request (a score's) ends with its prompt
@@ -433,10 +470,10 @@ class NativeEngine:
         """The radix cache's rule (``cache_finished_req``): insert the computed tokens, free the
         request's own duplicates of what was already cached and every slot it did not use."""
         slots = np.asarray(req.slots, np.int64)
-        kept = req.computed if keep_kv else req.cached
+        kept = req.computed if keep_kv else req.locked
         present = self.tree.insert(req.tokens[:kept], slots[:kept]) if kept else 0
-        assert present >= req.cached, f"{req.rid}: its locked prefix left the tree"
-        self.pool.free(np.concatenate([slots[req.cached:present], slots[kept:]]))
+        assert present >= req.locked, f"{req.rid}: its locked prefix left the tree"
+        self.pool.free(np.concatenate([slots[req.locked:present], slots[kept:]]))
         self.tree.dec_lock(req.last_node)
         req.slots, req.last_node = [], None
 
