@@ -46,7 +46,10 @@ def _dynamic_inv_freq(dim: int, theta: float, factor: float, max_pos: int, seq_l
     return (f32(1.0) / np.power(f32(base), _exponents(dim))).astype(f32)
 
 
-def _yarn(dim: int, theta: float, scaling: dict[str, Any], max_pos: int) -> tuple[np.ndarray, float]:
+def yarn_parameters(dim: int, theta: float, scaling: dict[str, Any], max_pos: int) -> tuple[float, float, float, float]:
+    """YaRN's scalars as transformers computes them (shared with ``models/rope.py``): the factor,
+    the cos/sin attention factor (0.1 ln(factor) + 1 unless given) and the ramp's low / high
+    dimensions."""
     original = int(scaling["original_max_position_embeddings"])
     factor = scaling.get("factor")
     factor = float(factor) if factor is not None else max_pos / original
@@ -71,27 +74,39 @@ def _yarn(dim: int, theta: float, scaling: dict[str, Any], max_pos: int) -> tupl
         low, high = math.floor(low), math.ceil(high)
     low, high = max(low, 0), min(high, dim - 1)
     if low == high:
-        high += 0.001
-    pos_freqs = np.power(f32(theta), _exponents(dim)).astype(f32)
-    extrapolation = (f32(1.0) / pos_freqs).astype(f32)
-    interpolation = (f32(1.0) / (f32(factor) * pos_freqs)).astype(f32)
-    ramp = np.clip((np.arange(dim // 2, dtype=f32) - f32(low)) / f32(high - low), 0, 1).astype(f32)
-    keep = f32(1) - ramp
-    return (interpolation * (f32(1) - keep) + extrapolation * keep).astype(f32), float(attention_factor)
+        high += 0.001  # NOTE: as transformers, against a zero-width ramp
+    return factor, float(attention_factor), low, high
 
 
-def _longrope(dim: int, theta: float, scaling: dict[str, Any], max_pos: int, long: bool) -> tuple[np.ndarray, float]:
+def longrope_attention_factor(scaling: dict[str, Any], max_pos: int) -> float:
+    """LongRoPE's cos/sin scaling: sqrt(1 + ln(factor) / ln(original)) unless given (shared with
+    ``models/rope.py``)."""
     original = int(scaling["original_max_position_embeddings"])
     factor = scaling.get("factor")
     factor = float(factor) if factor is not None else max_pos / original
     attention_factor = scaling.get("attention_factor")
     if attention_factor is None:
         attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    return float(attention_factor)
+
+
+def _yarn(dim: int, theta: float, scaling: dict[str, Any], max_pos: int) -> tuple[np.ndarray, float]:
+    factor, attention_factor, low, high = yarn_parameters(dim, theta, scaling, max_pos)
+    pos_freqs = np.power(f32(theta), _exponents(dim)).astype(f32)
+    extrapolation = (f32(1.0) / pos_freqs).astype(f32)
+    interpolation = (f32(1.0) / (f32(factor) * pos_freqs)).astype(f32)
+    ramp = np.clip((np.arange(dim // 2, dtype=f32) - f32(low)) / f32(high - low), 0, 1).astype(f32)
+    keep = f32(1) - ramp
+    return (interpolation * (f32(1) - keep) + extrapolation * keep).astype(f32), attention_factor
+
+
+def _longrope(dim: int, theta: float, scaling: dict[str, Any], max_pos: int, long: bool) -> tuple[np.ndarray, float]:
+    attention_factor = longrope_attention_factor(scaling, max_pos)
     ext = np.asarray(scaling["long_factor" if long else "short_factor"], dtype=f32)
     if ext.size != dim // 2:
         raise ValueError(f"longrope {'long' if long else 'short'}_factor has {ext.size} entries, "
                          f"the rotary dimension {dim} needs {dim // 2}")
-    return (f32(1.0) / (ext * np.power(f32(theta), _exponents(dim)))).astype(f32), float(attention_factor)
+    return (f32(1.0) / (ext * np.power(f32(theta), _exponents(dim)))).astype(f32), attention_factor
 
 
 def rope_tables(head_dim: int, theta: float, scaling: dict[str, Any] | None, max_position_embeddings: int,

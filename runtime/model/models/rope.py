@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from ..rope_tables import longrope_attention_factor, yarn_parameters
+
 #: rope types whose frequencies depend on the position (see the module docstring)
 POSITION_DEPENDENT = ("dynamic", "longrope")
 
@@ -87,56 +89,25 @@ def _dynamic_inv_freq(dim: int, theta: float, factor: float, max_pos: int, seq_l
 def _yarn(dim: int, theta: float, scaling: dict[str, Any], max_pos: int) -> tuple[torch.Tensor, float]:
     """YaRN: interpolate low frequencies, keep high ones, a linear ramp between; cos/sin scaled
     by the attention factor (0.1 ln(factor) + 1 unless given)."""
-    original = int(scaling["original_max_position_embeddings"])
-    factor = scaling.get("factor")
-    factor = float(factor) if factor is not None else max_pos / original
-    attention_factor = scaling.get("attention_factor")
-    mscale, mscale_all_dim = scaling.get("mscale"), scaling.get("mscale_all_dim")
-
-    def get_mscale(scale: float, m: float = 1) -> float:
-        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
-
-    if attention_factor is None:
-        if mscale and mscale_all_dim:
-            attention_factor = float(get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim))
-        else:
-            attention_factor = get_mscale(factor)
-    beta_fast = scaling.get("beta_fast") or 32
-    beta_slow = scaling.get("beta_slow") or 1
-    truncate = scaling.get("truncate", True)
-
-    def correction_dim(rotations: float) -> float:
-        return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(theta))
-
-    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
-    if truncate:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
-    if low == high:
-        high += 0.001  # NOTE: as transformers, against a zero-width ramp
+    factor, attention_factor, low, high = yarn_parameters(dim, theta, scaling, max_pos)
     pos_freqs = theta ** (torch.arange(0, dim, 2).to(dtype=torch.float) / dim)
     extrapolation = 1.0 / pos_freqs
     interpolation = 1.0 / (factor * pos_freqs)
     ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
     keep = 1 - ramp
-    return interpolation * (1 - keep) + extrapolation * keep, float(attention_factor)
+    return interpolation * (1 - keep) + extrapolation * keep, attention_factor
 
 
 def _longrope(dim: int, theta: float, scaling: dict[str, Any], max_pos: int, long: bool) -> tuple[torch.Tensor, float]:
     """LongRoPE (Phi-3): per-frequency factors, ``long_factor`` for long sequences, else
     ``short_factor``; cos/sin scaled by sqrt(1 + ln(factor) / ln(original)) unless given."""
-    original = int(scaling["original_max_position_embeddings"])
-    factor = scaling.get("factor")
-    factor = float(factor) if factor is not None else max_pos / original
-    attention_factor = scaling.get("attention_factor")
-    if attention_factor is None:
-        attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    attention_factor = longrope_attention_factor(scaling, max_pos)
     ext = torch.tensor(scaling["long_factor" if long else "short_factor"], dtype=torch.float32)
     if ext.numel() != dim // 2:
         raise ValueError(f"longrope {'long' if long else 'short'}_factor has {ext.numel()} entries, "
                          f"the rotary dimension {dim} needs {dim // 2}")
     shape = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
-    return 1.0 / (ext * theta**shape), float(attention_factor)
+    return 1.0 / (ext * theta**shape), attention_factor
 
 
 class RotaryEmbedding:
