@@ -25,7 +25,8 @@ from test_native_model import DATA, torch_model, torch_token_by_token
 
 import sglc
 from sglc.fleet import free_port
-from sglc_runtime.engine.native_engine import NativeEngine, log_softmax, sample_token
+from sglc_runtime.engine.native_engine import NativeEngine
+from sglc_runtime.sampling.numpy_sampling import log_softmax, sample_token
 from sglc_runtime.model.native_model import NativeGGUFModel
 from sglc_runtime.model.models.tiled_linear import native_tile_kernels
 from sglc_runtime.sampling.sampling_params import SamplingParams
@@ -119,7 +120,7 @@ def test_penalties_follow_the_torch_engines_rule():
     """The torch sampler's PenaltyBatch on the same logits and outputs gives the same values."""
     import torch
 
-    from sglc_runtime.engine.native_engine import apply_penalties
+    from sglc_runtime.sampling.numpy_sampling import apply_penalties
     from sglc_runtime.sampling.penalties import PenaltyBatch
 
     rng = np.random.default_rng(1)

@@ -43,6 +43,7 @@ from ..model.tokenizer import Tokenizer
 from ..output.outputs import GenerateOutput, StreamChunk
 from ..output.request_output import RequestOutput
 from ..sampling.sampling_params import SamplingParams, as_params
+from ..sampling.numpy_sampling import apply_penalties, log_softmax, sample_token
 from ..sampling.sampling_state import prompt_logprob_span
 from ..sampling.token_result import TokenResult
 from .prompt_ids import Prompt, to_token_ids
@@ -89,48 +90,6 @@ def unsupported_params(p: SamplingParams) -> list[str]:
     if p.stop_regex:
         found.append("stop_regex")
     return found
-
-
-def sample_token(logits: np.ndarray, p: SamplingParams, rng: np.random.Generator) -> int:
-    """One token from a float32 logits row: greedy at temperature 0 (or top_k 1), else drawn from
-    the softmax at ``temperature`` restricted by top_k, top_p and min_p."""
-    if p.temperature == 0.0 or p.top_k == 1:
-        return int(np.argmax(logits))
-    x = logits.astype(np.float64) / p.temperature
-    ids = np.arange(x.shape[0])
-    if 0 < p.top_k < x.shape[0]:
-        ids = np.argpartition(-x, p.top_k - 1)[:p.top_k]
-    order = ids[np.argsort(-x[ids], kind="stable")]
-    probs = np.exp(x[order] - x[order[0]])
-    probs /= probs.sum()
-    keep = probs.shape[0]
-    if p.top_p < 1.0:  # NOTE: the smallest head whose mass reaches top_p (the first token always stays)
-        keep = min(keep, int(np.searchsorted(np.cumsum(probs), p.top_p)) + 1)
-    if p.min_p > 0.0:
-        keep = min(keep, max(1, int((probs >= p.min_p * probs[0]).sum())))
-    head = probs[:keep] / probs[:keep].sum()
-    return int(order[rng.choice(keep, p=head)])
-
-
-def apply_penalties(logits: np.ndarray, p: SamplingParams, output_ids: Sequence[int]) -> np.ndarray:
-    """``logits`` with the output tokens' penalties, in SGLang's and vLLM's order (the torch
-    engine's ``sampling/penalties.py``): repetition (divide positive / multiply negative logits of
-    seen tokens), then frequency (per occurrence) and presence (once) subtracted."""
-    if not output_ids:
-        return logits
-    counts = np.bincount(np.asarray(output_ids, np.int64), minlength=logits.shape[0])[:logits.shape[0]].astype(np.float32)
-    seen = counts > 0
-    out = logits.astype(np.float32, copy=True)
-    if p.repetition_penalty != 1.0:
-        rep = np.float32(p.repetition_penalty)
-        out = np.where(seen, np.where(out > 0, out / rep, out * rep), out).astype(np.float32)
-    return (out - np.float32(p.frequency_penalty) * counts - np.float32(p.presence_penalty) * seen).astype(np.float32)
-
-
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    x = logits.astype(np.float32)
-    m = x.max()
-    return x - (m + np.log(np.exp(x - m).sum(dtype=np.float32)))
 
 
 @dataclass(eq=False)
@@ -558,18 +517,15 @@ class NativeEngine:
 
     # --- in-process use ------------------------------------------------------------------
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams | dict | None = None) -> list[GenerateOutput]:
-        """Run ``prompts`` to completion on the calling thread (no background thread running)."""
-        if self._thread is not None:
-            raise RuntimeError("NativeEngine.generate: the background thread drives this engine")
-        outs: dict[str, GenerateOutput] = {}
-        rids = []
-        for prompt in prompts:
-            holder: dict[str, GenerateOutput] = {}
-            rid = self.submit(prompt, params, callback=lambda chunk, h=holder: chunk.finished and h.update(out=chunk.output))
-            rids.append((rid, holder))
-        while any("out" not in h for _, h in rids):
-            if not self.step():
-                raise RuntimeError("NativeEngine.generate: requests left that no step can run")
-        for rid, h in rids:
-            outs[rid] = h["out"]
-        return [outs[rid] for rid, _ in rids]
+        """Submit ``prompts`` and return their outputs in order (``wait`` steps the engine itself
+        where no background thread runs); an invalid prompt aborts the ones submitted before it."""
+        rids: list[str] = []
+        try:
+            for prompt in prompts:
+                rids.append(self.submit(prompt, params))
+        except Exception:
+            for rid in rids:
+                self.abort(rid, "a sibling request in the same generate() call was invalid")
+                self._results.pop(rid, None)
+            raise
+        return [self.wait(rid) for rid in rids]
