@@ -146,3 +146,34 @@ def rpc_error(fn: Any) -> grpc.RpcError:
     except grpc.RpcError as err:
         return err
     raise AssertionError("the call succeeded")
+
+
+def assert_fuzzing_leaves_it_serving(runtime: Any, *, seed: int, seconds: float, hang_s: float) -> None:
+    """Fuzz ``runtime`` over HTTP and gRPC (bench/server_fuzz.py): every request gets a 4xx /
+    non-internal status or a normal answer, promptly; nothing logs a traceback; afterwards the same
+    greedy answers as before and no call in flight. The engine's own state is the caller's to check."""
+    from bench.server_fuzz import LogWatch, run_fuzz
+    from sglc.wire.proto import runtime_pb2_grpc as pb_grpc
+
+    base = http_base(runtime)
+    channel = grpc.insecure_channel(grpc_address(runtime))
+    stub = pb_grpc.RuntimeStub(channel)
+    before_http, before_grpc = greedy_completion(base), greedy_grpc(stub)
+    with LogWatch() as watch:
+        tally = run_fuzz(base, grpc_address(runtime), seconds=seconds, seed=seed, workers=4, timeout=hang_s)
+        wait_idle(runtime, timeout=60)
+    summary = tally.summary()
+    print(f"\nfuzz: {summary['requests']} requests, {summary['clean_errors']} clean errors, "
+          f"{summary['server_errors']} server errors, {summary['tracebacks']} tracebacks, {summary['hangs']} hangs, "
+          f"{len(watch.tracebacks)} logged tracebacks; statuses {summary['statuses']}")
+    assert tally.requests >= 50, summary
+    assert not tally.server_errors, tally.server_errors[:5]
+    assert not tally.tracebacks, tally.tracebacks[:5]
+    assert not tally.hangs, tally.hangs[:5]
+    assert not watch.tracebacks, watch.tracebacks[:5]
+    kinds = set(summary["statuses"])
+    assert {"http 200", "http 400", "grpc OK", "grpc INVALID_ARGUMENT"} <= kinds, kinds  # both ends reached
+    assert greedy_completion(base) == before_http and greedy_grpc(stub) == before_grpc
+    channel.close()
+    wait_idle(runtime, timeout=30)
+    assert runtime.service.num_active == 0
