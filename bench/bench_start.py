@@ -88,25 +88,24 @@ def main() -> int:
                     help="also start llama-server from DIR (with its libggml-cpu-*.so) on the same file, first")
     args = ap.parse_args()
     engines = args.engine or ["torch"]
-    # NOTE: a variant is a checkout started with one engine ("PATH" or "PATH --engine native")
-    checkouts = [c if e == "torch" and len(engines) == 1 else f"{c} --engine {e}"
-                 for c in (args.checkout or [str(ROOT)]) for e in engines]
+    # NOTE: a variant is (its label, the PYTHONPATH it starts with, the engine: "torch", "native" or
+    # "llama-server:DIR")
+    variants = [(c if len(engines) == 1 and e == "torch" else f"{c} --engine {e}", c, e)
+                for c in (args.checkout or [str(ROOT)]) for e in engines]
     if args.llama_server:
-        checkouts.insert(0, f" --engine llama-server:{args.llama_server}")
+        variants.insert(0, (f"llama-server ({args.llama_server})", "", f"llama-server:{args.llama_server}"))
     print(f"load {os.getloadavg()[0]:.2f}; {args.runs} runs each, alternating", flush=True)
-    times: dict[str, list[float]] = {c: [] for c in checkouts}
+    times: dict[str, list[float]] = {label: [] for label, _, _ in variants}
     rss: dict[str, int] = {}
     for _ in range(args.runs):
-        for c in checkouts:
-            path, _, engine = c.partition(" --engine ")
-            seconds, rss[c] = one_start(path, str(Path(args.model).resolve()), args.threads, args.kv_tokens,
-                                        engine or "torch")
-            times[c].append(seconds)
-    first = statistics.median(times[checkouts[0]])
-    for c in checkouts:
-        median = statistics.median(times[c])
-        print(f"{c}: start median {median:.2f} s ({median / first:.2f}x the first; runs "
-              f"{' '.join(f'{t:.2f}' for t in times[c])}), RSS after the answer {rss[c]} MiB")
+        for label, path, engine in variants:
+            seconds, rss[label] = one_start(path, str(Path(args.model).resolve()), args.threads, args.kv_tokens, engine)
+            times[label].append(seconds)
+    first = statistics.median(times[variants[0][0]])
+    for label, _, _ in variants:
+        median = statistics.median(times[label])
+        print(f"{label}: start median {median:.2f} s ({median / first:.2f}x the first; runs "
+              f"{' '.join(f'{t:.2f}' for t in times[label])}), RSS after the answer {rss[label]} MiB")
     return 0
 
 

@@ -109,10 +109,10 @@ class NativeGGUFModel:
         if kv_slots < 1:
             raise NativeModelError(f"kv_slots must be positive, got {kv_slots}")
         arrays = f.arrays(raw_config)
-        self.path, self.kv_slots = Path(path), kv_slots
         self.embed: GGUFWeight = self._weight(arrays, "model.embed_tokens.weight")
-        head = arrays.get("lm_head.weight", self.embed) if not c.tie_word_embeddings else self.embed
-        self.head = self._projection([self._weight({"lm_head.weight": head}, "lm_head.weight")], None)
+        # NOTE: a file without its own head (tied) reads the embedding's
+        untied = not c.tie_word_embeddings and "lm_head.weight" in arrays
+        self.head = self._projection([self._weight(arrays, "lm_head.weight") if untied else self.embed], None)
         self.final_norm = self._vector(arrays, "model.norm.weight")
         self.scale = c.attn_scale if c.attn_scale is not None else c.head_dim ** -0.5
         # NOTE: no request outlives the pool, so positions stop below it

@@ -209,6 +209,3 @@ def strings(values: Sequence[str]):
     """A C array of UTF-8 strings."""
     return (ctypes.c_char_p * max(len(values), 1))(*[v.encode() for v in values])
 
-
-def out_handle() -> ctypes.c_void_p:
-    return ctypes.c_void_p()
