@@ -3,8 +3,8 @@
 Bottom-up: ``engine_config.py`` (EngineConfig), ``stats.py`` (EngineStats, timers),
 ``prompt_ids.py`` (prompts -> token ids, score spans), ``request_trace.py`` (RequestTrace),
 ``engine_constraints.py`` (compile at submit, jump-forward), ``score_job.py`` (ScoreJob),
-``engine.py`` (Engine: schedule -> run -> process), ``native_engine.py`` (NativeEngine: the same API
-without torch, over ``model/native_model.py``).
+``engine.py`` (Engine: schedule -> run -> process), ``native_step.py`` (a torch-free step's requests and
+rows), ``native_engine.py`` (NativeEngine: the same API without torch, over ``model/native_model.py``).
 
 Ties every lower package together; only ``server`` imports it.
 """

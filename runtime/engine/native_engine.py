@@ -28,13 +28,13 @@ import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..cache.kv_pool import KVSlotPool
-from ..cache.radix_cache import RadixCache, TreeNode
+from ..cache.radix_cache import RadixCache
 from ..cache.slot_arrays import NumpySlots
 from ..cache.token_prefix import common_prefix_len
 from ..model.default_model import gguf_source, resolve_model_path
@@ -46,6 +46,7 @@ from ..sampling.sampling_params import SamplingParams, as_params
 from ..sampling.numpy_sampling import apply_penalties, log_softmax, sample_token
 from ..sampling.sampling_state import prompt_logprob_span
 from ..sampling.token_result import TokenResult
+from .native_step import NativeRequest, StepRows
 from .prompt_ids import Prompt, to_token_ids
 from .score_job import ScoreJob
 from .stats import EngineStats
@@ -92,28 +93,6 @@ def unsupported_params(p: SamplingParams) -> list[str]:
     return found
 
 
-@dataclass(eq=False)
-class _Request:
-    rid: str
-    tokens: list[int]  # prompt, then each sampled token
-    num_prompt: int
-    params: SamplingParams
-    output: RequestOutput
-    rng: np.random.Generator
-    slots: list[int] = field(default_factory=list)  # KV slot of each token position (reserved whole)
-    computed: int = 0  # positions whose K/V are written
-    cached: int = 0  # leading prompt positions the radix cache served at admission
-    locked: int = 0  # leading positions whose slots are the tree's (locked while it runs)
-    last_node: TreeNode | None = None  # where that locked prefix ends
-    aborted: bool = False
-    logprob_rows: tuple[int, int] = (0, 0)  # prompt positions [next, end) whose rows give prompt logprobs
-    prompt_logprobs: list[float | None] | None = None
-
-    @property
-    def num_output(self) -> int:
-        return len(self.tokens) - self.num_prompt
-
-
 class NativeEngine:
     """Submit / abort / stats / start / shutdown as ``Engine`` has them, for ``RuntimeService``."""
 
@@ -140,8 +119,8 @@ class NativeEngine:
         #: the torch engine's RadixCache over numpy slot arrays)
         self.pool = KVSlotPool(cfg.num_kv_slots, arrays=NumpySlots())
         self.tree = RadixCache(self.pool, disable=cfg.disable_radix_cache)
-        self._waiting: deque[_Request] = deque()
-        self._running: list[_Request] = []
+        self._waiting: deque[NativeRequest] = deque()
+        self._running: list[NativeRequest] = []
         self._in_step: set[str] = set()
         self._results: dict[str, GenerateOutput] = {}  # finished requests nobody streams, until wait()
         self._lock = threading.RLock()
@@ -175,7 +154,7 @@ class NativeEngine:
         rid = rid if rid is not None else uuid.uuid4().hex
         rng = np.random.default_rng(params.seed) if params.seed is not None else self._rng
         out = RequestOutput(rid, self.tokenizer, params, self.eos_token_ids, ids, stream=stream, callback=callback)
-        req = _Request(rid, list(ids), len(ids), params, out, rng)
+        req = NativeRequest(rid, list(ids), len(ids), params, out, rng)
         span = prompt_logprob_span(params, len(ids))
         if span is not None:
             req.logprob_rows, req.prompt_logprobs = span[:2], [None] if span[2] else []
@@ -223,7 +202,7 @@ class NativeEngine:
                 self._cv.wait(left)
             return self._results.pop(rid)
 
-    def _find(self, rid: str) -> _Request | None:
+    def _find(self, rid: str) -> NativeRequest | None:
         for req in (*self._waiting, *self._running):
             if req.rid == rid:
                 return req
@@ -238,13 +217,13 @@ class NativeEngine:
             plan = self._plan()
             if plan is None:
                 return False
-            self._in_step = {r.rid for r, _, _ in plan[0]}
+            self._in_step = {r.rid for r, _, _ in plan.picked}
         t1 = time.perf_counter()
-        picked, rows, samplers, prompt_rows = plan
+        picked, samplers, prompt_rows = plan.picked, plan.samplers, plan.prompt_rows
         reqs = [r for r, _, _ in picked]
         try:
             read = [row for _, row in samplers] + [row for _, row, _ in prompt_rows]
-            logits = self.model.forward(*rows, logit_rows=read)  # NOTE: also with no row read: the K/V writes
+            logits = self.model.forward(*plan.inputs, logit_rows=read)  # NOTE: also with no row read: the K/V writes
             error = None
         except Exception as err:  # NOTE: the batch is aborted; other requests keep being served
             log.exception("native model step failed; aborting the %d requests of this batch", len(reqs))
@@ -299,7 +278,7 @@ class NativeEngine:
                     return True
         return False
 
-    def _cache_prompt(self, req: _Request) -> None:
+    def _cache_prompt(self, req: NativeRequest) -> None:
         """``req``'s prompt is prefilled: cache it now, while it decodes (the torch engine's
         ``cache_unfinished_req``): insert it, give back the slots the tree already held, take the
         tree's slots for them and move the lock to where the prompt ends."""
@@ -315,11 +294,10 @@ class NativeEngine:
         self.tree.dec_lock(req.last_node)
         req.locked, req.last_node = n, match.last_node
 
-    def _plan(self):
-        """This step's rows: one per decoding request, then prompt chunks within the budget.
-        Returns (requests, (ids, positions, loc, index, lens), [(request, its logits row)])."""
+    def _plan(self) -> StepRows | None:
+        """This step's rows: one per decoding request, then prompt chunks within the budget."""
         budget = self.config.chunked_prefill_size
-        picked: list[tuple[_Request, int, int]] = []  # (request, first position, rows)
+        picked: list[tuple[NativeRequest, int, int]] = []  # (request, first position, rows)
         for req in self._running:
             if req.aborted:
                 continue
@@ -331,30 +309,9 @@ class NativeEngine:
                 budget -= n
         if not picked:
             return None
-        total = sum(n for _, _, n in picked)
-        width = max(start + n for _, start, n in picked)
-        ids = np.empty(total, np.int64)
-        positions = np.empty(total, np.int64)
-        index = np.zeros((total, width), np.int64)
-        samplers = []  # (request, its row): the rows whose logits are read
-        prompt_rows = []  # (request, its row, position): rows whose logits give prompt logprobs
-        row = 0
-        for req, start, n in picked:
-            slots = np.asarray(req.slots[:start + n], np.int64)
-            ids[row:row + n] = req.tokens[start:start + n]
-            positions[row:row + n] = np.arange(start, start + n)
-            cols = np.arange(start + n)
-            own = cols[None, :] <= positions[row:row + n, None]  # row k attends positions 0 .. start + k
-            index[row:row + n, :start + n] = np.where(own, slots[None, :], 0)
-            lo, hi = max(req.logprob_rows[0], start), min(req.logprob_rows[1], start + n)
-            prompt_rows += [(req, row + p - start, p) for p in range(lo, hi)]
-            if start + n >= req.num_prompt and req.params.max_new_tokens > 0:  # it samples from its last row
-                samplers.append((req, row + n - 1))
-            row += n
-        loc = index[np.arange(total), positions]
-        return picked, (ids, positions, loc, index, positions + 1), samplers, prompt_rows
+        return StepRows.build(picked)
 
-    def _process(self, picked: list[tuple[_Request, int, int]], samplers, prompt_rows, logits: np.ndarray | None,
+    def _process(self, picked: list[tuple[NativeRequest, int, int]], samplers, prompt_rows, logits: np.ndarray | None,
                  error: Exception | None) -> None:
         if error is not None:
             for req, _, _ in picked:
@@ -380,7 +337,7 @@ class NativeEngine:
             if req.aborted:
                 self._finish(req)
 
-    def _take(self, req: _Request, row: np.ndarray) -> str | None:
+    def _take(self, req: NativeRequest, row: np.ndarray) -> str | None:
         """Sample ``req``'s next token from its logits row and hand it to its output."""
         p = req.params
         logits = row
@@ -409,7 +366,7 @@ class NativeEngine:
             req.output.fail(f"engine error: {type(err).__name__}: {err}")
             return "abort"
 
-    def _finish(self, req: _Request, keep_kv: bool = True) -> GenerateOutput:
+    def _finish(self, req: NativeRequest, keep_kv: bool = True) -> GenerateOutput:
         """End ``req`` (any state): its computed tokens go to the prefix cache (``keep_kv``: their
         K/V are whole, not after a failed step), its other slots back to the pool, its prefix is
         unlocked; then its final output is delivered."""
@@ -425,7 +382,7 @@ class NativeEngine:
             self._results[req.rid] = out
         return out
 
-    def _release(self, req: _Request, keep_kv: bool) -> None:
+    def _release(self, req: NativeRequest, keep_kv: bool) -> None:
         """The radix cache's rule (``cache_finished_req``): insert the computed tokens, free the
         request's own duplicates of what was already cached and every slot it did not use."""
         slots = np.asarray(req.slots, np.int64)
