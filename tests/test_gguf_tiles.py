@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from gguf_blocks import gguf_tensor
+from memory_maps import has_huge_pages, mapping_of, thp_mode
 from sglc_runtime.model.gguf import GGUFWeight
 from sglc_runtime.model.models.gguf_tiles import TILED_TYPES, gguf_tiles, reference_tiles
 from sglc_runtime.model.native import load_cpu_ops
@@ -102,29 +103,7 @@ def test_repacking_loads_the_binding_itself() -> None:
     assert "(1, 1, 8, 64)" in out.stdout
 
 
-def _thp_mode() -> str:
-    path = Path("/sys/kernel/mm/transparent_hugepage/enabled")
-    return path.read_text() if path.exists() else "[never]"
-
-
-def _mapping_of(address: int) -> dict[str, str]:
-    """The /proc/self/smaps fields of the mapping holding ``address``."""
-    fields: dict[str, str] = {}
-    inside = False
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = line.split()[0]
-        if "-" in head and ":" not in head:  # NOTE: a mapping's header line: start-end perms ...
-            start, end = (int(a, 16) for a in head.split("-"))
-            if inside:
-                break
-            inside = start <= address < end
-        elif inside:
-            key, _, value = line.partition(":")
-            fields[key] = value.strip()
-    return fields
-
-
-@pytest.mark.skipif(not Path("/proc/self/smaps").exists() or "[never]" in _thp_mode(), reason="no transparent huge pages")
+@pytest.mark.skipif(not has_huge_pages(), reason="no transparent huge pages")
 def test_tiles_live_in_memory_asking_for_huge_pages() -> None:
     """The weight arena (weight_arena.h): tiles sit in 2 MiB-aligned chunks marked MADV_HUGEPAGE,
     where the system's madvise mode gives huge pages (a cold decode step streams them ~1.3x faster)."""
@@ -132,6 +111,6 @@ def test_tiles_live_in_memory_asking_for_huge_pages() -> None:
     tiles = gguf_tiles(GGUFWeight("w", "Q4_K", 64, 512, raw))
     for t in tiles:
         assert t.data_ptr() % 64 == 0
-        fields = _mapping_of(t.data_ptr())
+        fields = mapping_of(t.data_ptr())
         assert fields.get("THPeligible") == "1", fields
-        assert "hg" in fields.get("VmFlags", "").split() or "[always]" in _thp_mode(), fields
+        assert "hg" in fields.get("VmFlags", "").split() or "[always]" in thp_mode(), fields

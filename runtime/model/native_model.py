@@ -23,7 +23,8 @@ engine's within float32 rounding.
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +33,8 @@ from .gguf import GGUFFile
 from .gguf.weight import GGUFWeight
 from .model_config import ModelConfig
 from .gguf.architectures import MIXTRAL_EXPERTS, QWEN_EXPERTS
-from .gguf.reader import release_pages_of
-from .native.c_library import BF16, DTYPE_CODES, CLibrary, CTensor, c_library, handles, strings
+from .gguf.reader import file_mapping_of
+from .native.c_library import BF16, DTYPE_CODES, CLibrary, CTensor, NativeLibraryError, c_library, handles, strings
 from .rope_tables import rope_tables
 
 #: Hugging Face architectures this model runs (those whose every layer is a DecodeLayer)
@@ -80,20 +81,75 @@ def unsupported_reason(c: ModelConfig) -> str | None:
 
 
 @dataclass
-class _Projection:
-    """A linear as tiled parts (their kinds and tensors) and an optional float32 bias."""
+class TileJob:
+    """One tensor to repack: its GGUF type and columns, its rows as views of the file (stacked in
+    order: a mixture expert's gate and up are one tensor), and, once repacked, its tile tensors."""
 
-    kinds: list[str]
-    tensors: list[CTensor]
+    name: str
+    type_name: str
+    cols: int
+    parts: list[np.ndarray]
+    tensors: list[CTensor] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        return TILE_KINDS[self.type_name][0]
+
+
+def repack(lib: CLibrary, jobs: list[TileJob]) -> None:
+    """Every job repacked in one native call (no Python, so no wait for the GIL, between tensors;
+    a job's parts' file pages dropped once it is repacked, where they are views of a file map):
+    each job's ``tensors`` set, its ``parts`` let go. NativeLibraryError names the failing job."""
+    n, parts = len(jobs), [p for j in jobs for p in j.parts]
+    for p in parts:
+        if p.dtype != np.uint8 or p.ndim != 2 or not p.flags.c_contiguous:
+            raise NativeModelError(f"a tile job's part must be C-contiguous uint8 rows, got {p.dtype} {p.shape}")
+    i64 = ctypes.c_int64
+    release = [int(all(file_mapping_of(p) is not None for p in j.parts)) for j in jobs]
+    out, counts = (ctypes.c_void_p * (5 * n))(), (ctypes.c_int * n)()
+    try:
+        lib.call("sglc_c_gguf_tiles_batch", n, strings([j.type_name for j in jobs]), (i64 * n)(*[j.cols for j in jobs]),
+                 (i64 * n)(*[len(j.parts) for j in jobs]), (ctypes.c_void_p * len(parts))(*[p.ctypes.data for p in parts]),
+                 (i64 * len(parts))(*[p.shape[0] for p in parts]), (ctypes.c_int * n)(*release), out, counts)
+    except NativeLibraryError as err:
+        at = re.search(r"job (\d+)", str(err))
+        name = jobs[int(at.group(1))].name if at and int(at.group(1)) < n else "a tensor"
+        raise NativeLibraryError(f"{name}: {err}") from None
+    for i, job in enumerate(jobs):
+        job.tensors = [CTensor(lib, out[5 * i + k]) for k in range(counts[i])]
+        job.parts = []  # NOTE: repacked: the file's views are no longer needed
+    for job in jobs:
+        want = TILE_KINDS[job.type_name][1]
+        if len(job.tensors) != want:
+            raise NativeModelError(f"{job.name}: {len(job.tensors)} tile tensors for {job.type_name}, expected {want}")
+
+
+@dataclass
+class _Projection:
+    """A linear as tile jobs (one per part: q, k and v may differ in type) and an optional float32
+    bias; its kinds and tensors are read once the jobs have run."""
+
+    jobs: list[TileJob]
     bias: CTensor | None
     out_features: int
+
+    @property
+    def kinds(self) -> list[str]:
+        return [j.kind for j in self.jobs]
+
+    @property
+    def tensors(self) -> list[CTensor]:
+        return [t for j in self.jobs for t in j.tensors]
 
 
 class NativeGGUFModel:
     """A GGUF file's model on the native binding, stepped with numpy arrays (no torch)."""
 
     def __init__(self, path: str | Path, *, kv_slots: int = 4096, dtype: str = "float32", threads: int | None = None,
-                 level: str | None = None) -> None:
+                 level: str | None = None, defer_huge_pages: bool = False) -> None:
+        """``defer_huge_pages``: load the tiles and the KV pool into ordinary pages, for
+        :meth:`collapse_huge_pages` to move into huge pages later (a faster, steadier start on a VM
+        that returns free memory to its host: native/binding/weight_arena.h)."""
         if dtype not in DTYPES:
             raise NativeModelError(f"dtype must be one of {DTYPES}, got {dtype!r}")
         self.dtype = dtype
@@ -109,6 +165,18 @@ class NativeGGUFModel:
         if kv_slots < 1:
             raise NativeModelError(f"kv_slots must be positive, got {kv_slots}")
         arrays = f.arrays(raw_config)
+        #: every linear's repacking, run in one call once the layers are described (_repack); the
+        #: layer settings that point at tiles wait for it in _after_repack
+        self._jobs: list[TileJob] = []
+        self._after_repack: list = []
+        self.lib.lib.sglc_c_defer_huge_pages(int(defer_huge_pages))
+        try:
+            self._load(f, arrays, kv_slots)
+        finally:
+            self.lib.lib.sglc_c_defer_huge_pages(0)
+
+    def _load(self, f: GGUFFile, arrays: dict, kv_slots: int) -> None:
+        c = self.config
         self.embed: GGUFWeight = self._weight(arrays, "model.embed_tokens.weight")
         # NOTE: a file without its own head (tied) reads the embedding's
         untied = not c.tie_word_embeddings and "lm_head.weight" in arrays
@@ -128,13 +196,23 @@ class NativeGGUFModel:
         for i in range(c.num_hidden_layers):
             self.layers.append(self._layer(arrays, i))
             self.input_norms.append(self._vector(arrays, f"model.layers.{i}.input_layernorm.weight"))
+        self._repack()
+        for set_tiles in self._after_repack:
+            set_tiles()
+        self._jobs, self._after_repack = [], []
         shape = (kv_slots, c.num_key_value_heads, c.head_dim)
-        # NOTE: zero-filled now (not calloc's lazy pages): the pool is resident from the start, as the
+        # NOTE: zeros mapped now (not calloc's lazy pages): the pool is resident from the start, as the
         # torch engine's and llama-server's, so a machine without room for it fails at load
-        code = DTYPE_CODES[np.dtype(np.float32)] if dtype == "float32" else BF16
+        code = DTYPE_CODES[np.dtype(np.float32)] if self.dtype == "float32" else BF16
         self.k_cache = [CTensor.zeros(self.lib, shape, code) for _ in range(c.num_hidden_layers)]
         self.v_cache = [CTensor.zeros(self.lib, shape, code) for _ in range(c.num_hidden_layers)]
         f.release_resident_pages()  # NOTE: the tiles hold the weights now; the embedding rows re-read on use
+
+    def collapse_huge_pages(self) -> int:
+        """The tiles and the KV pool (every weight-arena chunk) moved into huge pages now, where the
+        kernel can (MADV_COLLAPSE; slow: the kernel copies them; call it off the serving path);
+        returns the bytes asked for."""
+        return int(self.lib.lib.sglc_c_collapse_huge_pages())
 
     # ------------------------------------------------------------------ load
     @staticmethod
@@ -163,34 +241,34 @@ class NativeGGUFModel:
             v = (v + np.float32(self.config.norm_weight_offset)).astype(np.float32)
         return self._activations(v)
 
-    def _tiles(self, w: GGUFWeight) -> tuple[str, list[CTensor]]:
+    def _job(self, parts: list[GGUFWeight]) -> TileJob:
+        """A repacking of ``parts`` stacked as one tensor (same type and columns), queued."""
+        w = parts[0]
         if w.type_name not in TILE_KINDS:
             raise NativeModelError(f"{w.name}: GGUF type {w.type_name} has no tile kernel here "
                                    f"(runs {', '.join(TILE_KINDS)})")
-        kind, count = TILE_KINDS[w.type_name]
-        raw = CTensor.wrap(self.lib, np.ascontiguousarray(w.raw))
-        out = (ctypes.c_void_p * 5)()
-        n = ctypes.c_int()
-        self.lib.call("sglc_c_gguf_tiles", ctypes.c_void_p(raw.handle), w.type_name.encode(), w.rows, w.cols, out,
-                      ctypes.byref(n))
-        tensors = [CTensor(self.lib, out[i]) for i in range(n.value)]
-        release_pages_of(w.raw)  # NOTE: repacked: its file pages need not stay resident while the rest loads
-        if len(tensors) != count:
-            raise NativeModelError(f"{w.name}: {len(tensors)} tile tensors for {w.type_name}, expected {count}")
-        return kind, tensors
+        rows = sum(p.rows for p in parts)
+        if rows % TILE:
+            raise NativeModelError(f"{w.name}: {rows} output channels are not a multiple of {TILE}")
+        job = TileJob(w.name, w.type_name, w.cols, [np.ascontiguousarray(p.raw) for p in parts])
+        self._jobs.append(job)
+        return job
+
+    def _repack(self) -> None:
+        try:
+            repack(self.lib, self._jobs)
+        except NativeLibraryError as err:
+            raise NativeModelError(str(err)) from None
 
     def _projection(self, parts: list[GGUFWeight], bias: np.ndarray | None) -> _Projection:
-        kinds, tensors = [], []
-        for w in parts:
-            if w.rows % TILE:
-                raise NativeModelError(f"{w.name}: {w.rows} output channels are not a multiple of {TILE}")
-            kind, ts = self._tiles(w)
-            kinds.append(kind)
-            tensors += ts
+        jobs = [self._job([w]) for w in parts]
         b = None if bias is None else self._activations(bias.astype(np.float32))
-        return _Projection(kinds, tensors, b, sum(w.rows for w in parts))
+        return _Projection(jobs, b, sum(w.rows for w in parts))
 
     def _set(self, layer: int, which: str, p: _Projection) -> None:
+        self._after_repack.append(lambda: self._set_now(layer, which, p))
+
+    def _set_now(self, layer: int, which: str, p: _Projection) -> None:
         self.lib.call("sglc_c_layer_set_projection", ctypes.c_void_p(layer), which.encode(), strings(p.kinds),
                       len(p.kinds), handles(p.tensors), len(p.tensors),
                       ctypes.c_void_p(p.bias.handle if p.bias else None))
@@ -243,26 +321,25 @@ class NativeGGUFModel:
         names = MIXTRAL_EXPERTS if c.architecture == "MixtralForCausalLM" else QWEN_EXPERTS
         router = self._weight(arrays, f"{p}{names.block}gate.weight")
         router_t = CTensor.wrap(self.lib, router.dequantize().astype(np.float32))
-        kinds: tuple[list[str], list[str]] = ([], [])
-        tensors: tuple[list[CTensor], list[CTensor]] = ([], [])
+        jobs: tuple[list[TileJob], list[TileJob]] = ([], [])
         for e in range(c.num_experts):
             gate, up = (self._weight(arrays, p + names.name(e, n)) for n in ("gate", "up"))
-            if gate.type_name != up.type_name:
-                raise NativeModelError(f"{gate.name}: an expert whose gate ({gate.type_name}) and up "
-                                       f"({up.type_name}) differ in type")
-            for side, w in enumerate((gate.concat_rows(up), self._weight(arrays, p + names.name(e, "down")))):
-                if w.rows % TILE:
-                    raise NativeModelError(f"{w.name}: {w.rows} output channels are not a multiple of {TILE}")
-                kind, ts = self._tiles(w)
-                kinds[side].append(kind)
-                tensors[side].extend(ts)
-            for w in (gate, up):  # NOTE: their stacked copy was repacked, not the file's rows themselves
-                release_pages_of(w.raw)
-        self.lib.call("sglc_c_layer_set_experts", ctypes.c_void_p(layer.handle), strings(kinds[0]), len(kinds[0]),
-                      handles(tensors[0]), len(tensors[0]), strings(kinds[1]), len(kinds[1]), handles(tensors[1]),
-                      len(tensors[1]), c.hidden_act.encode(), ctypes.c_void_p(router_t.handle),
-                      c.num_experts_per_tok, int(c.norm_topk_prob), int(c.architecture == "MixtralForCausalLM"))
-        return [router_t, *tensors[0], *tensors[1]]
+            if (gate.type_name, gate.cols) != (up.type_name, up.cols):
+                raise NativeModelError(f"{gate.name}: an expert whose gate ({gate.type_name}, {gate.cols} columns) "
+                                       f"and up ({up.type_name}, {up.cols}) differ")
+            jobs[0].append(self._job([gate, up]))
+            jobs[1].append(self._job([self._weight(arrays, p + names.name(e, "down"))]))
+
+        def set_experts() -> None:
+            tensors = [[t for j in side for t in j.tensors] for side in jobs]
+            kinds = [[j.kind for j in side] for side in jobs]
+            self.lib.call("sglc_c_layer_set_experts", ctypes.c_void_p(layer.handle), strings(kinds[0]), len(kinds[0]),
+                          handles(tensors[0]), len(tensors[0]), strings(kinds[1]), len(kinds[1]), handles(tensors[1]),
+                          len(tensors[1]), c.hidden_act.encode(), ctypes.c_void_p(router_t.handle),
+                          c.num_experts_per_tok, int(c.norm_topk_prob), int(c.architecture == "MixtralForCausalLM"))
+
+        self._after_repack.append(set_experts)
+        return [router_t, *jobs[0], *jobs[1]]
 
     # ------------------------------------------------------------------ forward
     def embed_rows(self, ids: np.ndarray) -> np.ndarray:

@@ -73,7 +73,7 @@ class ServeConfig:
     def native_engine_config(self) -> Any:
         """The native engine's settings (it has no dtype choice beyond bf16 / float32, no quantization,
         device or attention backend: it runs a GGUF file's own types on this CPU)."""
-        from sglc_runtime.engine.native_engine import NativeEngineConfig
+        from sglc_runtime.engine.native_engine_config import NativeEngineConfig
         from sglc_runtime.engine.thread_policy import server_threads
 
         chunk = self.chunked_prefill_size
@@ -84,12 +84,19 @@ class ServeConfig:
                                   threads=server_threads(self.threads), dtype=self.dtype or "bfloat16",
                                   disable_radix_cache=self.disable_radix_cache)
 
-    def build_engine(self) -> Any:
-        """The engine this config names, loaded (not started)."""
+    def build_engine(self, while_loading: Callable[[], None] | None = None) -> Any:
+        """The engine this config names, loaded (not started). ``while_loading``: called once the
+        native engine's model has started loading (its work then runs beside the load)."""
         if self.engine == "native":
+            from sglc_runtime.engine.native_engine_config import start_model_load
+
+            native_config = self.native_engine_config()
+            loading = start_model_load(native_config)
+            if while_loading is not None:
+                while_loading()
             from sglc_runtime.engine.native_engine import NativeEngine
 
-            return NativeEngine(self.native_engine_config())
+            return NativeEngine(native_config, loading=loading)
         if self.engine != "torch":
             raise ValueError(f"engine must be 'torch' or 'native', got {self.engine!r}")
         from sglc_runtime.engine import Engine
@@ -143,14 +150,14 @@ class Runtime:
     def __init__(self, config: ServeConfig, *, engine: Any = None) -> None:
         self.config = config
         if engine is None and config.engine == "native":
-            # NOTE: the servers' modules import while the native engine loads: its tile repacking runs
-            # in ctypes calls, which release the GIL (the torch engine's load holds it: no gain there)
+            # NOTE: the servers' modules import while the native engine's model loads: its repacking
+            # is native code, without the GIL (the torch engine's load holds it: no gain there)
             importer = threading.Thread(target=_import_frontends, args=(config,), name="sglc-import", daemon=True)
-            importer.start()
             try:
-                engine = config.build_engine()
+                engine = config.build_engine(while_loading=importer.start)
             finally:
-                importer.join()
+                if importer.is_alive():
+                    importer.join()
         self.engine = engine if engine is not None else config.build_engine()
         from .service import RuntimeService
 

@@ -44,16 +44,25 @@ class TensorInfo:
     offset: int  # from the start of the tensor data
 
 
-def release_pages_of(view: np.ndarray) -> None:
-    """Drop this process's resident pages under ``view`` where it is a view of a file mapping
-    (see :meth:`GGUFReaderLite.release_resident_pages`), as soon as its tensor is repacked, so
-    that loading never holds the file and its repacked copy at once; anything else is left alone."""
+def file_mapping_of(view: np.ndarray) -> mmap.mmap | None:
+    """The open file mapping ``view`` is a view of (None: other memory, or Linux's MADV_DONTNEED
+    is missing): what :func:`release_pages_of` may drop."""
     base = view
     while isinstance(base, np.ndarray) and base.base is not None:
         base = base.base
     if isinstance(base, memoryview):  # NOTE: np.frombuffer's views hold the map through one
         base = base.obj
     if not isinstance(base, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED") or base.closed:
+        return None
+    return base
+
+
+def release_pages_of(view: np.ndarray) -> None:
+    """Drop this process's resident pages under ``view`` where it is a view of a file mapping
+    (see :meth:`GGUFReaderLite.release_resident_pages`), as soon as its tensor is repacked, so
+    that loading never holds the file and its repacked copy at once; anything else is left alone."""
+    base = file_mapping_of(view)
+    if base is None:
         return
     start = view.ctypes.data - np.frombuffer(base, np.uint8).ctypes.data
     lo = start // mmap.PAGESIZE * mmap.PAGESIZE

@@ -2,8 +2,8 @@
 
 ``import torch`` costs ~1 s and ~210 MiB before a model is read (docs/benchmarks.md, issue #26);
 the binding itself needs only ``libc10`` and ``libtorch_cpu`` (~0.2 s, ~100 MiB). This module
-finds them in the installed torch package without importing it, loads them, then the binding
-(``binding/cpu_ops.cpp``, whose ``c_api.h`` gives its ops as C functions) and the kernel variant of
+loads them (``torch_libraries.py``: found in the installed torch package without importing it),
+then the binding (``binding/cpu_ops.cpp``, whose ``c_api.h`` gives its ops as C functions) and the kernel variant of
 this CPU's level. The binding is built by the torch process's builder (``build.py``): when this
 machine has no build of the current sources yet, a child process builds it once.
 
@@ -13,7 +13,6 @@ handle keeps the array alive) or owned by the library (an op's result).
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import os
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import capabilities
+from . import capabilities, torch_libraries
 from .build import BINDING_LIBRARY, ENV, binding_folder, disabled_reason, variant_library
 
 #: numpy dtypes in the order of c_api.h's kCodeDtypes (bfloat16 has no numpy dtype: uint16 bits,
@@ -40,14 +39,6 @@ MAX_DIMS = 8
 class NativeLibraryError(RuntimeError):
     """The binding could not be found, built or loaded, or one of its calls failed (the message is
     the op's own)."""
-
-
-def torch_library_dir() -> Path:
-    """``torch/lib`` of the installed torch, found without importing torch."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
-        raise NativeLibraryError("torch is not installed: its libc10 and libtorch_cpu carry the native binding")
-    return Path(list(spec.submodule_search_locations)[0]) / "lib"
 
 
 def _build_in_child() -> None:
@@ -75,11 +66,11 @@ class CLibrary:
         folder = binding_folder()
         if not (folder / BINDING_LIBRARY).exists() or (folder / "lock").exists():
             _build_in_child()
-        lib_dir = torch_library_dir()
         try:
-            for name in ("libc10.so", "libtorch_cpu.so"):  # NOTE: global: the binding resolves its symbols in them
-                # NOTE: lazy binding: functions resolve on first call (~15 ms less than resolving all now)
-                ctypes.CDLL(str(lib_dir / name), mode=ctypes.RTLD_GLOBAL | os.RTLD_LAZY)
+            torch_libraries.load()
+        except torch_libraries.TorchLibraryError as err:
+            raise NativeLibraryError(f"the native binding does not load: {err}") from None
+        try:
             self.lib = ctypes.CDLL(str(folder / BINDING_LIBRARY))
         except OSError as err:
             raise NativeLibraryError(f"the native binding does not load: {err}") from None
@@ -99,11 +90,15 @@ class CLibrary:
             "sglc_c_load_kernels": (i32, [c, c, sz, *err]),
             "sglc_c_use_kernels": (i32, [c, *err]),
             "sglc_c_set_threads": (None, [i32]),
+            "sglc_c_defer_huge_pages": (None, [i32]),
+            "sglc_c_collapse_huge_pages": (sz, []),
             "sglc_c_wrap": (p, [p, i32, i32, ctypes.POINTER(i64), *err]),
             "sglc_c_zeros": (p, [i32, i32, ctypes.POINTER(i64), *err]),
             "sglc_c_free": (None, [p]),
             "sglc_c_describe": (i32, [p, ctypes.POINTER(i64), i32, ctypes.POINTER(i32), ctypes.POINTER(i32), pp, *err]),
             "sglc_c_gguf_tiles": (i32, [p, c, i64, i64, pp, ctypes.POINTER(i32), *err]),
+            "sglc_c_gguf_tiles_batch": (i32, [i64, cp, ctypes.POINTER(i64), ctypes.POINTER(i64), pp,
+                                              ctypes.POINTER(i64), ctypes.POINTER(i32), pp, ctypes.POINTER(i32), *err]),
             "sglc_c_rms_norm": (i32, [p, p, f64, pp, *err]),
             "sglc_c_stacked_linear": (i32, [p, cp, i64, pp, i64, pp, *err]),
             "sglc_c_layer_new": (p, []),

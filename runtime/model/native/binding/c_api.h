@@ -84,6 +84,15 @@ __attribute__((visibility("default"))) int sglc_c_use_kernels(const char* level,
 
 __attribute__((visibility("default"))) void sglc_c_set_threads(int threads) { at::set_num_threads(threads); }
 
+// The weight arena's chunks made from now on in ordinary pages (defer != 0) or huge pages
+// (weight_arena.h says why a load defers them), and every chunk moved into huge pages now
+// (returns the bytes asked for: the collapse is the kernel's best effort).
+__attribute__((visibility("default"))) void sglc_c_defer_huge_pages(int defer) {
+  weight_arena().set_defer_huge_pages(defer != 0);
+}
+
+__attribute__((visibility("default"))) size_t sglc_c_collapse_huge_pages() { return weight_arena().collapse_huge_pages(); }
+
 // A tensor over `data` (row-major, contiguous), or null with err (an unknown dtype code, say).
 __attribute__((visibility("default"))) sglc_c_tensor* sglc_c_wrap(void* data, int code, int ndim,
                                                                   const int64_t* shape, char* err, size_t err_len) {
@@ -97,15 +106,23 @@ __attribute__((visibility("default"))) sglc_c_tensor* sglc_c_wrap(void* data, in
   return out;
 }
 
-// A new zero-filled contiguous tensor (written now, over the pool's threads: a KV buffer is
-// resident from the start, as the torch engine's).
+// A new zero-filled contiguous tensor in the weight arena (huge pages: a KV buffer is streamed
+// by every decode step, as the weights are), resident now, as the torch engine's pool is: the
+// arena's memory is fresh from mmap, so zero already, and touching one byte a page has the kernel
+// map it (a pass of at::zeros wrote every byte a second time, 4 KiB page by page: ~50 ms of a start).
 __attribute__((visibility("default"))) sglc_c_tensor* sglc_c_zeros(int code, int ndim, const int64_t* shape, char* err,
                                                                    size_t err_len) {
   sglc_c_tensor* out = nullptr;
   guarded(err, err_len, [&] {
     TORCH_CHECK(code >= 0 && code < kCodeCount, "sglc_c_zeros: unknown dtype code ", code);
     TORCH_CHECK(ndim >= 0 && ndim <= 8, "sglc_c_zeros: ", ndim, " dimensions (at most 8)");
-    out = own(at::zeros(at::IntArrayRef(shape, ndim), at::TensorOptions().dtype(kCodeDtypes[code])));
+    at::Tensor t = weight_arena().empty(at::IntArrayRef(shape, ndim), at::TensorOptions().dtype(kCodeDtypes[code]));
+    const int64_t page = sysconf(_SC_PAGESIZE), bytes = t.nbytes();
+    volatile char* base = static_cast<char*>(t.data_ptr());
+    at::parallel_for(0, (bytes + page - 1) / page, 256, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) base[p * page] = 0;
+    });
+    out = own(std::move(t));
   });
   return out;
 }
@@ -138,6 +155,67 @@ __attribute__((visibility("default"))) int sglc_c_gguf_tiles(const sglc_c_tensor
     *n_out = static_cast<int>(tiles.size());
     for (size_t i = 0; i < tiles.size(); ++i) out[i] = own(std::move(tiles[i]));
   });
+}
+
+// A whole model's tensors repacked in one call, over the pool's threads without a barrier between
+// tensors (repack_gguf_jobs): a load that called gguf_tiles per tensor gave up the GIL ~170-800
+// times, and each time waited for the start's other Python threads to hand it back. Job j is
+// `types[j]` with `cols[j]` columns, its rows the stacked parts (`part_counts[j]` of them, in order
+// from `part_data` / `part_rows`); its outputs go to out[5 j ..] (counts[j] of them). With `release[j]`, once job j is repacked its
+// parts' pages are dropped from the process (madvise DONTNEED over whole pages: the parts must be
+// an unwritten file mapping, whose pages fault back in from the page cache if read again), so the
+// file and its repacked copy are never resident at once. On failure nothing is returned: the
+// tensors made so far are freed, and err names the job.
+__attribute__((visibility("default"))) int sglc_c_gguf_tiles_batch(int64_t jobs, const char* const* types,
+                                                                   const int64_t* cols, const int64_t* part_counts,
+                                                                   const void* const* part_data,
+                                                                   const int64_t* part_rows, const int* release,
+                                                                   sglc_c_tensor** out, int* counts, char* err,
+                                                                   size_t err_len) {
+  std::vector<sglc_c_tensor*> made;
+  const int status = guarded(err, err_len, [&] {
+    std::vector<std::unique_ptr<GGUFTileJob>> tile_jobs;
+    int64_t next_part = 0;
+    for (int64_t j = 0; j < jobs; ++j) {
+      try {
+        const GGUFTileType& ty = gguf_tile_type(types[j]);
+        GGUFRows src;
+        src.row_bytes = gguf_row_bytes(ty, cols[j]);
+        TORCH_CHECK(part_counts[j] >= 1, "no parts");
+        for (int64_t k = 0; k < part_counts[j]; ++k, ++next_part) {
+          TORCH_CHECK(part_data[next_part] != nullptr && part_rows[next_part] > 0, "part ", k, " is empty");
+          src.parts.emplace_back(static_cast<const uint8_t*>(part_data[next_part]), part_rows[next_part]);
+          src.rows += part_rows[next_part];
+        }
+        tile_jobs.push_back(std::make_unique<GGUFTileJob>(std::move(src), ty, cols[j]));
+      } catch (const c10::Error& e) {
+        TORCH_CHECK(false, "gguf_tiles_batch: job ", j, " (", types[j], "): ", e.what_without_backtrace());
+      }
+    }
+    const int64_t page = sysconf(_SC_PAGESIZE);
+    repack_gguf_jobs(tile_jobs, [&](size_t j) {
+      if (release[j] == 0) return;
+      const GGUFRows& src = tile_jobs[j]->rows();
+      for (const auto& [data, rows] : src.parts) {
+        const auto lo = reinterpret_cast<uintptr_t>(data) / page * page;
+        const auto hi = (reinterpret_cast<uintptr_t>(data) + rows * src.row_bytes + page - 1) / page * page;
+        madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);  // NOTE: advice: a failure keeps the pages
+      }
+    });
+    for (int64_t j = 0; j < jobs; ++j) {
+      try {
+        std::vector<at::Tensor> tiles = tile_jobs[j]->outputs();
+        TORCH_CHECK(tiles.size() <= 5, "more than 5 outputs");
+        counts[j] = static_cast<int>(tiles.size());
+        for (size_t i = 0; i < tiles.size(); ++i) made.push_back(out[5 * j + i] = own(std::move(tiles[i])));
+      } catch (const c10::Error& e) {
+        TORCH_CHECK(false, "gguf_tiles_batch: job ", j, " (", types[j], "): ", e.what_without_backtrace());
+      }
+    }
+  });
+  if (status != 0)
+    for (sglc_c_tensor* t : made) delete t;
+  return status;
 }
 
 __attribute__((visibility("default"))) int sglc_c_rms_norm(const sglc_c_tensor* x, const sglc_c_tensor* weight,

@@ -25,6 +25,7 @@
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
@@ -38,6 +39,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../kernels/kernel_table.h"

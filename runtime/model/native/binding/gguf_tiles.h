@@ -52,38 +52,49 @@ inline uint16_t load_u16(const uint8_t* p) {  // NOTE: GGUF is little-endian, as
   return v;
 }
 
-// The 32 levels of 32-value block b of one row (as stored: Q8_0's as int8 bytes), 0 for a
-// padding channel (row == nullptr).
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+inline void store_u32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
+
+// Bit j of a nibble to bit 0 of byte j: n * (1 + 2^7 + 2^14 + 2^21) puts bit j at 8 j, and no
+// other bit of n lands on a multiple of 8 there.
+inline uint32_t spread_nibble(uint32_t n) { return (n * 0x00204081u) & 0x01010101u; }
+
+// Channel c's tile words of 32-value block b of one row (nullptr: a padding channel, all zero),
+// built from the stored bytes a word (4 values) at a time. Tile load i's word of channel c holds,
+// in byte j, value 4 i + j in its low nibble and 16 + 4 i + j in its high one: for Q4_0 / Q4_1 /
+// Q5_0 / Q5_1 exactly stored byte 4 i + j (low nibbles are values 0-15, high ones 16-31); for the
+// K-quants the nibble of sub-block s (`shift`) of bytes 4 i + j and 16 + 4 i + j. A field shifted
+// within a 32-bit word by less than 8 - its width, then masked per byte, never takes bits from the
+// next byte.
 template <int Kind>
-inline void block_levels(const uint8_t* row, int64_t b, uint8_t lv[32]) {
+inline void put_block(const uint8_t* row, int64_t b, int c, uint8_t* out) {
   constexpr GGUFTileType ty = kGGUFTileTypes[Kind];
+  using K = GGUFTileType;
+  uint8_t* at = out + 4 * c;
   if (row == nullptr) {
-    std::memset(lv, 0, 32);
+    for (int i = 0; i < ty.loads; ++i) store_u32(at + i * 64, 0);
     return;
   }
-  using K = GGUFTileType;
+  constexpr uint32_t low4 = 0x0F0F0F0Fu;
   if constexpr (ty.values == 32) {
     const uint8_t* blk = row + b * ty.bytes;
-    if constexpr (ty.kind == K::kQ80) {
-      std::memcpy(lv, blk + 2, 32);
+    if constexpr (ty.kind == K::kQ80) {  // load i byte j: value 4 i + j as stored (int8)
+      for (int i = 0; i < 8; ++i) std::memcpy(at + i * 64, blk + 2 + 4 * i, 4);
       return;
     }
-    const int64_t qs_at = ty.kind == K::kQ40 ? 2 : ty.kind == K::kQ41 ? 4 : ty.kind == K::kQ50 ? 6 : 8;
-    const uint8_t* qs = blk + qs_at;
-    for (int i = 0; i < 16; ++i) {
-      lv[i] = qs[i] & 0x0F;
-      lv[16 + i] = qs[i] >> 4;
-    }
-    if constexpr (ty.loads == 5) {  // Q5_0 / Q5_1: value i's fifth bit is bit i of a little-endian u32
-      const uint8_t* qh = blk + (ty.kind == K::kQ50 ? 2 : 4);
-      for (int k = 0; k < 4; ++k) {  // bits of qh byte k -> bit 4 of lv[8 k ..]: each bit to its own byte
-        const uint64_t picked = (qh[k] * 0x0101010101010101ull) & 0x8040201008040201ull;  // byte n: bit n or 0
-        const uint64_t ones = ((picked + 0x7F7F7F7F7F7F7F7Full) >> 7) & 0x0101010101010101ull;  // no carry out of a byte
-        uint64_t v;
-        std::memcpy(&v, lv + 8 * k, 8);
-        v |= ones << 4;
-        std::memcpy(lv + 8 * k, &v, 8);
-      }
+    const uint8_t* qs = blk + (ty.kind == K::kQ40 ? 2 : ty.kind == K::kQ41 ? 4 : ty.kind == K::kQ50 ? 6 : 8);
+    for (int i = 0; i < 4; ++i) std::memcpy(at + i * 64, qs + 4 * i, 4);
+    if constexpr (ty.loads == 5) {  // load 4, bit 4 s + i of byte j: value 16 s + 4 i + j's fifth bit (bit of qh)
+      const uint32_t qh = load_u32(blk + (ty.kind == K::kQ50 ? 2 : 4));
+      uint32_t w = 0;
+      for (int s = 0; s < 2; ++s)
+        for (int i = 0; i < 4; ++i) w |= spread_nibble((qh >> (16 * s + 4 * i)) & 0x0Fu) << (4 * s + i);
+      store_u32(at + 4 * 64, w);
     }
     return;
   }
@@ -94,66 +105,38 @@ inline void block_levels(const uint8_t* row, int64_t b, uint8_t lv[32]) {
     const uint8_t* ql = sb + 64 * h + 32 * (q & 1);
     const uint8_t* qh = sb + 128 + 32 * h;
     const int lo_shift = 4 * (q >> 1), hi_shift = 2 * q;
-    for (int i = 0; i < 32; ++i) lv[i] = ((ql[i] >> lo_shift) & 0x0F) | (((qh[i] >> hi_shift) & 0x03) << 4);
+    for (int i = 0; i < 4; ++i)
+      store_u32(at + i * 64, ((load_u32(ql + 4 * i) >> lo_shift) & low4) |
+                                 (((load_u32(ql + 16 + 4 * i) >> lo_shift) & low4) << 4));
+    for (int half = 0; half < 2; ++half) {  // load 4 + half, bits 2 i of byte j: value 16 half + 4 i + j's high 2 bits
+      uint32_t w = 0;
+      for (int i = 0; i < 4; ++i) w |= ((load_u32(qh + 16 * half + 4 * i) >> hi_shift) & 0x03030303u) << (2 * i);
+      store_u32(at + (4 + half) * 64, w);
+    }
     return;
   }
   // Q4_K / Q5_K: sub-block 2 g + r is nibble r of bytes 32 g.. of qs; Q5_K's fifth bit of value i is bit s of qh[i]
   const uint8_t* qs = sb + (ty.kind == K::kQ4K ? 16 : 48) + 32 * (s / 2);
   const int shift = 4 * (s & 1);
-  for (int i = 0; i < 32; ++i) lv[i] = (qs[i] >> shift) & 0x0F;
+  for (int i = 0; i < 4; ++i)
+    store_u32(at + i * 64,
+              ((load_u32(qs + 4 * i) >> shift) & low4) | (((load_u32(qs + 16 + 4 * i) >> shift) & low4) << 4));
   if constexpr (ty.kind == K::kQ5K) {
     const uint8_t* qh = sb + 16;
-    for (int i = 0; i < 32; ++i) lv[i] |= ((qh[i] >> s) & 1) << 4;
-  }
-}
-
-inline uint32_t load_u32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
-// Channel c's levels of one block into its tile block (ty.loads x 64 bytes). Every output
-// byte 4 c + j gathers values whose index is j mod 4, so each load's 4 bytes are built as one
-// 32-bit word from words of 4 consecutive levels: a field shifted by at most 7 - its width stays
-// inside its byte.
-template <int Kind>
-inline void put_levels(const uint8_t lv[32], int c, uint8_t* out) {
-  constexpr GGUFTileType ty = kGGUFTileTypes[Kind];
-  if constexpr (ty.loads == 8) {
-    for (int i = 0; i < 8; ++i) std::memcpy(out + i * 64 + 4 * c, lv + 4 * i, 4);
-    return;
-  }
-  constexpr uint32_t low4 = 0x0F0F0F0Fu;
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t w = (load_u32(lv + 4 * i) & low4) | ((load_u32(lv + 16 + 4 * i) & low4) << 4);
-    std::memcpy(out + i * 64 + 4 * c, &w, 4);
-  }
-  if constexpr (ty.loads == 5) {  // bit 4 s + i of byte j: the fifth bit of value 16 s + 4 i + j
     uint32_t w = 0;
-    for (int s = 0; s < 2; ++s)
-      for (int i = 0; i < 4; ++i) w |= ((load_u32(lv + 16 * s + 4 * i) >> 4) & 0x01010101u) << (4 * s + i);
-    std::memcpy(out + 4 * 64 + 4 * c, &w, 4);
-  } else if constexpr (ty.loads == 6) {  // load 4 + s, bits 2 i of byte j: the high 2 bits of value 16 s + 4 i + j
-    for (int s = 0; s < 2; ++s) {
-      uint32_t w = 0;
-      for (int i = 0; i < 4; ++i) w |= ((load_u32(lv + 16 * s + 4 * i) >> 4) & 0x03030303u) << (2 * i);
-      std::memcpy(out + (4 + s) * 64 + 4 * c, &w, 4);
-    }
+    for (int half = 0; half < 2; ++half)
+      for (int i = 0; i < 4; ++i) w |= ((load_u32(qh + 16 * half + 4 * i) >> s) & 0x01010101u) << (4 * half + i);
+    store_u32(at + 4 * 64, w);
   }
 }
 
-// Tile t's levels (16 channels' rows, nullptr for padding) into its tile blocks.
+// Tile t's blocks (16 channels' rows, nullptr for padding) into its tile bytes.
 template <int Kind>
 void repack_tile_levels(const uint8_t* const row_of[], int64_t blocks, uint8_t* tile_out) {
   constexpr int64_t loads = kGGUFTileTypes[Kind].loads;
-  uint8_t lv[32];
   for (int64_t b = 0; b < blocks; ++b) {
     uint8_t* out = tile_out + b * loads * 64;
-    for (int c = 0; c < kQTile; ++c) {
-      block_levels<Kind>(row_of[c], b, lv);
-      put_levels<Kind>(lv, c, out);
-    }
+    for (int c = 0; c < kQTile; ++c) put_block<Kind>(row_of[c], b, c, out);
   }
 }
 
@@ -168,50 +151,80 @@ inline void k_scale_min(const uint8_t* q, int s, uint8_t& sc, uint8_t& mn) {
   }
 }
 
-std::vector<at::Tensor> gguf_tiles(const at::Tensor& raw, const std::string& type, int64_t rows, int64_t cols) {
-  const GGUFTileType* found = nullptr;
-  for (const auto& t : kGGUFTileTypes)
-    if (type == t.name) found = &t;
-  TORCH_CHECK(found != nullptr, "gguf_tiles: no tile layout for GGUF type ", type,
-              " (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)");
-  const GGUFTileType& ty = *found;
-  TORCH_CHECK(rows > 0 && cols > 0 && cols % ty.values == 0, "gguf_tiles: ", type, " [", rows, ", ", cols,
-              "]: columns must be a positive multiple of ", ty.values);
-  const int64_t row_bytes = cols / ty.values * ty.bytes;
-  TORCH_CHECK(raw.scalar_type() == at::kByte && raw.is_contiguous() && raw.numel() == rows * row_bytes,
-              "gguf_tiles: raw must be contiguous uint8 holding ", rows, " x ", row_bytes, " bytes, got ", raw.sizes(),
-              " ", raw.scalar_type());
-  const int64_t tiles = (rows + kQTile - 1) / kQTile, blocks = cols / kQBlock;
-  const bool kquant = ty.values == 256, q6 = ty.loads == 6;
-  const auto u8 = at::TensorOptions().dtype(at::kByte);
-  const auto f16 = at::TensorOptions().dtype(at::kHalf);
-  at::Tensor levels = weight_arena().empty({tiles, blocks, ty.loads, 64}, ty.loads == 8 ? u8.dtype(at::kChar) : u8);
-  // per-channel tables: [T, groups, 16]
-  const int64_t d_groups = kquant ? cols / 256 : blocks;
-  at::Tensor d = weight_arena().empty({tiles, d_groups, kQTile}, f16);
-  at::Tensor m;  // Q4_0 / Q4_1 / Q5_1's m, K-quants' dmin
-  using K = GGUFTileType;
-  const bool q40 = ty.kind == K::kQ40;
-  if (q40 || ty.kind == K::kQ41 || ty.kind == K::kQ51 || (kquant && !q6)) m = weight_arena().empty({tiles, d_groups, kQTile}, f16);
-  at::Tensor sc, mn;  // K-quants' sub-block scales (and Q4_K / Q5_K's mins)
-  if (q6) sc = weight_arena().empty({tiles, cols / 16, kQTile}, at::TensorOptions().dtype(at::kChar));
-  else if (kquant) {
-    sc = weight_arena().empty({tiles, blocks, kQTile}, u8);
-    mn = weight_arena().empty({tiles, blocks, kQTile}, u8);
+// One tensor's rows as the file holds them: the parts' rows stacked in order (a mixture expert's
+// gate and up rows repacked as one tensor, without first copying them together).
+struct GGUFRows {
+  std::vector<std::pair<const uint8_t*, int64_t>> parts;  // (first row's bytes, rows)
+  int64_t rows = 0;
+  int64_t row_bytes = 0;
+
+  const uint8_t* row(int64_t r) const {
+    for (const auto& [data, n] : parts) {
+      if (r < n) return data + r * row_bytes;
+      r -= n;
+    }
+    return nullptr;
   }
-  const uint8_t* src = raw.const_data_ptr<uint8_t>();
-  uint8_t* lp = static_cast<uint8_t*>(levels.data_ptr());
-  uint16_t* dp = reinterpret_cast<uint16_t*>(d.data_ptr<at::Half>());
-  uint16_t* mp = m.defined() ? reinterpret_cast<uint16_t*>(m.data_ptr<at::Half>()) : nullptr;
-  uint8_t* scp = sc.defined() ? static_cast<uint8_t*>(sc.data_ptr()) : nullptr;
-  uint8_t* mnp = mn.defined() ? mn.data_ptr<uint8_t>() : nullptr;
-  std::atomic<bool> overflow{false};
-  at::parallel_for(0, tiles, 1, [&](int64_t t0, int64_t t1) {
+};
+
+const GGUFTileType& gguf_tile_type(const std::string& type) {
+  for (const auto& t : kGGUFTileTypes)
+    if (type == t.name) return t;
+  TORCH_CHECK(false, "gguf_tiles: no tile layout for GGUF type ", type, " (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)");
+}
+
+int64_t gguf_row_bytes(const GGUFTileType& ty, int64_t cols) {
+  TORCH_CHECK(cols > 0 && cols % ty.values == 0, "gguf_tiles: ", ty.name, " with ", cols,
+              " columns: columns must be a positive multiple of ", ty.values);
+  return cols / ty.values * ty.bytes;
+}
+
+// One tensor's repacking: its outputs allocated when made (in the weight arena, nothing written
+// yet), its tiles written by repack(t0, t1) from any thread in any order, its tensors returned by
+// outputs() once every tile is written.
+class GGUFTileJob {
+ public:
+  GGUFTileJob(GGUFRows src, const GGUFTileType& ty, int64_t cols)
+      : src_(std::move(src)), ty_(ty), cols_(cols), blocks_(cols / kQBlock) {
+    TORCH_CHECK(src_.rows > 0, "gguf_tiles: ", ty.name, " tensor without rows");
+    tiles_ = (src_.rows + kQTile - 1) / kQTile;
+    kquant_ = ty.values == 256;
+    q6_ = ty.loads == 6;
+    d_groups_ = kquant_ ? cols / 256 : blocks_;
+    const auto u8 = at::TensorOptions().dtype(at::kByte);
+    const auto f16 = at::TensorOptions().dtype(at::kHalf);
+    levels_ = weight_arena().empty({tiles_, blocks_, ty.loads, 64}, ty.loads == 8 ? u8.dtype(at::kChar) : u8);
+    // per-channel tables: [T, groups, 16]
+    d_ = weight_arena().empty({tiles_, d_groups_, kQTile}, f16);
+    using K = GGUFTileType;
+    if (ty.kind == K::kQ40 || ty.kind == K::kQ41 || ty.kind == K::kQ51 || (kquant_ && !q6_))
+      m_ = weight_arena().empty({tiles_, d_groups_, kQTile}, f16);  // Q4_0 / Q4_1 / Q5_1's m, K-quants' dmin
+    if (q6_) {  // K-quants' sub-block scales (and Q4_K / Q5_K's mins)
+      sc_ = weight_arena().empty({tiles_, cols / 16, kQTile}, at::TensorOptions().dtype(at::kChar));
+    } else if (kquant_) {
+      sc_ = weight_arena().empty({tiles_, blocks_, kQTile}, u8);
+      mn_ = weight_arena().empty({tiles_, blocks_, kQTile}, u8);
+    }
+  }
+
+  int64_t tiles() const { return tiles_; }
+  const GGUFRows& rows() const { return src_; }
+
+  void repack(int64_t t0, int64_t t1) {
+    using K = GGUFTileType;
+    const GGUFTileType& ty = ty_;
+    const int64_t blocks = blocks_, d_groups = d_groups_, cols = cols_;
+    const bool kquant = kquant_, q6 = q6_, q40 = ty.kind == K::kQ40;
+    uint8_t* lp = static_cast<uint8_t*>(levels_.data_ptr());
+    uint16_t* dp = reinterpret_cast<uint16_t*>(d_.data_ptr<at::Half>());
+    uint16_t* mp = m_.defined() ? reinterpret_cast<uint16_t*>(m_.data_ptr<at::Half>()) : nullptr;
+    uint8_t* scp = sc_.defined() ? static_cast<uint8_t*>(sc_.data_ptr()) : nullptr;
+    uint8_t* mnp = mn_.defined() ? mn_.data_ptr<uint8_t>() : nullptr;
     for (int64_t t = t0; t < t1; ++t) {
       const uint8_t* row_of[kQTile];
       for (int c = 0; c < kQTile; ++c) {
         const int64_t r = t * kQTile + c;
-        row_of[c] = r < rows ? src + r * row_bytes : nullptr;
+        row_of[c] = r < src_.rows ? src_.row(r) : nullptr;
       }
       uint8_t* out = lp + t * blocks * ty.loads * 64;
       switch (ty.kind) {
@@ -243,7 +256,7 @@ std::vector<at::Tensor> gguf_tiles(const at::Tensor& raw, const std::string& typ
           if (q40) {  // m = -8 d, exact in float16 unless 8 d overflows it
             const float m32 = static_cast<float>(c10::Half(dp[at_], c10::Half::from_bits())) * -8.0f;
             const c10::Half mh(m32);
-            if (static_cast<float>(mh) != m32) overflow = true;
+            if (static_cast<float>(mh) != m32) overflow_ = true;
             mp[at_] = mh.x;
           } else if (mp) {
             mp[at_] = load_u16(blk + 2);
@@ -267,10 +280,67 @@ std::vector<at::Tensor> gguf_tiles(const at::Tensor& raw, const std::string& typ
         }
       }
     }
+  }
+
+  std::vector<at::Tensor> outputs() const {
+    TORCH_CHECK(!overflow_, "gguf_tiles: Q4_0: a block scale too large to write as Q4_1's offset (-8 d) in float16");
+    if (q6_) return {levels_, d_, sc_};
+    if (kquant_) return {levels_, d_, m_, sc_, mn_};
+    if (m_.defined()) return {levels_, d_, m_};
+    return {levels_, d_};
+  }
+
+ private:
+  GGUFRows src_;
+  const GGUFTileType& ty_;
+  int64_t cols_, blocks_, tiles_ = 0, d_groups_ = 0;
+  bool kquant_ = false, q6_ = false;
+  at::Tensor levels_, d_, m_, sc_, mn_;
+  std::atomic<bool> overflow_{false};
+};
+
+std::vector<at::Tensor> gguf_tiles_of_rows(const GGUFRows& src, const GGUFTileType& ty, int64_t cols) {
+  GGUFTileJob job(src, ty, cols);
+  at::parallel_for(0, job.tiles(), 1, [&](int64_t t0, int64_t t1) { job.repack(t0, t1); });
+  return job.outputs();
+}
+
+// Every job's tiles over the pool's threads, each thread taking the next few tiles of any job
+// (no barrier between tensors: a static split stalls at every tensor's end whenever one thread is
+// off its core, and at a start the process's other threads are busy importing); job_done(j) runs
+// on the thread that writes job j's last tiles.
+template <typename F>
+void repack_gguf_jobs(std::vector<std::unique_ptr<GGUFTileJob>>& jobs, F&& job_done) {
+  constexpr int64_t kItemBytes = 64 << 10;  // source bytes per work item: ~10-30 us of repacking
+  std::vector<std::pair<size_t, int64_t>> items;  // (job, first tile)
+  std::unique_ptr<std::atomic<int64_t>[]> left(new std::atomic<int64_t>[jobs.size()]);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const int64_t step = std::max<int64_t>(1, kItemBytes / (kQTile * jobs[j]->rows().row_bytes));
+    int64_t count = 0;
+    for (int64_t t = 0; t < jobs[j]->tiles(); t += step, ++count) items.emplace_back(j, t);
+    left[j] = count;
+  }
+  std::atomic<size_t> next{0};
+  at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t, int64_t) {
+    for (size_t i = next++; i < items.size(); i = next++) {
+      const auto [j, t0] = items[i];
+      const int64_t step = std::max<int64_t>(1, kItemBytes / (kQTile * jobs[j]->rows().row_bytes));
+      jobs[j]->repack(t0, std::min(t0 + step, jobs[j]->tiles()));
+      if (--left[j] == 0) job_done(j);
+    }
   });
-  TORCH_CHECK(!overflow, "gguf_tiles: Q4_0: a block scale too large to write as Q4_1's offset (-8 d) in float16");
-  if (q6) return {levels, d, sc};
-  if (kquant) return {levels, d, m, sc, mn};
-  if (m.defined()) return {levels, d, m};
-  return {levels, d};
+}
+
+std::vector<at::Tensor> gguf_tiles(const at::Tensor& raw, const std::string& type, int64_t rows, int64_t cols) {
+  const GGUFTileType& ty = gguf_tile_type(type);
+  const int64_t row_bytes = gguf_row_bytes(ty, cols);
+  TORCH_CHECK(rows > 0, "gguf_tiles: ", type, " [", rows, ", ", cols, "]: rows must be positive");
+  TORCH_CHECK(raw.scalar_type() == at::kByte && raw.is_contiguous() && raw.numel() == rows * row_bytes,
+              "gguf_tiles: raw must be contiguous uint8 holding ", rows, " x ", row_bytes, " bytes, got ", raw.sizes(),
+              " ", raw.scalar_type());
+  GGUFRows src;
+  src.parts.emplace_back(raw.const_data_ptr<uint8_t>(), rows);
+  src.rows = rows;
+  src.row_bytes = row_bytes;
+  return gguf_tiles_of_rows(src, ty, cols);
 }
