@@ -158,16 +158,20 @@ class RadixCache:
         return pos
 
     # --- commands ------------------------------------------------------------------------
-    def insert(self, token_ids: Sequence[int], slots: Any) -> int:
+    def insert(self, token_ids: Sequence[int], slots: Any, *, hint: Any = None, rank: int = 0) -> int:
         """Cache ``token_ids`` with their ``slots``; returns how many leading tokens were
         ALREADY cached. The tree takes ownership of ``slots[returned:]``; the new tokens are
-        evictable until locked."""
+        evictable until locked. ``hint``: the ProgramHint of the call whose text this is (kept by
+        ``retention`` for its program; ``rank``: the program's start order)."""
         key = _as_list(token_ids)
         if len(key) != len(slots):
             raise ValueError(f"RadixCache.insert: {len(key)} tokens but {len(slots)} slots")
         if self.disable or not key:
             return 0
-        return self._insert(key, slots)[0]
+        present, end = self._insert(key, slots)
+        if hint is not None:
+            self.retention.hint(end, hint, rank)
+        return present
 
     def _insert(self, key: list[int], slots: Any) -> tuple[int, TreeNode]:
         """``insert``, also returning the node where ``key`` ends."""

@@ -15,7 +15,10 @@ the text, stops and delivery of the torch engine's ``RequestOutput``.
 Prompt logprobs, prefill-only requests and scoring (``select``, through the torch engine's
 ``ScoreJob``: the prompt is prefilled once and every choice reuses it) work as there. Not here
 yet, refused at submit by name (the torch engine runs them): output constraints (regex / JSON
-schema / EBNF) and stop_regex; program hints are accepted and unused (they never change outputs).
+schema / EBNF) and stop_regex. Program hints (issue 28) order the radix cache's eviction as in
+the torch engine (cache/retention.py: a hinted call's final text is kept for its program, a
+program with a call queued keeps its texts longest, an ended program's go first); the torch
+scheduler's admission by program is not here. Hints never change outputs.
 A prompt is cached as soon as it is prefilled (the torch engine caches after every chunk), and
 a waiting request whose prompt shares a long prefix with one being prefilled waits for it (the
 torch scheduler's in-batch prefix dedup). Seeded sampling is
@@ -28,9 +31,11 @@ import threading
 import time
 import uuid
 from collections import deque
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
+
+from sglc.wire.program_hint import ProgramHint, check_program_id
 
 from ..cache.kv_pool import KVSlotPool
 from ..cache.radix_cache import RadixCache
@@ -91,7 +96,7 @@ class NativeEngine:
         #: the pool's slots go to running requests and the prefix cache (SGLang's RadixAttention,
         #: the torch engine's RadixCache over numpy slot arrays)
         self.pool = KVSlotPool(cfg.num_kv_slots, arrays=NumpySlots())
-        self.tree = RadixCache(self.pool, disable=cfg.disable_radix_cache)
+        self.tree = RadixCache(self.pool, disable=cfg.disable_radix_cache, hinted_share=cfg.hinted_share)
         self._waiting: deque[NativeRequest] = deque()
         self._running: list[NativeRequest] = []
         self._in_step: set[str] = set()
@@ -110,9 +115,12 @@ class NativeEngine:
     # --- requests in ---------------------------------------------------------------------
     def submit(self, prompt: Prompt, params: SamplingParams | dict | None = None, *, rid: str | None = None,
                stream: bool = False, callback: Callable[[StreamChunk], None] | None = None,
-               hint: Any = None) -> str:
+               hint: ProgramHint | None = None) -> str:
         """Queue a request and return its id; invalid or unsupported input raises ValueError here.
-        ``hint`` (a program hint) is accepted and unused: hints never change outputs."""
+        ``hint``: the call's place in its program (issue 28): the radix cache keeps the text it ends
+        with for its program (cache/retention.py); hints never change outputs."""
+        if hint is not None and not isinstance(hint, ProgramHint):
+            raise TypeError(f"hint must be a ProgramHint, got {type(hint).__name__}")
         params = as_params(params)
         unsupported = unsupported_params(params)
         if unsupported:
@@ -130,7 +138,7 @@ class NativeEngine:
         rid = rid if rid is not None else uuid.uuid4().hex
         rng = np.random.default_rng(params.seed) if params.seed is not None else self._rng
         out = RequestOutput(rid, self.tokenizer, params, self.eos_token_ids, ids, stream=stream, callback=callback)
-        req = NativeRequest(rid, list(ids), len(ids), params, out, rng)
+        req = NativeRequest(rid, list(ids), len(ids), params, out, rng, hint=hint)
         span = prompt_logprob_span(params, len(ids))
         if span is not None:
             req.logprob_rows, req.prompt_logprobs = span[:2], [None] if span[2] else []
@@ -221,6 +229,8 @@ class NativeEngine:
         """Waiting requests in order while a row and their slots are free: the longest cached
         prefix of the prompt (locked), new slots for the rest and for max_new_tokens (reserved
         whole: an admitted request always finishes; cached prefixes are evicted for room)."""
+        if len(self.tree.retention):  # NOTE: a program with a call queued keeps its texts longest
+            self.tree.retention.set_waiting(frozenset(r.hint.program_id for r in self._waiting if r.hint is not None))
         while self._waiting and len(self._running) < self.config.max_running_requests:
             req = self._waiting[0]
             # NOTE: at least the last prompt token is computed (its row samples); rows that give
@@ -363,20 +373,26 @@ class NativeEngine:
         request's own duplicates of what was already cached and every slot it did not use."""
         slots = np.asarray(req.slots, np.int64)
         kept = req.computed if keep_kv else req.locked
-        present = self.tree.insert(req.tokens[:kept], slots[:kept]) if kept else 0
+        # NOTE: a failed or aborted call's text is not what its program will extend: no hint for it
+        hint = req.hint if keep_kv and not req.aborted else None
+        present = self.tree.insert(req.tokens[:kept], slots[:kept], hint=hint) if kept else 0
         assert present >= req.locked, f"{req.rid}: its locked prefix left the tree"
         self.pool.free(np.concatenate([slots[req.locked:present], slots[kept:]]))
         self.tree.dec_lock(req.last_node)
         req.slots, req.last_node = [], None
 
     # --- what the server asks besides generating ------------------------------------------
-    def score_job(self, prompt: Prompt, continuations: Sequence[Prompt], *, hint: Any = None) -> ScoreJob:
+    def score_job(self, prompt: Prompt, continuations: Sequence[Prompt], *,
+                  hint: ProgramHint | None = None) -> ScoreJob:
         """A select's scoring as engine requests (validated now): ``results()`` runs it."""
         return ScoreJob(self, prompt, continuations, hint=hint)
 
     def end_program(self, program_id: str) -> int:
-        """Program hints are not used here (nothing is held for a program): 0 released."""
-        return 0
+        """A program run ended: the texts the cache keeps for its hints lose them (evicted first
+        from now on). Returns the cached tokens released; 0 for a program it holds nothing for."""
+        check_program_id(program_id)
+        with self._lock:
+            return self.tree.retention.end_program(program_id)
 
     def flush_cache(self) -> bool:
         """Empty the prefix cache; only while idle (False otherwise)."""
@@ -398,7 +414,8 @@ class NativeEngine:
                 completion_tokens=c["completion_tokens"], num_kv_slots=self.config.num_kv_slots,
                 num_used_slots=used, cached_slots=self.tree.total_size(), pool_usage=used / self.config.num_kv_slots,
                 schedule_s=t["schedule_s"], radix_s=0.0, radix_calls=0, forward_s=t["forward_s"],
-                process_s=t["process_s"], busy_s=t["busy_s"])
+                process_s=t["process_s"], busy_s=t["busy_s"], hinted_tokens=self.tree.retention.pinned_tokens(),
+                hint_evictions=self.tree.retention.counts["evicted"])
 
     # --- control -------------------------------------------------------------------------
     def start(self) -> None:

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 @dataclass
 class NativeEngineConfig:
     """model: a GGUF file, or a name that resolves to one (``default_model.gguf_source``);
-    dtype: the activations' and KV's ("bfloat16", as the torch engine's GGUF path, or "float32")."""
+    dtype: the activations' and KV's ("bfloat16", as the torch engine's GGUF path, or "float32");
+    hinted_share: the most of the KV pool program hints may keep (cache/retention.py)."""
 
     model: str = "default"
     num_kv_slots: int = 4096
@@ -31,11 +32,15 @@ class NativeEngineConfig:
     seed: int | None = None
     dtype: str = "bfloat16"
     disable_radix_cache: bool = False
+    hinted_share: float = 0.5
 
     def __post_init__(self) -> None:
         for name in ("num_kv_slots", "max_running_requests", "chunked_prefill_size"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"NativeEngineConfig.{name} must be positive, got {getattr(self, name)}")
+        if isinstance(self.hinted_share, bool) or not isinstance(self.hinted_share, (int, float)) \
+                or not 0 <= self.hinted_share <= 1:
+            raise ValueError(f"NativeEngineConfig.hinted_share must be a number in [0, 1], got {self.hinted_share!r}")
 
 
 def start_model_load(cfg: NativeEngineConfig) -> Callable[[], NativeGGUFModel]:

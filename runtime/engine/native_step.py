@@ -10,6 +10,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from sglc.wire.program_hint import ProgramHint
+
 from ..cache.radix_cache import TreeNode
 from ..output.request_output import RequestOutput
 from ..sampling.sampling_params import SamplingParams
@@ -33,6 +35,7 @@ class NativeRequest:
     aborted: bool = False
     logprob_rows: tuple[int, int] = (0, 0)  # prompt positions [next, end) whose rows give prompt logprobs
     prompt_logprobs: list[float | None] | None = None
+    hint: ProgramHint | None = None  # its place in its program: the cache keeps its final text by it
 
     @property
     def num_output(self) -> int:
