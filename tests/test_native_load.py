@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from gguf_blocks import gguf_tensor
-from memory_maps import has_huge_pages, kib, mapping_of
+from memory_maps import SMAPS, has_huge_pages, kib, mapping_of
 from sglc_runtime.model.gguf import GGUFWeight
 from sglc_runtime.model.models.gguf_tiles import reference_tiles
 from sglc_runtime.model.models.tiled_linear import native_tile_kernels
@@ -71,6 +71,7 @@ def test_a_bad_job_names_its_tensor_and_returns_nothing():
         repack(lib, [TileJob("f32", "Q8_0", 64, [np.zeros((16, 17), np.float32)])])
 
 
+@pytest.mark.skipif(not SMAPS.exists(), reason="no /proc/self/smaps to read resident pages from")
 def test_a_repacked_jobs_file_pages_leave_the_process(tmp_path):
     """Parts that are views of a file map are dropped from the process once their job is
     repacked (the file and its tiles never resident together); their bytes read back unchanged."""
