@@ -96,7 +96,6 @@ class CLibrary:
             "sglc_c_zeros": (p, [i32, i32, ctypes.POINTER(i64), *err]),
             "sglc_c_free": (None, [p]),
             "sglc_c_describe": (i32, [p, ctypes.POINTER(i64), i32, ctypes.POINTER(i32), ctypes.POINTER(i32), pp, *err]),
-            "sglc_c_gguf_tiles": (i32, [p, c, i64, i64, pp, ctypes.POINTER(i32), *err]),
             "sglc_c_gguf_tiles_batch": (i32, [i64, cp, ctypes.POINTER(i64), ctypes.POINTER(i64), pp,
                                               ctypes.POINTER(i64), ctypes.POINTER(i32), pp, ctypes.POINTER(i32), *err]),
             "sglc_c_rms_norm": (i32, [p, p, f64, pp, *err]),

@@ -145,27 +145,15 @@ __attribute__((visibility("default"))) int sglc_c_describe(const sglc_c_tensor* 
   });
 }
 
-// gguf_tiles: up to 5 tensors into out (n_out: how many).
-__attribute__((visibility("default"))) int sglc_c_gguf_tiles(const sglc_c_tensor* raw, const char* type, int64_t rows,
-                                                             int64_t cols, sglc_c_tensor** out, int* n_out, char* err,
-                                                             size_t err_len) {
-  return guarded(err, err_len, [&] {
-    std::vector<at::Tensor> tiles = gguf_tiles(need(raw, "gguf_tiles"), type, rows, cols);
-    TORCH_CHECK(tiles.size() <= 5, "gguf_tiles: more than 5 outputs");
-    *n_out = static_cast<int>(tiles.size());
-    for (size_t i = 0; i < tiles.size(); ++i) out[i] = own(std::move(tiles[i]));
-  });
-}
-
 // A whole model's tensors repacked in one call, over the pool's threads without a barrier between
 // tensors (repack_gguf_jobs): a load that called gguf_tiles per tensor gave up the GIL ~170-800
 // times, and each time waited for the start's other Python threads to hand it back. Job j is
 // `types[j]` with `cols[j]` columns, its rows the stacked parts (`part_counts[j]` of them, in order
-// from `part_data` / `part_rows`); its outputs go to out[5 j ..] (counts[j] of them). With `release[j]`, once job j is repacked its
-// parts' pages are dropped from the process (madvise DONTNEED over whole pages: the parts must be
-// an unwritten file mapping, whose pages fault back in from the page cache if read again), so the
-// file and its repacked copy are never resident at once. On failure nothing is returned: the
-// tensors made so far are freed, and err names the job.
+// from `part_data` / `part_rows`); its outputs go to out[5 j ..] (counts[j] of them). With
+// `release[j]`, once job j is repacked its parts' pages leave the process (GGUFRows::drop_pages:
+// the parts must be an unwritten file mapping), so the file and its repacked copy are never
+// resident at once. On failure nothing is returned: the tensors made so far are freed, and err
+// names the job.
 __attribute__((visibility("default"))) int sglc_c_gguf_tiles_batch(int64_t jobs, const char* const* types,
                                                                    const int64_t* cols, const int64_t* part_counts,
                                                                    const void* const* part_data,
@@ -174,10 +162,17 @@ __attribute__((visibility("default"))) int sglc_c_gguf_tiles_batch(int64_t jobs,
                                                                    size_t err_len) {
   std::vector<sglc_c_tensor*> made;
   const int status = guarded(err, err_len, [&] {
+    auto naming_job = [&](int64_t j, auto&& body) {  // NOTE: an error names its job, for the caller's tensor name
+      try {
+        body();
+      } catch (const c10::Error& e) {
+        TORCH_CHECK(false, "gguf_tiles_batch: job ", j, " (", types[j], "): ", e.what_without_backtrace());
+      }
+    };
     std::vector<std::unique_ptr<GGUFTileJob>> tile_jobs;
     int64_t next_part = 0;
     for (int64_t j = 0; j < jobs; ++j) {
-      try {
+      naming_job(j, [&] {
         const GGUFTileType& ty = gguf_tile_type(types[j]);
         GGUFRows src;
         src.row_bytes = gguf_row_bytes(ty, cols[j]);
@@ -188,29 +183,17 @@ __attribute__((visibility("default"))) int sglc_c_gguf_tiles_batch(int64_t jobs,
           src.rows += part_rows[next_part];
         }
         tile_jobs.push_back(std::make_unique<GGUFTileJob>(std::move(src), ty, cols[j]));
-      } catch (const c10::Error& e) {
-        TORCH_CHECK(false, "gguf_tiles_batch: job ", j, " (", types[j], "): ", e.what_without_backtrace());
-      }
+      });
     }
-    const int64_t page = sysconf(_SC_PAGESIZE);
     repack_gguf_jobs(tile_jobs, [&](size_t j) {
-      if (release[j] == 0) return;
-      const GGUFRows& src = tile_jobs[j]->rows();
-      for (const auto& [data, rows] : src.parts) {
-        const auto lo = reinterpret_cast<uintptr_t>(data) / page * page;
-        const auto hi = (reinterpret_cast<uintptr_t>(data) + rows * src.row_bytes + page - 1) / page * page;
-        madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);  // NOTE: advice: a failure keeps the pages
-      }
+      if (release[j] != 0) tile_jobs[j]->rows().drop_pages();
     });
     for (int64_t j = 0; j < jobs; ++j) {
-      try {
+      naming_job(j, [&] {
         std::vector<at::Tensor> tiles = tile_jobs[j]->outputs();
-        TORCH_CHECK(tiles.size() <= 5, "more than 5 outputs");
         counts[j] = static_cast<int>(tiles.size());
         for (size_t i = 0; i < tiles.size(); ++i) made.push_back(out[5 * j + i] = own(std::move(tiles[i])));
-      } catch (const c10::Error& e) {
-        TORCH_CHECK(false, "gguf_tiles_batch: job ", j, " (", types[j], "): ", e.what_without_backtrace());
-      }
+      });
     }
   });
   if (status != 0)

@@ -165,6 +165,17 @@ struct GGUFRows {
     }
     return nullptr;
   }
+
+  // This process's pages under the parts dropped (madvise DONTNEED over whole pages: the parts
+  // must be an unwritten file mapping, whose pages fault back in from the page cache if read).
+  void drop_pages() const {
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    for (const auto& [data, n] : parts) {
+      const auto lo = reinterpret_cast<uintptr_t>(data) / page * page;
+      const auto hi = (reinterpret_cast<uintptr_t>(data) + n * row_bytes + page - 1) / page * page;
+      madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);  // NOTE: advice: a failure keeps the pages
+    }
+  }
 };
 
 const GGUFTileType& gguf_tile_type(const std::string& type) {
@@ -312,21 +323,24 @@ std::vector<at::Tensor> gguf_tiles_of_rows(const GGUFRows& src, const GGUFTileTy
 template <typename F>
 void repack_gguf_jobs(std::vector<std::unique_ptr<GGUFTileJob>>& jobs, F&& job_done) {
   constexpr int64_t kItemBytes = 64 << 10;  // source bytes per work item: ~10-30 us of repacking
-  std::vector<std::pair<size_t, int64_t>> items;  // (job, first tile)
+  struct Item {
+    size_t job;
+    int64_t t0, t1;  // its tiles
+  };
+  std::vector<Item> items;
   std::unique_ptr<std::atomic<int64_t>[]> left(new std::atomic<int64_t>[jobs.size()]);
   for (size_t j = 0; j < jobs.size(); ++j) {
+    const int64_t tiles = jobs[j]->tiles();
     const int64_t step = std::max<int64_t>(1, kItemBytes / (kQTile * jobs[j]->rows().row_bytes));
-    int64_t count = 0;
-    for (int64_t t = 0; t < jobs[j]->tiles(); t += step, ++count) items.emplace_back(j, t);
-    left[j] = count;
+    left[j] = (tiles + step - 1) / step;
+    for (int64_t t = 0; t < tiles; t += step) items.push_back({j, t, std::min(t + step, tiles)});
   }
   std::atomic<size_t> next{0};
   at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t, int64_t) {
     for (size_t i = next++; i < items.size(); i = next++) {
-      const auto [j, t0] = items[i];
-      const int64_t step = std::max<int64_t>(1, kItemBytes / (kQTile * jobs[j]->rows().row_bytes));
-      jobs[j]->repack(t0, std::min(t0 + step, jobs[j]->tiles()));
-      if (--left[j] == 0) job_done(j);
+      const Item& item = items[i];
+      jobs[item.job]->repack(item.t0, item.t1);
+      if (--left[item.job] == 0) job_done(item.job);
     }
   });
 }
