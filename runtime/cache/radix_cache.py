@@ -257,13 +257,11 @@ class RadixCache:
             self.pool.free(slots)
         else:
             prefix_len = len(req.prefix_indices)
-            key = req.fill_ids[:kv_len]
-            present, end = self._insert(key, slots) if key else (0, self.root)
+            present = self.insert(req.fill_ids[:kv_len], slots, hint=getattr(req, "hint", None),
+                                  rank=getattr(req, "program_rank", 0))
             assert present >= prefix_len, f"{req}: its locked prefix vanished from the tree"
             self.pool.free(slots[prefix_len:present])
             self.dec_lock(req.last_node)
-            if getattr(req, "hint", None) is not None:
-                self.retention.hint(end, req.hint, getattr(req, "program_rank", 0))
         table.free_row(row)
         req.req_row = None
         req.prefix_indices = self.arrays.empty()
