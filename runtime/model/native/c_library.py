@@ -3,8 +3,8 @@
 ``import torch`` costs ~1 s and ~210 MiB before a model is read (docs/benchmarks.md, issue #26);
 the binding itself needs only ``libc10`` and ``libtorch_cpu`` (~0.2 s, ~100 MiB). This module
 loads them (``torch_libraries.py``: found in the installed torch package without importing it),
-then the binding (``binding/cpu_ops.cpp``, whose ``c_api.h`` gives its ops as C functions) and the kernel variant of
-this CPU's level. The binding is built by the torch process's builder (``build.py``): when this
+then the binding (``binding/cpu_ops.cpp``, whose ``c_api.h`` gives its ops as C functions) and
+the kernel variant of this CPU's level. The binding is built by the torch process's builder (``build.py``): when this
 machine has no build of the current sources yet, a child process builds it once.
 
 :class:`CTensor` is one tensor crossing the boundary: over a numpy array (never copied; the
