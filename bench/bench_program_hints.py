@@ -23,12 +23,18 @@ is less than all the distinct tokens of the batch (recorded too, as "distinct_to
     python bench/bench_program_hints.py --programs 128 --workloads tool_agents,react_agent
     python bench/bench_program_hints.py --quick              # 16 programs, 2 workloads (minutes)
     python bench/bench_program_hints.py --workloads multi_turn --fractions 1 --repeats 3   # noisy rows
+    python bench/bench_program_hints.py --engine native       # the torch-free engine (GGUF weights)
 
-Writes bench/out/program_hints.json. One benchmark at a time on a quiet machine (`uptime`).
+Engines: ``torch`` (default: the embedded Engine, int4 weights of the default model, one loaded
+model shared by every run) or ``native`` (``NativeEngine``, the default model's GGUF file as
+shipped, loaded per run, outside the timed part).
+
+Writes bench/out/program_hints.json (program_hints_native.json with ``--engine native``). One benchmark at a time on a quiet machine (`uptime`).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -103,15 +109,31 @@ WORKLOADS: dict[str, Callable[[int, int], tuple[Any, list[dict]]]] = {
 
 
 # --- one run --------------------------------------------------------------------------------------
+def new_engine(base: Any, slots: int) -> Any:
+    """A fresh engine of ``base``'s kind with ``slots`` KV slots (``base``: a torch Engine whose
+    model it shares, or a NativeEngineConfig)."""
+    from sglc_runtime.engine import Engine
+    from sglc_runtime.engine.native_engine import NativeEngine
+    from sglc_runtime.engine.native_engine_config import NativeEngineConfig
+
+    if isinstance(base, NativeEngineConfig):
+        return NativeEngine(dataclasses.replace(base, num_kv_slots=slots))
+    return Engine(share_model_with=base, dtype=base.config.dtype, quantization=base.config.quantization,
+                  num_kv_slots=slots, max_running_requests=64)
+
+
+def program_table(engine: Any) -> Any:
+    """The engine's ProgramTable (the engine thread's state: read it under ``engine._lock``)."""
+    return engine.programs if hasattr(engine, "programs") else engine.scheduler.programs
+
+
 def run_once(base: Any, compiled: Any, inputs: list[dict], slots: int, hints: bool,
              warmup: list[dict] | None = None, watch: Callable[[Any], Any] | None = None) -> dict[str, Any]:
     """A fresh engine with ``slots`` KV slots: ``warmup`` (untimed, same mode; a runtime that has
     served the program before has learned its footprint), a flush, then every input at once."""
-    from sglc_runtime.engine import Engine
     from sglc_runtime.server.engine_backend import EngineBackend
 
-    engine = Engine(share_model_with=base, dtype=base.config.dtype, quantization=base.config.quantization,
-                    num_kv_slots=slots, max_running_requests=64)
+    engine = new_engine(base, slots)
     backend = EngineBackend(engine)
     try:
         for args in warmup or []:
@@ -182,7 +204,7 @@ def working_set(base: Any, compiled: Any, inputs: list[dict], warmup: list[dict]
         def sample() -> None:
             while not done.wait(0.02):
                 with engine._lock:  # NOTE: the scheduler's state is the engine thread's
-                    peak[0] = max(peak[0], engine.scheduler.programs.held_tokens())
+                    peak[0] = max(peak[0], program_table(engine).held_tokens())
         thread = threading.Thread(target=sample, daemon=True)
         thread.start()
         return lambda: (done.set(), thread.join())
@@ -203,11 +225,14 @@ def main() -> None:
     ap.add_argument("--fractions", default=",".join(str(f) for f in FRACTIONS))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--engine", choices=("torch", "native"), default="torch")
     ap.add_argument("--repeats", type=int, default=1, help="alternating on/off pairs per pool size")
     ap.add_argument("--tool-delay", type=float, default=TOOL_DELAY_S, help="tool_agents: mean tool seconds")
     ap.add_argument("--quick", action="store_true", help="16 programs, tool_agents and react_agent")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "program_hints.json"))
+    ap.add_argument("--out", default=None, help="default bench/out/program_hints.json (_native.json with --engine native)")
     args = ap.parse_args()
+    if args.out is None:
+        args.out = str(ROOT / "bench" / "out" / f"program_hints{'_native' if args.engine == 'native' else ''}.json")
     if args.quick:
         args.programs, args.workloads = 16, "tool_agents,react_agent"
     names = [w for w in args.workloads.split(",") if w]
@@ -219,12 +244,17 @@ def main() -> None:
         raise SystemExit(f"--repeats must be >= 1, got {args.repeats}")
     globals()["TOOL_DELAY_S"] = args.tool_delay  # NOTE: read by tool_agents() when the workload is built
 
-    from sglc_runtime.engine import Engine
+    if args.engine == "native":
+        from sglc_runtime.engine.native_engine_config import NativeEngineConfig
 
-    base = Engine(quantization="auto", threads=args.threads)
-    report: dict[str, Any] = {"programs": args.programs, "tool_delay_s": args.tool_delay, "cpu": _cpu_flags(), "load_before": os.getloadavg()[0],
+        base: Any = NativeEngineConfig(threads=args.threads, max_running_requests=64)
+    else:
+        from sglc_runtime.engine import Engine
+
+        base = Engine(quantization="auto", threads=args.threads)
+    report: dict[str, Any] = {"engine": args.engine, "programs": args.programs, "tool_delay_s": args.tool_delay, "cpu": _cpu_flags(), "load_before": os.getloadavg()[0],
                               "workloads": {}}
-    print(f"# program hints on vs off: {args.programs} programs at once; cpu {report['cpu']}; "
+    print(f"# program hints on vs off, {args.engine} engine: {args.programs} programs at once; cpu {report['cpu']}; "
           f"load {report['load_before']:.2f}")
     print(f"{'workload':18} {'pool':>5} {'slots':>6} {'mode':4} {'prog/s':>7} {'p50 s':>7} {'p99 s':>7} "
           f"{'computed':>9} {'recomp':>8} {'hit':>5} {'busy':>5} {'diff':>4}")
@@ -265,7 +295,8 @@ def main() -> None:
                 print(f"{'':18} {frac:5.0%} {args.repeats} pairs: programs/s on/off "
                       f"{statistics.mean(rates[True]) / statistics.mean(rates[False]):.2f}x (means)")
         report["workloads"][name] = {"working_set_tokens": ws, "distinct_tokens": distinct, "runs": rows}
-    base.shutdown()
+    if args.engine == "torch":
+        base.shutdown()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))
     print(f"wrote {args.out}")

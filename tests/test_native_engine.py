@@ -277,6 +277,105 @@ def test_hints_never_change_outputs(oracle):
     assert [e.wait(r).token_ids for r in rids] == oracle
 
 
+
+# --- program hints (issue 28): admission by program, as the torch scheduler's ----------------
+
+def _hinted(e, tokens, program_id, max_new=2, next_use=0):
+    from sglc.wire.program_hint import ProgramHint
+
+    return e.submit(tokens, {**GREEDY, "max_new_tokens": max_new}, hint=ProgramHint(program_id, next_use=next_use))
+
+
+def _running(e) -> list[str]:
+    return [r.rid for r in e._running]
+
+
+def test_a_program_in_flight_goes_before_new_programs(oracle):
+    e = engine(num_kv_slots=256, max_running_requests=1)
+    e.wait(_hinted(e, PROMPTS[0], "A", max_new=8))
+    b1 = _hinted(e, PROMPTS[1], "B", max_new=8)  # queued first, but B has not started
+    a2 = _hinted(e, PROMPTS[0] + oracle[0][:3], "A", max_new=8)
+    e.step()
+    assert _running(e) == [a2]
+    assert e.wait(b1).token_ids == oracle[1]
+    e.wait(a2)
+
+
+def test_new_programs_wait_while_the_families_footprints_fill_the_pool():
+    """A family's ended run needed 90 tokens: a pool of 200 runs two such programs at once
+    (2 x 90 <= 0.9 x 200); a third waits while they run, and starts once one has ended."""
+    e = engine(num_kv_slots=200, max_running_requests=8)
+    e.wait(_hinted(e, [50 + k for k in range(80)], "agent:warm", max_new=10))
+    e.end_program("agent:warm")
+    assert e.programs.family_footprint("agent:x") == 90
+    rids = {p: _hinted(e, [ord(p) + k for k in range(20)], f"agent:{p}", max_new=6) for p in "abc"}
+    e.step()
+    assert sorted(_running(e)) == sorted([rids["a"], rids["b"]])
+    while e._running:
+        assert rids["c"] not in _running(e)
+        e.step()
+    e.end_program("agent:a")
+    e.wait(rids["c"])
+    assert e.stats().num_programs == 2  # b and c have not ended
+    e.tree.check_integrity()
+    e.pool.check_integrity()
+
+
+def test_an_idle_engine_starts_a_held_program_provisional_and_keeps_committed_texts():
+    """Programs a and b wait (texts cached and hinted); c's first call would pass the memory
+    rule but nothing runs: it starts provisional. When a's next call needs memory, c's text goes
+    before b's; once a and b end, c is promoted."""
+    e = engine(num_kv_slots=100, max_running_requests=8)
+    e.wait(_hinted(e, [50 + k for k in range(40)], "agent:warm", max_new=5))
+    e.end_program("agent:warm")  # the family's runs need 45 tokens: two fit 0.9 x 100, three do not
+    e.tree.evict(e.tree.evictable_size())
+    texts = {p: [ord(p) + k for k in range(10)] for p in "abc"}
+    for rid in [_hinted(e, texts[p], f"agent:{p}") for p in "ab"]:
+        e.wait(rid)
+    c1 = _hinted(e, texts["c"], "agent:c")
+    e.step()  # nothing else would run: c starts, provisional
+    assert _running(e) == [c1] and e.programs.provisional_ids == {"agent:c"}
+    e.wait(c1)
+    assert e.stats().provisional_programs == 1
+    e.wait(_hinted(e, texts["a"] + [5, 6] + [200 + k for k in range(70)], "agent:a"))  # 84 of 100 slots
+    assert e.tree.peek_prefix_len(texts["c"]) == 0 and e.tree.peek_prefix_len(texts["b"]) == 10
+    e.end_program("agent:a")
+    e.end_program("agent:b")
+    assert not e.step() and not e.programs.provisional_ids
+    assert e.stats().promoted_programs == 1
+
+
+def test_admission_by_program_never_changes_outputs(oracle):
+    """Six programs of two calls each over a pool that holds about two of them at once."""
+    e = engine(num_kv_slots=90, max_running_requests=4)
+    firsts = [_hinted(e, p, f"prog:{i}", max_new=8) for i, p in enumerate(PROMPTS)]
+    seconds = []
+    for i, (rid, p) in enumerate(zip(firsts, PROMPTS)):
+        assert e.wait(rid).token_ids == oracle[i]
+        seconds.append(_hinted(e, p, f"prog:{i}", max_new=8, next_use=-1))
+    assert [e.wait(r).token_ids for r in seconds] == oracle
+    assert e.stats().num_programs == len(PROMPTS)
+    for i in range(len(PROMPTS)):
+        e.end_program(f"prog:{i}")
+    assert e.stats().num_programs == 0
+
+
+def test_a_trace_records_what_finished():
+    e = engine()
+    with pytest.raises(RuntimeError, match="no trace"):
+        e.stop_trace()
+    trace = e.start_trace()
+    with pytest.raises(RuntimeError, match="already on"):
+        e.start_trace()
+    outs = e.generate(PROMPTS[:2], GREEDY)
+    e.wait(e.submit(PROMPTS[0], GREEDY))
+    assert e.stop_trace() is trace and not trace.active
+    got = sorted((r.prompt_ids, r.output_ids) for r in trace.requests)
+    want = sorted([(tuple(p), tuple(o.token_ids)) for p, o in zip(PROMPTS, outs)] + [(tuple(PROMPTS[0]), tuple(outs[0].token_ids))])
+    assert got == want
+    assert trace.cached_tokens == len(PROMPTS[0]) - 1  # NOTE: the repeat: all but its last prompt token
+
+
 # --- `sglc serve --engine native` ------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -45,7 +45,8 @@ from .engine_config import AUTO_CHUNK, DEFAULT_CHUNKED_PREFILL_SIZE, MIN_AUTO_CH
 from .engine_constraints import EngineConstraints
 from .prefill_pacer import PrefillPacer
 from .prompt_ids import Prompt, to_token_ids
-from .request_trace import RequestTrace
+from . import request_trace
+from .request_trace import RequestTrace, TracedRequest
 from .score_job import ScoreJob
 from .stats import EngineStats, RadixTimer, StepTimers
 from .thread_policy import apply_thread_count, in_transient_thread
@@ -295,7 +296,8 @@ class Engine:
         if rec.keeps_result:
             self._results[req.rid] = out
         if self._trace is not None and req.finished_reason != "abort" and not rec.failed:
-            self._trace.record(req)
+            self._trace.record(TracedRequest(req.rid, tuple(req.origin_input_ids), tuple(req.output_ids),
+                                             req.cached_tokens, req.num_forced_at_submit))
         return out
 
     # --- outputs -------------------------------------------------------------------------
@@ -452,18 +454,14 @@ class Engine:
         """Record every request that finishes from now on (aborted ones excepted) until
         stop_trace(); returns the live trace. RuntimeError if a trace is already on."""
         with self._lock:
-            if self._trace is not None:
-                raise RuntimeError("Engine.start_trace: a trace is already on (call stop_trace() first)")
-            self._trace = RequestTrace()
+            self._trace = request_trace.begin(self._trace, "Engine")
             return self._trace
 
     def stop_trace(self) -> RequestTrace:
         """Stop recording and return the trace. RuntimeError if no trace is on."""
         with self._lock:
-            trace, self._trace = self._trace, None
-            if trace is None:
-                raise RuntimeError("Engine.stop_trace: no trace is on (call start_trace() first)")
-            trace.close()
+            trace = request_trace.end(self._trace, "Engine")
+            self._trace = None
             return trace
 
     def flush_cache(self) -> bool:

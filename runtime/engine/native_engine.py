@@ -15,10 +15,11 @@ the text, stops and delivery of the torch engine's ``RequestOutput``.
 Prompt logprobs, prefill-only requests and scoring (``select``, through the torch engine's
 ``ScoreJob``: the prompt is prefilled once and every choice reuses it) work as there. Not here
 yet, refused at submit by name (the torch engine runs them): output constraints (regex / JSON
-schema / EBNF) and stop_regex. Program hints (issue 28) order the radix cache's eviction as in
-the torch engine (cache/retention.py: a hinted call's final text is kept for its program, a
-program with a call queued keeps its texts longest, an ended program's go first); the torch
-scheduler's admission by program is not here. Hints never change outputs.
+schema / EBNF) and stop_regex. Program hints (issue 28) work as in the torch engine: the radix
+cache evicts by them (cache/retention.py: a hinted call's final text is kept for its program, a
+program with a call queued keeps its texts longest, an ended program's go first) and admission
+is by program (scheduling/program_gate.py: calls of programs in flight first, a new program held
+back while memory is tight, started provisional when nothing runs). Hints never change outputs.
 A prompt is cached as soon as it is prefilled (the torch engine caches after every chunk), and
 a waiting request whose prompt shares a long prefix with one being prefilled waits for it (the
 torch scheduler's in-batch prefix dedup). Seeded sampling is
@@ -46,6 +47,9 @@ from ..model.native_model import NativeGGUFModel
 from ..model.tokenizer import Tokenizer
 from ..output.outputs import GenerateOutput, StreamChunk
 from ..output.request_output import RequestOutput
+from ..scheduling import program_gate
+from ..scheduling.program_gate import ProgramGate, Start
+from ..scheduling.program_table import ProgramTable
 from ..sampling.sampling_params import SamplingParams, as_params
 from ..sampling.numpy_sampling import apply_penalties, log_softmax, sample_token
 from ..sampling.sampling_state import prompt_logprob_span
@@ -53,6 +57,8 @@ from ..sampling.token_result import TokenResult
 from .native_engine_config import NativeEngineConfig, start_model_load
 from .native_step import NativeRequest, StepRows
 from .prompt_ids import Prompt, to_token_ids
+from . import request_trace
+from .request_trace import RequestTrace, TracedRequest
 from .score_job import ScoreJob
 from .stats import EngineStats
 
@@ -97,6 +103,8 @@ class NativeEngine:
         #: the torch engine's RadixCache over numpy slot arrays)
         self.pool = KVSlotPool(cfg.num_kv_slots, arrays=NumpySlots())
         self.tree = RadixCache(self.pool, disable=cfg.disable_radix_cache, hinted_share=cfg.hinted_share)
+        self.programs = ProgramTable()  # NOTE: programs in flight, for admission by program (issue 28)
+        self._trace: RequestTrace | None = None
         self._waiting: deque[NativeRequest] = deque()
         self._running: list[NativeRequest] = []
         self._in_step: set[str] = set()
@@ -226,32 +234,50 @@ class NativeEngine:
         return True
 
     def _admit(self) -> None:
-        """Waiting requests in order while a row and their slots are free: the longest cached
-        prefix of the prompt (locked), new slots for the rest and for max_new_tokens (reserved
-        whole: an admitted request always finishes; cached prefixes are evicted for room)."""
-        if len(self.tree.retention):  # NOTE: a program with a call queued keeps its texts longest
-            self.tree.retention.set_waiting(frozenset(r.hint.program_id for r in self._waiting if r.hint is not None))
-        while self._waiting and len(self._running) < self.config.max_running_requests:
-            req = self._waiting[0]
+        """Waiting requests while a row and their slots are free, calls of programs in flight
+        first, the rest in arrival order (program_gate.py; a call that would start a program
+        waits while memory is tight): the longest cached prefix of the prompt (locked), new
+        slots for the rest and for max_new_tokens (reserved whole: an admitted request always
+        finishes; cached prefixes are evicted for room, in the hints' order)."""
+        limit = self.config.num_kv_slots * self.config.program_admit_share
+        program_gate.refresh(self.programs, self.tree.retention, self._waiting, limit)
+        gate = ProgramGate(self.programs, self.tree.retention, limit)
+        admitted: list[NativeRequest] = []
+        for req in gate.order(self._waiting, list):
+            if len(self._running) >= self.config.max_running_requests:
+                break
             # NOTE: at least the last prompt token is computed (its row samples); rows that give
             # prompt logprobs too
             usable = req.num_prompt - 1 if req.prompt_logprobs is None else min(req.num_prompt - 1, req.logprob_rows[0])
-            if self._prefilling_shares(req.tokens[:usable], self.tree.peek_prefix_len(req.tokens[:usable])):
-                return  # NOTE: its prefix is being prefilled: admitted once that is cached, it reuses it
-            match = self.tree.match_prefix(req.tokens[:usable])
+            prefix = req.tokens[:usable]
+            if self._prefilling_shares(prefix, self.tree.peek_prefix_len(prefix)):
+                continue  # NOTE: its prefix is being prefilled: admitted once that is cached, it reuses it
+            call_tokens = req.num_prompt + max(req.params.max_new_tokens, 1)
+            start = Start.COMMITTED
+            if gate.starts_program(req):
+                start = gate.start_verdict(req, call_tokens - self.tree.peek_prefix_len(prefix), busy=bool(self._running))
+                if start is Start.HOLD:
+                    continue
+            match = self.tree.match_prefix(prefix)
             self.tree.inc_lock(match.last_node)
-            need = req.num_prompt - match.prefix_len + max(req.params.max_new_tokens, 1)
-            if need > self.pool.num_free:
+            need = call_tokens - match.prefix_len
+            room = self.pool.num_free + self.tree.evictable_size()
+            provisional = start is Start.PROVISIONAL or self.programs.is_provisional(req)
+            room -= gate.held_room(req, provisional=provisional, need=need, room=room, busy=bool(self._running))
+            if need <= room and need > self.pool.num_free:
                 self.tree.evict(need - self.pool.num_free)
-            if need > self.pool.num_free:
+            if need > min(room, self.pool.num_free):
                 self.tree.dec_lock(match.last_node)
-                return
-            self._waiting.popleft()
+                break
             req.slots = match.slots.tolist() + self.pool.alloc(need).tolist()
             req.computed = req.cached = req.locked = match.prefix_len
             req.last_node = match.last_node
             self._counts["cached_tokens"] += req.cached
             self._running.append(req)
+            admitted.append(req)
+            gate.admitted(req, call_tokens, match.prefix_len, start=start)
+        for req in admitted:
+            self._waiting.remove(req)
 
     def _prefilling_shares(self, tokens: list[int], cached: int) -> bool:
         """Whether a running request still prefilling its prompt shares more of ``tokens`` than the
@@ -366,6 +392,9 @@ class NativeEngine:
         out = req.output.finalize(aborted=req.aborted, cached_tokens=req.cached, prompt_logprobs=req.prompt_logprobs)
         if req.output.keeps_result:
             self._results[req.rid] = out
+        if self._trace is not None and not req.aborted and not req.output.failed:
+            n = req.num_prompt
+            self._trace.record(TracedRequest(req.rid, tuple(req.tokens[:n]), tuple(req.tokens[n:]), req.cached))
         return out
 
     def _release(self, req: NativeRequest, keep_kv: bool) -> None:
@@ -375,7 +404,7 @@ class NativeEngine:
         kept = req.computed if keep_kv else req.locked
         # NOTE: a failed or aborted call's text is not what its program will extend: no hint for it
         hint = req.hint if keep_kv and not req.aborted else None
-        present = self.tree.insert(req.tokens[:kept], slots[:kept], hint=hint) if kept else 0
+        present = self.tree.insert(req.tokens[:kept], slots[:kept], hint=hint, rank=req.program_rank) if kept else 0
         assert present >= req.locked, f"{req.rid}: its locked prefix left the tree"
         self.pool.free(np.concatenate([slots[req.locked:present], slots[kept:]]))
         self.tree.dec_lock(req.last_node)
@@ -392,7 +421,22 @@ class NativeEngine:
         from now on). Returns the cached tokens released; 0 for a program it holds nothing for."""
         check_program_id(program_id)
         with self._lock:
+            self.programs.end(program_id)
             return self.tree.retention.end_program(program_id)
+
+    def start_trace(self) -> RequestTrace:
+        """Record every request that finishes from now on (aborted and failed ones excepted)
+        until stop_trace(); returns the live trace (request_trace.py). RuntimeError if one is on."""
+        with self._lock:
+            self._trace = request_trace.begin(self._trace, "NativeEngine")
+            return self._trace
+
+    def stop_trace(self) -> RequestTrace:
+        """Stop recording and return the trace. RuntimeError if no trace is on."""
+        with self._lock:
+            trace = request_trace.end(self._trace, "NativeEngine")
+            self._trace = None
+            return trace
 
     def flush_cache(self) -> bool:
         """Empty the prefix cache; only while idle (False otherwise)."""
@@ -415,7 +459,9 @@ class NativeEngine:
                 num_used_slots=used, cached_slots=self.tree.total_size(), pool_usage=used / self.config.num_kv_slots,
                 schedule_s=t["schedule_s"], radix_s=0.0, radix_calls=0, forward_s=t["forward_s"],
                 process_s=t["process_s"], busy_s=t["busy_s"], hinted_tokens=self.tree.retention.pinned_tokens(),
-                hint_evictions=self.tree.retention.counts["evicted"])
+                hint_evictions=self.tree.retention.counts["evicted"], num_programs=len(self.programs),
+                provisional_programs=self.programs.counts["provisional"],
+                promoted_programs=self.programs.counts["promoted"])
 
     # --- control -------------------------------------------------------------------------
     def start(self) -> None:

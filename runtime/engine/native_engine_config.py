@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 class NativeEngineConfig:
     """model: a GGUF file, or a name that resolves to one (``default_model.gguf_source``);
     dtype: the activations' and KV's ("bfloat16", as the torch engine's GGUF path, or "float32");
-    hinted_share: the most of the KV pool program hints may keep (cache/retention.py)."""
+    hinted_share: the most of the KV pool program hints may keep (cache/retention.py);
+    program_admit_share: new programs start while the in-flight ones' expected footprints fit this
+    share of the pool (scheduling/program_table.py)."""
 
     model: str = "default"
     num_kv_slots: int = 4096
@@ -33,6 +35,7 @@ class NativeEngineConfig:
     dtype: str = "bfloat16"
     disable_radix_cache: bool = False
     hinted_share: float = 0.5
+    program_admit_share: float = 0.9
 
     def __post_init__(self) -> None:
         for name in ("num_kv_slots", "max_running_requests", "chunked_prefill_size"):
@@ -41,6 +44,10 @@ class NativeEngineConfig:
         if isinstance(self.hinted_share, bool) or not isinstance(self.hinted_share, (int, float)) \
                 or not 0 <= self.hinted_share <= 1:
             raise ValueError(f"NativeEngineConfig.hinted_share must be a number in [0, 1], got {self.hinted_share!r}")
+        if isinstance(self.program_admit_share, bool) or not isinstance(self.program_admit_share, (int, float)) \
+                or not 0 < self.program_admit_share <= 1:
+            raise ValueError("NativeEngineConfig.program_admit_share must be a number in (0, 1], "
+                             f"got {self.program_admit_share!r}")
 
 
 def start_model_load(cfg: NativeEngineConfig) -> Callable[[], NativeGGUFModel]:

@@ -36,6 +36,7 @@ class NativeRequest:
     logprob_rows: tuple[int, int] = (0, 0)  # prompt positions [next, end) whose rows give prompt logprobs
     prompt_logprobs: list[float | None] | None = None
     hint: ProgramHint | None = None  # its place in its program: the cache keeps its final text by it
+    program_rank: int = 0  # its program's start order (set at admission by the ProgramTable)
 
     @property
     def num_output(self) -> int:

@@ -10,8 +10,6 @@ import threading
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..scheduling.request import Req
-
 @dataclass(frozen=True, slots=True)
 class TracedRequest:
     """One finished request.
@@ -42,10 +40,8 @@ class RequestTrace:
         self._requests: list[TracedRequest] = []
         self._active = True
 
-    def record(self, req: Req) -> None:
+    def record(self, item: TracedRequest) -> None:
         """Append a finished request (the engine calls this; it skips aborted requests)."""
-        item = TracedRequest(req.rid, tuple(req.origin_input_ids), tuple(req.output_ids), req.cached_tokens,
-                             req.num_forced_at_submit)
         with self._lock:
             if self._active:
                 self._requests.append(item)
@@ -83,3 +79,18 @@ class RequestTrace:
 
     def __repr__(self) -> str:
         return f"RequestTrace({len(self)} requests, {'on' if self._active else 'stopped'})"
+
+
+def begin(current: RequestTrace | None, engine: str) -> RequestTrace:
+    """A new trace for an engine's ``start_trace`` (``current``: its trace, if one is on)."""
+    if current is not None:
+        raise RuntimeError(f"{engine}.start_trace: a trace is already on (call stop_trace() first)")
+    return RequestTrace()
+
+
+def end(current: RequestTrace | None, engine: str) -> RequestTrace:
+    """``current`` stopped, for an engine's ``stop_trace``."""
+    if current is None:
+        raise RuntimeError(f"{engine}.stop_trace: no trace is on (call start_trace() first)")
+    current.close()
+    return current

@@ -38,9 +38,10 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from .request import Req
+if TYPE_CHECKING:  # NOTE: the torch-free engine admits by this table too; request.py imports torch
+    from .request import Req
 
 MAX_PROGRAMS = 4096
 IDLE_S = 60.0

@@ -19,14 +19,13 @@ counts none of them): older programs finish before younger ones take their memor
 that would start a program waits while the in-flight programs' expected footprints would not
 leave it room (program_table.py), unless nothing runs: then it starts *provisional*, on memory
 no committed program's texts hold, and is promoted when room frees. The cache evicts by the
-hints (cache/retention.py).
+hints (cache/retention.py). The rules are asked through program_gate.py, as the torch-free engine asks them.
 The prefill-token budget (``SchedulerConfig.prefill_budget``) bounds the prefill tokens of every
 step, so with chunking on no request holds the engine for longer than one chunk.
 Not thread-safe: call everything from the engine's thread.
 """
 from __future__ import annotations
 
-import bisect
 from typing import Sequence
 
 import torch
@@ -35,6 +34,8 @@ from ..cache.kv_pool import KVSlotPool
 from ..cache.radix_cache import RadixCache
 from ..cache.req_slot_table import ReqSlotTable
 from .decode_growth import DecodeGrowthEstimator
+from . import program_gate
+from .program_gate import ProgramGate, Start
 from .program_table import ProgramTable
 from .request import Req, ReqStatus
 from .schedule_batch import ScheduleBatch, ScheduledReq
@@ -130,6 +131,11 @@ class Scheduler:
         """The batch schedule() returned whose process_results() has not run yet."""
         return self._inflight
 
+    @property
+    def _program_limit(self) -> float:
+        """Tokens the in-flight programs' expected footprints may reach (program_gate.py)."""
+        return self.config.num_kv_slots * self.config.program_admit_share
+
     def _in_flight(self, req: Req) -> bool:
         return self._inflight is not None and any(e.req is req for e in self._inflight.reqs)
 
@@ -145,13 +151,7 @@ class Scheduler:
         """Plan the next step; None when there is nothing to run."""
         if self._inflight is not None:
             raise RuntimeError("Scheduler.schedule: process_results() of the previous batch is missing")
-        if self.programs.provisional_ids:
-            self.programs.promote(self.config.num_kv_slots * self.config.program_admit_share)
-        # NOTE: also while the cache holds no hint yet: a provisional program's first text must
-        # find itself provisional when it arrives
-        self.tree_cache.retention.set_provisional(self.programs.provisional_ids)
-        if len(self.tree_cache.retention):
-            self.tree_cache.retention.set_waiting(frozenset(r.hint.program_id for r in self.waiting if r.hint is not None))
+        program_gate.refresh(self.programs, self.tree_cache.retention, self.waiting, self._program_limit)
         decodes = self._schedule_decodes()
         prefills = self._schedule_prefills()
         if not decodes and not prefills:
@@ -323,23 +323,17 @@ class Scheduler:
         reserved = self._reserved()
         out: list[ScheduledReq] = []
         admitted: set[int] = set()
-        pinned: tuple[list[int], list[int]] | None = None  # NOTE: computed once per call, when first needed
-        in_flight: int | None = None  # expected tokens of the programs in flight, likewise
-        for req in self.programs.order(self.waiting, self.policy.order):
+        gate = ProgramGate(self.programs, cache.retention, self._program_limit)
+        for req in gate.order(self.waiting, self.policy.order):
             if budget <= 0 or not self.table.can_alloc_row() or len(self.running) >= cfg.max_running:
                 break
             fill = req.fill_ids
             call_tokens = len(fill) + min(req.max_new_tokens, cfg.clip_max_new_tokens) - len(req.output_ids)
-            starts_provisional = False
-            if req.hint is not None and not self.programs.in_flight(req):
-                if in_flight is None:
-                    in_flight = self.programs.expected_in_flight()
-                own = call_tokens - cache.peek_prefix_len(fill)
-                if in_flight + self.programs.expected_new(req, own) > cfg.num_kv_slots * cfg.program_admit_share:
-                    if self.running or out:
-                        continue  # NOTE: memory is tight: the programs in flight finish first
-                    # NOTE: nothing else would run: start it, but on memory committed programs do not hold
-                    starts_provisional = len(self.programs) > 0
+            start = Start.COMMITTED
+            if gate.starts_program(req):
+                start = gate.start_verdict(req, call_tokens - cache.peek_prefix_len(fill), busy=bool(self.running or out))
+                if start is Start.HOLD:
+                    continue
             match = cache.match_prefix(fill[: self._max_prefix_len(req, len(fill))])
             if dedup is not None and dedup.should_hold(fill, match.prefix_len):
                 continue
@@ -355,24 +349,13 @@ class Scheduler:
             cache.inc_lock(match.last_node)
             need = extend + self.growth.estimate(min(req.max_new_tokens, cfg.clip_max_new_tokens) - len(req.output_ids))
             room = self.pool.num_free + cache.evictable_size() - reserved
-            provisional = starts_provisional or self.programs.is_provisional(req)
-            if len(cache.retention) and (provisional or self.running or out):
-                if pinned is None:
-                    pinned = cache.retention.pinned_by_rank()
-                if not provisional:
-                    room -= _older_pinned(pinned, self.programs.rank(req))
-                else:
-                    # NOTE: off every committed program's protected texts; when nothing else runs
-                    # and it cannot fit there, it may take them (the engine never idles on a hint)
-                    held = _older_pinned(pinned, None)
-                    if self.running or out or need <= room - held:
-                        room -= held
+            provisional = start is Start.PROVISIONAL or self.programs.is_provisional(req)
+            room -= gate.held_room(req, provisional=provisional, need=need, room=room, busy=bool(self.running or out))
             if need > room or not self._make_room(n):
                 cache.dec_lock(match.last_node)
                 break
-            if in_flight is not None and not self.programs.in_flight(req):
-                in_flight += self.programs.expected_new(req, call_tokens - match.prefix_len)
-            self._admit(req, match, call_tokens, provisional=starts_provisional)
+            self._admit(req, match)
+            gate.admitted(req, call_tokens, match.prefix_len, start=start)
             out.append(self._extend(req, n))
             reserved += need - n
             budget -= n
@@ -399,13 +382,12 @@ class Scheduler:
             limit = min(limit, max(first_row, 0))
         return limit
 
-    def _admit(self, req: Req, match, call_tokens: int, *, provisional: bool = False) -> None:
+    def _admit(self, req: Req, match) -> None:
         req.req_row = self.table.alloc_row()
         self.table.write(req.req_row, 0, match.slots)
         req.prefix_indices, req.last_node = match.slots, match.last_node
         req.kv_len, req.prefill_done, req.status = match.prefix_len, False, ReqStatus.RUNNING
         self.running.append(req)
-        self.programs.on_admitted(req, call_tokens, match.prefix_len, provisional=provisional)
         req.num_admissions += 1
         if req.num_admissions == 1:
             req.cached_tokens = min(match.prefix_len, len(req.origin_input_ids))
@@ -473,11 +455,3 @@ class Scheduler:
         if self.config.debug:
             self.check_integrity()
 
-
-def _older_pinned(pinned: tuple[list[int], list[int]], rank: int | None) -> int:
-    """Unlocked tokens hints keep for programs older than ``rank`` (None: every program)."""
-    ranks, tokens = pinned
-    if not ranks:
-        return 0
-    i = len(ranks) if rank is None else bisect.bisect_left(ranks, rank)
-    return tokens[i - 1] if i else 0
