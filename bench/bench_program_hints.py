@@ -24,12 +24,15 @@ is less than all the distinct tokens of the batch (recorded too, as "distinct_to
     python bench/bench_program_hints.py --quick              # 16 programs, 2 workloads (minutes)
     python bench/bench_program_hints.py --workloads multi_turn --fractions 1 --repeats 3   # noisy rows
     python bench/bench_program_hints.py --engine native       # the torch-free engine (GGUF weights)
+    python bench/bench_program_hints.py --policy fcfs         # the torch engine against LRU + FCFS
 
 Engines: ``torch`` (default: the embedded Engine, int4 weights of the default model, one loaded
-model shared by every run) or ``native`` (``NativeEngine``, the default model's GGUF file as
-shipped, loaded per run, outside the timed part).
+model shared by every run; ``--policy`` its queue order for what hints do not order: ``lpm``, its
+default, or ``fcfs``, the issue's baseline) or ``native`` (``NativeEngine``, the default model's
+GGUF file as shipped, loaded per run outside the timed part; it queues in arrival order).
 
-Writes bench/out/program_hints.json (program_hints_native.json with ``--engine native``). One benchmark at a time on a quiet machine (`uptime`).
+Writes bench/out/program_hints.json (program_hints_native.json with ``--engine native``,
+program_hints_fcfs.json with ``--policy fcfs``). One benchmark at a time on a quiet machine (`uptime`).
 """
 from __future__ import annotations
 
@@ -111,7 +114,7 @@ WORKLOADS: dict[str, Callable[[int, int], tuple[Any, list[dict]]]] = {
 # --- one run --------------------------------------------------------------------------------------
 def new_engine(base: Any, slots: int) -> Any:
     """A fresh engine of ``base``'s kind with ``slots`` KV slots (``base``: a torch Engine whose
-    model it shares, or a NativeEngineConfig)."""
+    model and queue policy it shares, or a NativeEngineConfig)."""
     from sglc_runtime.engine import Engine
     from sglc_runtime.engine.native_engine import NativeEngine
     from sglc_runtime.engine.native_engine_config import NativeEngineConfig
@@ -119,7 +122,7 @@ def new_engine(base: Any, slots: int) -> Any:
     if isinstance(base, NativeEngineConfig):
         return NativeEngine(dataclasses.replace(base, num_kv_slots=slots))
     return Engine(share_model_with=base, dtype=base.config.dtype, quantization=base.config.quantization,
-                  num_kv_slots=slots, max_running_requests=64)
+                  schedule_policy=base.config.schedule_policy, num_kv_slots=slots, max_running_requests=64)
 
 
 def program_table(engine: Any) -> Any:
@@ -189,6 +192,7 @@ def run_once(base: Any, compiled: Any, inputs: list[dict], slots: int, hints: bo
         "provisional_programs": after.provisional_programs - before.provisional_programs,
         "promoted_programs": after.promoted_programs - before.promoted_programs,
         "busy": round((after.busy_s - before.busy_s) / wall, 3),  # NOTE: share of the wall the engine was stepping
+        "steps": after.num_steps - before.num_steps,
         "outputs": outputs,
     }
 
@@ -226,13 +230,16 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--engine", choices=("torch", "native"), default="torch")
+    ap.add_argument("--policy", choices=("lpm", "fcfs"), default="lpm",
+                    help="the torch engine's queue order for calls hints do not order (the native engine's is arrival order)")
     ap.add_argument("--repeats", type=int, default=1, help="alternating on/off pairs per pool size")
     ap.add_argument("--tool-delay", type=float, default=TOOL_DELAY_S, help="tool_agents: mean tool seconds")
     ap.add_argument("--quick", action="store_true", help="16 programs, tool_agents and react_agent")
-    ap.add_argument("--out", default=None, help="default bench/out/program_hints.json (_native.json with --engine native)")
+    ap.add_argument("--out", default=None, help="default bench/out/program_hints.json (_native.json: --engine native; _fcfs.json: --policy fcfs)")
     args = ap.parse_args()
     if args.out is None:
-        args.out = str(ROOT / "bench" / "out" / f"program_hints{'_native' if args.engine == 'native' else ''}.json")
+        suffix = "_native" if args.engine == "native" else "_fcfs" if args.policy == "fcfs" else ""
+        args.out = str(ROOT / "bench" / "out" / f"program_hints{suffix}.json")
     if args.quick:
         args.programs, args.workloads = 16, "tool_agents,react_agent"
     names = [w for w in args.workloads.split(",") if w]
@@ -251,13 +258,14 @@ def main() -> None:
     else:
         from sglc_runtime.engine import Engine
 
-        base = Engine(quantization="auto", threads=args.threads)
-    report: dict[str, Any] = {"engine": args.engine, "programs": args.programs, "tool_delay_s": args.tool_delay, "cpu": _cpu_flags(), "load_before": os.getloadavg()[0],
+        base = Engine(quantization="auto", threads=args.threads, schedule_policy=args.policy)
+    report: dict[str, Any] = {"engine": args.engine, "policy": args.policy if args.engine == "torch" else "fcfs",
+                              "programs": args.programs, "tool_delay_s": args.tool_delay, "cpu": _cpu_flags(), "load_before": os.getloadavg()[0],
                               "workloads": {}}
-    print(f"# program hints on vs off, {args.engine} engine: {args.programs} programs at once; cpu {report['cpu']}; "
+    print(f"# program hints on vs off, {args.engine} engine ({report['policy']}): {args.programs} programs at once; cpu {report['cpu']}; "
           f"load {report['load_before']:.2f}")
     print(f"{'workload':18} {'pool':>5} {'slots':>6} {'mode':4} {'prog/s':>7} {'p50 s':>7} {'p99 s':>7} "
-          f"{'computed':>9} {'recomp':>8} {'hit':>5} {'busy':>5} {'diff':>4}")
+          f"{'computed':>9} {'recomp':>8} {'hit':>5} {'busy':>5} {'steps':>6} {'diff':>4}")
     for name in names:
         program, inputs = WORKLOADS[name](args.programs + WARMUP_PROGRAMS, args.seed)
         inputs, warmup = inputs[:args.programs], inputs[args.programs:]
@@ -286,7 +294,7 @@ def main() -> None:
                     rows.append({k2: v for k2, v in r.items() if k2 != "outputs"})
                     print(f"{name:18} {frac:5.0%} {slots:6d} {'on' if hints else 'off':4} {r['programs_per_s']:7.2f} "
                           f"{r['p50_s']:7.2f} {r['p99_s']:7.2f} {r['computed_tokens']:9d} {r['recomputed_tokens']:8d} "
-                          f"{r['hit_rate']:5.2f} {r['busy']:5.0%} {differ:4d}" + (f"  errors {r['errors']}" if r["errors"] else ""))
+                          f"{r['hit_rate']:5.2f} {r['busy']:5.0%} {r['steps']:6d} {differ:4d}" + (f"  errors {r['errors']}" if r["errors"] else ""))
                 on, off = pair[True], pair[False]
                 print(f"{'':18} {frac:5.0%} ratio on/off: programs/s {on['programs_per_s'] / off['programs_per_s']:.2f}x, "
                       f"p99 {on['p99_s'] / off['p99_s']:.2f}x, recomputed {on['recomputed_tokens']} vs {off['recomputed_tokens']}")
