@@ -233,6 +233,8 @@ def main() -> None:
     ap.add_argument("--policy", choices=("lpm", "fcfs"), default="lpm",
                     help="the torch engine's queue order for calls hints do not order (the native engine's is arrival order)")
     ap.add_argument("--repeats", type=int, default=1, help="alternating on/off pairs per pool size")
+    ap.add_argument("--unbounded-slots", type=int, default=UNBOUNDED_SLOTS,
+                    help="the working-set run's pool (tokens; raise it for 128+ tool agents)")
     ap.add_argument("--tool-delay", type=float, default=TOOL_DELAY_S, help="tool_agents: mean tool seconds")
     ap.add_argument("--quick", action="store_true", help="16 programs, tool_agents and react_agent")
     ap.add_argument("--out", default=None, help="default bench/out/program_hints.json (_native.json: --engine native; _fcfs.json: --policy fcfs)")
@@ -250,6 +252,7 @@ def main() -> None:
     if args.repeats < 1:
         raise SystemExit(f"--repeats must be >= 1, got {args.repeats}")
     globals()["TOOL_DELAY_S"] = args.tool_delay  # NOTE: read by tool_agents() when the workload is built
+    globals()["UNBOUNDED_SLOTS"] = args.unbounded_slots  # NOTE: read by working_set() and the warm-up run
 
     if args.engine == "native":
         from sglc_runtime.engine.native_engine_config import NativeEngineConfig
