@@ -51,9 +51,8 @@ from ..scheduling import program_gate
 from ..scheduling.program_gate import ProgramGate, Start
 from ..scheduling.program_table import ProgramTable
 from ..sampling.sampling_params import SamplingParams, as_params
-from ..sampling.numpy_sampling import apply_penalties, log_softmax, sample_token
+from ..sampling.numpy_sampling import choose_token, log_softmax
 from ..sampling.sampling_state import prompt_logprob_span
-from ..sampling.token_result import TokenResult
 from .native_engine_config import NativeEngineConfig, start_model_load
 from .native_step import NativeRequest, StepRows
 from .prompt_ids import Prompt, to_token_ids
@@ -351,28 +350,12 @@ class NativeEngine:
 
     def _take(self, req: NativeRequest, row: np.ndarray) -> str | None:
         """Sample ``req``'s next token from its logits row and hand it to its output."""
-        p = req.params
-        logits = row
-        if p.has_penalties:
-            row = apply_penalties(row, p, req.tokens[req.num_prompt:])
-        if req.num_output < p.min_new_tokens:  # NOTE: no stop token before min_new_tokens
-            banned = [t for t in (*([] if p.ignore_eos else self.eos_token_ids), *p.stop_token_ids)
-                      if t < row.shape[0]]
-            row = row.copy()
-            row[banned] = -np.inf
-        token = sample_token(row, p, req.rng)
-        lp = top = None
-        if p.return_logprob:  # NOTE: of the model's own logits, before any ban (the torch engine's rule)
-            logp = log_softmax(logits)
-            lp = float(logp[token])
-            if p.top_logprobs_num:
-                k = min(p.top_logprobs_num, logp.shape[0])
-                best = np.argsort(-logp, kind="stable")[:k]
-                top = [(int(t), float(logp[t])) for t in best]
+        result = choose_token(row, req.params, req.rng, req.tokens[req.num_prompt:], self.eos_token_ids)
+        token = result.token_id
         req.tokens.append(token)
         self._counts["completion_tokens"] += 1
         try:
-            return req.output.on_token(TokenResult(token, lp, top, None), None)
+            return req.output.on_token(result, None)
         except Exception as err:  # NOTE: one request's bad state must not take the batch down
             log.exception("processing the token of request %s failed; aborting it", req.rid)
             req.output.fail(f"engine error: {type(err).__name__}: {err}")

@@ -10,6 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from .sampling_params import SamplingParams
+from .token_result import TokenResult
 
 
 def sample_token(logits: np.ndarray, p: SamplingParams, rng: np.random.Generator) -> int:
@@ -53,3 +54,26 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     x = logits.astype(np.float32)
     m = x.max()
     return x - (m + np.log(np.exp(x - m).sum(dtype=np.float32)))
+
+
+def choose_token(logits: np.ndarray, p: SamplingParams, rng: np.random.Generator, output_ids: Sequence[int],
+                 eos_token_ids: Sequence[int]) -> TokenResult:
+    """A request's next token from its logits row: penalties over ``output_ids`` (its tokens so
+    far), no stop token before ``min_new_tokens`` (EOS too unless ``ignore_eos``), then
+    ``sample_token``; logprobs, when asked, of the model's own logits before any ban (the torch
+    engine's rule)."""
+    row = apply_penalties(logits, p, output_ids) if p.has_penalties else logits
+    if len(output_ids) < p.min_new_tokens:
+        banned = [t for t in (*([] if p.ignore_eos else eos_token_ids), *p.stop_token_ids) if t < row.shape[0]]
+        row = row.copy()
+        row[banned] = -np.inf
+    token = sample_token(row, p, rng)
+    lp = top = None
+    if p.return_logprob:
+        logp = log_softmax(logits)
+        lp = float(logp[token])
+        if p.top_logprobs_num:
+            k = min(p.top_logprobs_num, logp.shape[0])
+            best = np.argsort(-logp, kind="stable")[:k]
+            top = [(int(t), float(logp[t])) for t in best]
+    return TokenResult(token, lp, top, None)
