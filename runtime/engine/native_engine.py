@@ -54,6 +54,7 @@ from ..sampling.sampling_params import SamplingParams, as_params
 from ..sampling.numpy_sampling import choose_token, log_softmax
 from ..sampling.sampling_state import prompt_logprob_span
 from .native_engine_config import NativeEngineConfig, start_model_load
+from .native_slots import RequestSlots
 from .native_step import NativeRequest, StepRows
 from .prompt_ids import Prompt, to_token_ids
 from . import request_trace
@@ -102,6 +103,7 @@ class NativeEngine:
         #: the torch engine's RadixCache over numpy slot arrays)
         self.pool = KVSlotPool(cfg.num_kv_slots, arrays=NumpySlots())
         self.tree = RadixCache(self.pool, disable=cfg.disable_radix_cache, hinted_share=cfg.hinted_share)
+        self.slots = RequestSlots(self.pool, self.tree)
         self.programs = ProgramTable()  # NOTE: programs in flight, for admission by program (issue 28)
         self._trace: RequestTrace | None = None
         self._waiting: deque[NativeRequest] = deque()
@@ -245,10 +247,7 @@ class NativeEngine:
         for req in gate.order(self._waiting, list):
             if len(self._running) >= self.config.max_running_requests:
                 break
-            # NOTE: at least the last prompt token is computed (its row samples); rows that give
-            # prompt logprobs too
-            usable = req.num_prompt - 1 if req.prompt_logprobs is None else min(req.num_prompt - 1, req.logprob_rows[0])
-            prefix = req.tokens[:usable]
+            prefix = self.slots.reusable_prefix(req)
             if self._prefilling_shares(prefix, self.tree.peek_prefix_len(prefix)):
                 continue  # NOTE: its prefix is being prefilled: admitted once that is cached, it reuses it
             call_tokens = req.num_prompt + max(req.params.max_new_tokens, 1)
@@ -257,20 +256,12 @@ class NativeEngine:
                 start = gate.start_verdict(req, call_tokens - self.tree.peek_prefix_len(prefix), busy=bool(self._running))
                 if start is Start.HOLD:
                     continue
-            match = self.tree.match_prefix(prefix)
-            self.tree.inc_lock(match.last_node)
-            need = call_tokens - match.prefix_len
-            room = self.pool.num_free + self.tree.evictable_size()
+            match = self.slots.lock_prefix(prefix)
+            need, room = call_tokens - match.prefix_len, self.slots.room()
             provisional = start is Start.PROVISIONAL or self.programs.is_provisional(req)
             room -= gate.held_room(req, provisional=provisional, need=need, room=room, busy=bool(self._running))
-            if need <= room and need > self.pool.num_free:
-                self.tree.evict(need - self.pool.num_free)
-            if need > min(room, self.pool.num_free):
-                self.tree.dec_lock(match.last_node)
+            if not self.slots.take(req, match, need, room):
                 break
-            req.slots = match.slots.tolist() + self.pool.alloc(need).tolist()
-            req.computed = req.cached = req.locked = match.prefix_len
-            req.last_node = match.last_node
             self._counts["cached_tokens"] += req.cached
             self._running.append(req)
             admitted.append(req)
@@ -288,22 +279,6 @@ class NativeEngine:
                 if shared >= cached + DEDUP_TOKENS:
                     return True
         return False
-
-    def _cache_prompt(self, req: NativeRequest) -> None:
-        """``req``'s prompt is prefilled: cache it now, while it decodes (the torch engine's
-        ``cache_unfinished_req``): insert it, give back the slots the tree already held, take the
-        tree's slots for them and move the lock to where the prompt ends."""
-        n = req.num_prompt
-        slots = np.asarray(req.slots[:n], np.int64)
-        present = self.tree.insert(req.tokens[:n], slots)
-        assert present >= req.locked, f"{req.rid}: its locked prefix left the tree"
-        self.pool.free(slots[req.locked:present])
-        match = self.tree.match_prefix(req.tokens[:n])
-        assert match.prefix_len == n, f"{req.rid}: re-match found {match.prefix_len}/{n}"
-        req.slots[req.locked:n] = match.slots[req.locked:n].tolist()
-        self.tree.inc_lock(match.last_node)
-        self.tree.dec_lock(req.last_node)
-        req.locked, req.last_node = n, match.last_node
 
     def _plan(self) -> StepRows | None:
         """This step's rows: one per decoding request, then prompt chunks within the budget."""
@@ -332,7 +307,7 @@ class NativeEngine:
         for req, start, n in picked:
             req.computed = start + n
             if start < req.num_prompt <= req.computed and not self.tree.disable and not req.aborted:
-                self._cache_prompt(req)
+                self.slots.cache_prompt(req)
         for j, (req, _, p) in enumerate(prompt_rows):  # NOTE: row p predicts token p + 1
             req.prompt_logprobs.append(float(log_softmax(logits[len(samplers) + j])[req.tokens[p + 1]]))
         for req, start, n in picked:  # NOTE: a prefill-only request (a score's) ends with its prompt
@@ -367,7 +342,7 @@ class NativeEngine:
         unlocked; then its final output is delivered."""
         if req in self._running:
             self._running.remove(req)
-            self._release(req, keep_kv)
+            self.slots.release(req, keep_kv)
         elif req in self._waiting:
             self._waiting.remove(req)
         self._counts["num_finished"] += 1
@@ -379,19 +354,6 @@ class NativeEngine:
             n = req.num_prompt
             self._trace.record(TracedRequest(req.rid, tuple(req.tokens[:n]), tuple(req.tokens[n:]), req.cached))
         return out
-
-    def _release(self, req: NativeRequest, keep_kv: bool) -> None:
-        """The radix cache's rule (``cache_finished_req``): insert the computed tokens, free the
-        request's own duplicates of what was already cached and every slot it did not use."""
-        slots = np.asarray(req.slots, np.int64)
-        kept = req.computed if keep_kv else req.locked
-        # NOTE: a failed or aborted call's text is not what its program will extend: no hint for it
-        hint = req.hint if keep_kv and not req.aborted else None
-        present = self.tree.insert(req.tokens[:kept], slots[:kept], hint=hint, rank=req.program_rank) if kept else 0
-        assert present >= req.locked, f"{req.rid}: its locked prefix left the tree"
-        self.pool.free(np.concatenate([slots[req.locked:present], slots[kept:]]))
-        self.tree.dec_lock(req.last_node)
-        req.slots, req.last_node = [], None
 
     # --- what the server asks besides generating ------------------------------------------
     def score_job(self, prompt: Prompt, continuations: Sequence[Prompt], *,
