@@ -44,6 +44,7 @@ from ..scheduling.scheduler_config import SchedulerConfig
 from .engine_config import AUTO_CHUNK, DEFAULT_CHUNKED_PREFILL_SIZE, MIN_AUTO_CHUNK, EngineConfig
 from .engine_constraints import EngineConstraints
 from .prefill_pacer import PrefillPacer
+from .precompute import Precomputes, discard_output, check_client_rid, next_prompt_ids, precompute_hint
 from .prompt_ids import Prompt, to_token_ids
 from . import request_trace
 from .request_trace import RequestTrace, TracedRequest
@@ -134,6 +135,7 @@ class Engine:
         self._flush_when_idle = False
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self.precomputes = Precomputes(self._withdraw)
         self._constraints = EngineConstraints(self.tokenizer, self.model.device, self.scheduler, self._lock,
                                               jump_forward=not cfg.disable_jump_forward,
                                               compiler=cfg.constraint_compiler)
@@ -173,7 +175,9 @@ class Engine:
             raise ValueError(f"SamplingParams.stop_token_ids {bad} are outside the vocabulary ({self.runner.vocab_size})")
         if params.constraint is not None and not hasattr(params.constraint, "new_cursor"):
             raise TypeError(f"SamplingParams.constraint must provide new_cursor(), got {type(params.constraint).__name__}")
+        check_client_rid(rid)
         req = Req(rid if rid is not None else uuid.uuid4().hex, ids, params)
+        req.prompt_text = prompt if isinstance(prompt, str) else None
         req.sampling_state = SamplingState.for_request(params, len(ids))
         req.output = RequestOutput(req.rid, self.tokenizer, params, self.eos_token_ids, ids,
                                    stream=stream, callback=callback)
@@ -183,6 +187,8 @@ class Engine:
         req.hint = hint
         with self._lock:
             self.scheduler.add_request(req)  # ValueError on a duplicate id
+            if hint is not None:  # NOTE: the program's next call is here: it does the work itself
+                self.precomputes.claim(hint.program_id)
             if stream:
                 # NOTE: registered here, not looked up in chunks(): the engine thread may finish
                 # the request before the caller asks for its chunks.
@@ -295,10 +301,44 @@ class Engine:
                            prompt_logprobs=prompt_logprobs)
         if rec.keeps_result:
             self._results[req.rid] = out
-        if self._trace is not None and req.finished_reason != "abort" and not rec.failed:
+        ended = req.finished_reason != "abort" and not rec.failed
+        if self._trace is not None and ended and not req.internal:
             self._trace.record(TracedRequest(req.rid, tuple(req.origin_input_ids), tuple(req.output_ids),
                                              req.cached_tokens, req.num_forced_at_submit))
+        self.precomputes.done(req.rid)
+        if ended and not self._stopping:
+            self._precompute_after(req, out.text)
         return out
+
+    def _precompute_after(self, req: Req, output_text: str) -> None:
+        """Queue the prefill of the program's next prompt, when ``req``'s hint says what follows
+        its output (precompute.py)."""
+        try:
+            ids = next_prompt_ids(req.prompt_text, output_text, req.hint, self.tokenizer, self.runner.vocab_size,
+                                  self.max_context)
+        except ValueError:
+            return
+        if ids is None:
+            return
+        pre = Req(self.precomputes.new_rid(req.hint.program_id), ids, SamplingParams(max_new_tokens=0))
+        pre.sampling_state = SamplingState.for_request(pre.sampling_params, len(ids))
+        pre.output = RequestOutput(pre.rid, self.tokenizer, pre.sampling_params, self.eos_token_ids, ids,
+                                   callback=discard_output)
+        pre.hint, pre.internal = precompute_hint(req.hint), True
+        try:
+            self.scheduler.add_request(pre)
+        except ValueError:  # NOTE: past the pool: the next call will say so itself
+            return
+        self.precomputes.queued(req.hint.program_id, pre.rid)
+
+    def _withdraw(self, rid: str) -> bool:
+        """Drop a waiting precompute (its program's next call came first); False if it started."""
+        req = self.scheduler.get_request(rid)
+        if req is None or req not in self.scheduler.waiting:
+            return False
+        self.scheduler.abort(rid)
+        self._finalize(req)
+        return True
 
     # --- outputs -------------------------------------------------------------------------
     def wait(self, rid: str, timeout: float | None = None) -> GenerateOutput:
@@ -387,6 +427,7 @@ class Engine:
         now on). Returns the cached tokens released; 0 for a program it holds nothing for."""
         check_program_id(program_id)
         with self._lock:
+            self.precomputes.claim(program_id)
             return self.scheduler.end_program(program_id)
 
     # --- control -------------------------------------------------------------------------
@@ -484,6 +525,8 @@ class Engine:
                 process_s=t.process_s, busy_s=t.busy_s, hinted_tokens=s.hinted_tokens,
                 hint_evictions=s.hint_evictions, num_programs=s.num_programs,
                 provisional_programs=s.provisional_programs, promoted_programs=s.promoted_programs,
+                precomputes=self.precomputes.counts["submitted"],
+                precomputes_withdrawn=self.precomputes.counts["withdrawn"],
             )
 
     def reset_timers(self) -> None:

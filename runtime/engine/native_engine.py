@@ -55,6 +55,7 @@ from ..sampling.numpy_sampling import choose_token, log_softmax
 from ..sampling.sampling_state import prompt_logprob_span
 from .native_engine_config import NativeEngineConfig, start_model_load
 from .native_slots import RequestSlots
+from .precompute import Precomputes, discard_output, check_client_rid, next_prompt_ids, precompute_hint
 from .native_step import NativeRequest, StepRows
 from .prompt_ids import Prompt, to_token_ids
 from . import request_trace
@@ -105,6 +106,7 @@ class NativeEngine:
         self.tree = RadixCache(self.pool, disable=cfg.disable_radix_cache, hinted_share=cfg.hinted_share)
         self.slots = RequestSlots(self.pool, self.tree)
         self.programs = ProgramTable()  # NOTE: programs in flight, for admission by program (issue 28)
+        self.precomputes = Precomputes(self._withdraw)
         self._trace: RequestTrace | None = None
         self._waiting: deque[NativeRequest] = deque()
         self._running: list[NativeRequest] = []
@@ -144,16 +146,20 @@ class NativeEngine:
         bad = [t for t in params.stop_token_ids if t >= self.vocab_size]
         if bad:
             raise ValueError(f"SamplingParams.stop_token_ids {bad} are outside the vocabulary ({self.vocab_size})")
+        check_client_rid(rid)
         rid = rid if rid is not None else uuid.uuid4().hex
         rng = np.random.default_rng(params.seed) if params.seed is not None else self._rng
         out = RequestOutput(rid, self.tokenizer, params, self.eos_token_ids, ids, stream=stream, callback=callback)
-        req = NativeRequest(rid, list(ids), len(ids), params, out, rng, hint=hint)
+        req = NativeRequest(rid, list(ids), len(ids), params, out, rng, hint=hint,
+                            prompt_text=prompt if isinstance(prompt, str) else None)
         span = prompt_logprob_span(params, len(ids))
         if span is not None:
             req.logprob_rows, req.prompt_logprobs = span[:2], [None] if span[2] else []
         with self._lock:
             if self._find(rid) is not None:
                 raise ValueError(f"request id {rid!r} is already queued or running")
+            if hint is not None:  # NOTE: the program's next call is here: it does the work itself
+                self.precomputes.claim(hint.program_id)
             self._waiting.append(req)
             self._counts["prompt_tokens"] += len(ids)
             self._cv.notify_all()
@@ -262,7 +268,7 @@ class NativeEngine:
             room -= gate.held_room(req, provisional=provisional, need=need, room=room, busy=bool(self._running))
             if not self.slots.take(req, match, need, room):
                 break
-            self._counts["cached_tokens"] += req.cached
+            self._counts["cached_tokens"] += 0 if req.internal else req.cached
             self._running.append(req)
             admitted.append(req)
             gate.admitted(req, call_tokens, match.prefix_len, start=start)
@@ -276,7 +282,9 @@ class NativeEngine:
         for other in self._running:
             if other.computed < other.num_prompt:
                 shared = common_prefix_len(other.tokens[:other.num_prompt], tokens)
-                if shared >= cached + DEDUP_TOKENS:
+                # NOTE: a precompute is short and ends this step or the next: any overlap waits for it
+                least = 1 if other.internal else DEDUP_TOKENS
+                if shared >= cached + least:
                     return True
         return False
 
@@ -350,10 +358,39 @@ class NativeEngine:
         out = req.output.finalize(aborted=req.aborted, cached_tokens=req.cached, prompt_logprobs=req.prompt_logprobs)
         if req.output.keeps_result:
             self._results[req.rid] = out
-        if self._trace is not None and not req.aborted and not req.output.failed:
+        self.precomputes.done(req.rid)
+        if not (req.aborted or req.output.failed or self._stopping):
+            self._precompute_after(req, out.text)
+        if self._trace is not None and not req.aborted and not req.output.failed and not req.internal:
             n = req.num_prompt
             self._trace.record(TracedRequest(req.rid, tuple(req.tokens[:n]), tuple(req.tokens[n:]), req.cached))
         return out
+
+    def _precompute_after(self, req: NativeRequest, output_text: str) -> None:
+        """Queue the prefill of the program's next prompt, when ``req``'s hint says what follows
+        its output (precompute.py)."""
+        try:
+            ids = next_prompt_ids(req.prompt_text, output_text, req.hint, self.tokenizer, self.vocab_size,
+                                  self.max_context)
+        except ValueError:
+            return
+        if ids is None:
+            return
+        rid = self.precomputes.new_rid(req.hint.program_id)
+        params = SamplingParams(max_new_tokens=0)
+        output = RequestOutput(rid, self.tokenizer, params, self.eos_token_ids, ids, callback=discard_output)
+        self._waiting.append(NativeRequest(rid, ids, len(ids), params, output, self._rng, hint=precompute_hint(req.hint),
+                                           internal=True))
+        self.precomputes.queued(req.hint.program_id, rid)
+
+    def _withdraw(self, rid: str) -> bool:
+        """Drop a waiting precompute (its program's next call came first); False if it started."""
+        for req in self._waiting:
+            if req.rid == rid:
+                req.aborted = True
+                self._finish(req)
+                return True
+        return False
 
     # --- what the server asks besides generating ------------------------------------------
     def score_job(self, prompt: Prompt, continuations: Sequence[Prompt], *,
@@ -366,6 +403,7 @@ class NativeEngine:
         from now on). Returns the cached tokens released; 0 for a program it holds nothing for."""
         check_program_id(program_id)
         with self._lock:
+            self.precomputes.claim(program_id)
             self.programs.end(program_id)
             return self.tree.retention.end_program(program_id)
 
@@ -406,7 +444,9 @@ class NativeEngine:
                 process_s=t["process_s"], busy_s=t["busy_s"], hinted_tokens=self.tree.retention.pinned_tokens(),
                 hint_evictions=self.tree.retention.counts["evicted"], num_programs=len(self.programs),
                 provisional_programs=self.programs.counts["provisional"],
-                promoted_programs=self.programs.counts["promoted"])
+                promoted_programs=self.programs.counts["promoted"],
+                precomputes=self.precomputes.counts["submitted"],
+                precomputes_withdrawn=self.precomputes.counts["withdrawn"])
 
     # --- control -------------------------------------------------------------------------
     def start(self) -> None:

@@ -37,6 +37,8 @@ class NativeRequest:
     prompt_logprobs: list[float | None] | None = None
     hint: ProgramHint | None = None  # its place in its program: the cache keeps its final text by it
     program_rank: int = 0  # its program's start order (set at admission by the ProgramTable)
+    prompt_text: str | None = None  # the prompt as sent, when text (what a precompute extends)
+    internal: bool = False  # the runtime's own (a precompute): left out of prompt / cache-hit counts
 
     @property
     def num_output(self) -> int:

@@ -62,6 +62,9 @@ class EngineStats:
     Times (seconds, since start or reset_timers): schedule_s (scheduler calls, radix included),
     radix_s (radix cache calls alone), forward_s (model runner: forward, sampling, logprobs),
     process_s (detokenization, stop checks, output delivery), busy_s (inside step()).
+    Programs (issue 28): hinted_tokens held for hints, hint_evictions, programs in flight;
+    precomputes queued (a program's next prompt prefilled when a call ends: precompute.py) and
+    those withdrawn before they started (the program's next call came first).
     """
 
     num_waiting: int
@@ -89,6 +92,8 @@ class EngineStats:
     num_programs: int = 0
     provisional_programs: int = 0
     promoted_programs: int = 0
+    precomputes: int = 0
+    precomputes_withdrawn: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -46,7 +46,7 @@ class Req:
         "rid", "origin_input_ids", "output_ids", "sampling_params", "status", "req_row",
         "prefix_indices", "last_node", "kv_len", "extend_input_len", "prefill_done",
         "finished_reason", "cached_tokens", "num_retractions", "num_admissions", "arrival",
-        "sampling_state", "output", "num_forced_at_submit", "hint", "program_rank",
+        "sampling_state", "output", "num_forced_at_submit", "hint", "program_rank", "prompt_text", "internal",
     )
 
     def __init__(self, rid: str, origin_input_ids: list[int], sampling_params: SamplingParams):
@@ -76,6 +76,10 @@ class Req:
         #: scheduler's program-aware admission and by the cache's retention when it finishes.
         self.hint: Any = None
         self.program_rank = 0  # its program's start order (set at admission by the ProgramTable)
+        self.prompt_text: str | None = None  # the prompt as sent, when text (what a precompute extends)
+        #: the runtime's own request (a precompute), not a client's: left out of the prompt and
+        #: cache-hit counts
+        self.internal = False
 
     @property
     def max_new_tokens(self) -> int:

@@ -389,7 +389,7 @@ class Scheduler:
         req.kv_len, req.prefill_done, req.status = match.prefix_len, False, ReqStatus.RUNNING
         self.running.append(req)
         req.num_admissions += 1
-        if req.num_admissions == 1:
+        if req.num_admissions == 1 and not req.internal:
             req.cached_tokens = min(match.prefix_len, len(req.origin_input_ids))
             self._counts["prompt"] += len(req.origin_input_ids)
             self._counts["cached"] += req.cached_tokens

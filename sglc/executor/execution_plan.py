@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 
+from sglc.executor.continuation import continuation_nodes
 from sglc.executor.program_hints import NextUse, next_uses
 from sglc.ir.graph import Graph
 from sglc.ir.node import Node
@@ -83,6 +84,13 @@ class ExecutionPlan:
         batch-scoped CACHE_PREFIX is none of them (the batch sends it, see batch.py)."""
         calls = [i for i, n in enumerate(self.nodes) if n.op in CALL_OPS and not is_batch_hint(n)]
         return next_uses(self.nodes, self.deps, calls, self.loop_end, self.loop_body, self.continues)
+
+    @functools.cached_property
+    def continuations(self) -> dict[int, tuple[int, ...]]:
+        """GEN index -> the text nodes after it whose text may be known when it is sent
+        (continuation.py); gens followed by no such node are left out."""
+        found = {i: continuation_nodes(self.nodes, i) for i, n in enumerate(self.nodes) if n.op is Op.GEN}
+        return {i: nodes for i, nodes in found.items() if nodes}
 
 
 def is_batch_hint(node: Node) -> bool:

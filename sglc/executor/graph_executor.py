@@ -22,6 +22,7 @@ import heapq
 import threading
 from typing import Any, Callable, ContextManager, Iterator, Optional
 
+from sglc.executor.continuation import known_continuation
 from sglc.executor.errors import ExecutionError, wrap
 from sglc.executor.execution_plan import CALL_OPS, ExecutionPlan, is_batch_hint
 from sglc.executor.live_text import LiveText
@@ -35,7 +36,7 @@ from sglc.ir.graph import Graph
 from sglc.ir.node import Node
 from sglc.ir.ops import Op
 from sglc.wire.backend import Backend
-from sglc.wire.program_hint import ProgramHint
+from sglc.wire.program_hint import NEVER, ProgramHint
 
 from .defaults import DEFAULT_MAX_PARALLEL
 
@@ -277,7 +278,21 @@ class _Run:
             return None
         next_use = self.plan.next_uses[i].value(self._has_next_iteration)
         self.hinted = True
-        return ProgramHint(self.program_id, next_use)
+        continuation = ""
+        if next_use != NEVER and i in self.plan.continuations:
+            continuation = known_continuation(self.plan.nodes, self.plan.continuations[i], self._argument_value,
+                                              self._role_text)
+        return ProgramHint(self.program_id, next_use, continuation=continuation)
+
+    def _argument_value(self, node: Node) -> Any:
+        """An argument's value in this run (None if not bound yet)."""
+        return self.values.get(self.plan.index[node])
+
+    def _role_text(self, kind: str, role: str) -> str:
+        template = self.sem.chat_template
+        if template is None:
+            return ""
+        return (template.role_prefix if kind == "begin" else template.role_suffix).get(role, "")
 
     def _has_next_iteration(self, begin: int) -> bool:
         items = self.loop_items.get(begin)

@@ -16,6 +16,11 @@ Fields:
       call of this program extends it (the runtime may evict it first).
     - ``lease_ms``: how long after the call the runtime should keep that text for the program
       (0: the server's default); the server caps it.
+    - ``continuation``: the text the program appends after this call's output before its next
+      call reads on, as far as the executor knows it when it sends the call (constants, chat-role
+      markers, arguments; sglc/executor/continuation.py): the runtime may prefill prompt + output
+      + continuation as soon as the call ends, before the executor's next call arrives
+      (precompute). Empty: nothing known. At most ``MAX_CONTINUATION_CHARS``.
 
 The end of a program is its own message (``EndProgram`` over gRPC, ``Backend.end_program``):
 every prefix still held for the program is released at once.
@@ -23,7 +28,8 @@ every prefix still held for the program is released at once.
 Behind sglang-router (``sglc fleet``) a hint rides in the request id: the router (0.3.2) rebuilds
 ``/generate`` bodies from its own struct, dropping ``program_hint``, but forwards ``rid``.
 ``to_rid`` writes ``sglc-ph/<next_use>/<lease_ms>/<nonce>/<program_id>`` (``/`` is never in a
-program id, the nonce keeps request ids unique) and ``from_rid`` reads it back on the worker.
+program id, the nonce keeps request ids unique) and ``from_rid`` reads it back on the worker. A
+request id has no room for a continuation: behind the router there is no precompute.
 """
 from __future__ import annotations
 
@@ -38,6 +44,8 @@ MAX_NEXT_USE = 1 << 20
 #: Largest ``lease_ms`` a client may ask (the server caps it lower: ServerLimits.max_hint_lease_ms).
 MAX_LEASE_MS = 24 * 3600 * 1000
 MAX_PROGRAM_ID_CHARS = 128
+#: Longest ``continuation`` (characters): what a precompute may prefill beyond a call's output.
+MAX_CONTINUATION_CHARS = 4096
 _PROGRAM_ID = re.compile(r"[A-Za-z0-9._:-]+")
 #: The request ids that carry a hint (see the module docstring).
 RID_PREFIX = "sglc-ph/"
@@ -64,9 +72,15 @@ class ProgramHint:
     program_id: str
     next_use: int = 0
     lease_ms: int = 0
+    continuation: str = ""
 
     def __post_init__(self) -> None:
         check_program_id(self.program_id, "program hint program_id")
+        if not isinstance(self.continuation, str):
+            raise TypeError(f"program hint continuation must be a string, got {type(self.continuation).__name__}")
+        if len(self.continuation) > MAX_CONTINUATION_CHARS:
+            raise ValueError(f"program hint continuation has {len(self.continuation)} characters; "
+                             f"the limit is {MAX_CONTINUATION_CHARS}")
         for name, low, high in (("next_use", NEVER, MAX_NEXT_USE), ("lease_ms", 0, MAX_LEASE_MS)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
@@ -84,21 +98,24 @@ class ProgramHint:
         out: dict[str, Any] = {"program_id": self.program_id, "next_use": self.next_use}
         if self.lease_ms:
             out["lease_ms"] = self.lease_ms
+        if self.continuation:
+            out["continuation"] = self.continuation
         return out
 
     @classmethod
     def from_json(cls, value: Any, what: str = "program_hint") -> ProgramHint:
         """From a JSON object; TypeError/ValueError naming the field for anything else."""
         if not isinstance(value, Mapping):
-            raise TypeError(f"{what} must be an object with program_id, next_use and lease_ms, "
+            raise TypeError(f"{what} must be an object with program_id, next_use, lease_ms and continuation, "
                             f"got {type(value).__name__}")
-        unknown = sorted(set(value) - {"program_id", "next_use", "lease_ms"})
+        unknown = sorted(set(value) - {"program_id", "next_use", "lease_ms", "continuation"})
         if unknown:
             raise ValueError(f"{what} has unknown field(s) {', '.join(map(str, unknown))}; "
-                             "known: program_id, next_use, lease_ms")
+                             "known: program_id, next_use, lease_ms, continuation")
         if "program_id" not in value:
             raise ValueError(f"{what} needs a program_id")
-        return cls(value["program_id"], value.get("next_use", 0), value.get("lease_ms", 0))
+        return cls(value["program_id"], value.get("next_use", 0), value.get("lease_ms", 0),
+                   value.get("continuation", ""))
 
     # --- a request id (behind sglang-router) -------------------------------------------------
     def to_rid(self, nonce: str) -> str:
@@ -126,7 +143,8 @@ class ProgramHint:
         message.program_id = self.program_id
         message.next_use = self.next_use
         message.lease_ms = self.lease_ms
+        message.continuation = self.continuation
 
     @classmethod
     def from_pb(cls, message: Any) -> ProgramHint:
-        return cls(message.program_id, int(message.next_use), int(message.lease_ms))
+        return cls(message.program_id, int(message.next_use), int(message.lease_ms), message.continuation)

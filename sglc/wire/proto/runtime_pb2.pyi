@@ -252,14 +252,16 @@ class CachePrefixResponse(_message.Message):
     def __init__(self, prompt_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ProgramHint(_message.Message):
-    __slots__ = ("program_id", "next_use", "lease_ms")
+    __slots__ = ("program_id", "next_use", "lease_ms", "continuation")
     PROGRAM_ID_FIELD_NUMBER: _ClassVar[int]
     NEXT_USE_FIELD_NUMBER: _ClassVar[int]
     LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    CONTINUATION_FIELD_NUMBER: _ClassVar[int]
     program_id: str
     next_use: int
     lease_ms: int
-    def __init__(self, program_id: _Optional[str] = ..., next_use: _Optional[int] = ..., lease_ms: _Optional[int] = ...) -> None: ...
+    continuation: str
+    def __init__(self, program_id: _Optional[str] = ..., next_use: _Optional[int] = ..., lease_ms: _Optional[int] = ..., continuation: _Optional[str] = ...) -> None: ...
 
 class EndProgramRequest(_message.Message):
     __slots__ = ("program_id",)

@@ -1,0 +1,89 @@
+"""Precompute (issue 28): a program's next prompt prefilled as soon as the call before it ends.
+
+A gen's hint may carry its continuation (sglc.wire.program_hint, sglc/executor/continuation.py):
+the text the program appends after the gen's output before its next call. The next call's prompt
+then starts with prompt + output + continuation, all known to the runtime the moment the gen
+ends. Both engines queue that text as a prefill-only request of the same program right then, so
+its K/V are computed while the result travels back, the executor builds the next prompt and sends
+it; the next call finds them in the radix cache. The text is tokenized exactly as the next call's
+prompt will be (the whole string, not output tokens + continuation tokens), so the cache holds
+the ids that call looks up.
+
+Safety: a precompute is an ordinary prefill-only call of the program (its slots reserved and
+released as any call's, admitted by the same rules, so memory goes where it would have gone a
+few milliseconds later); its K/V are the model's for its own tokens, so a cache hit on them never
+changes an output, and a wrong guess costs one prefill of at most the continuation's length
+(``MAX_CONTINUATION_CHARS``). A precompute not started when the program's next call (or its end)
+arrives is withdrawn: the call does the work itself. Only text prompts are precomputed (a prompt
+sent as token ids has no text to extend), and only after a call that ended normally.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from sglc.wire.program_hint import ProgramHint
+
+from .prompt_ids import Prompt, to_token_ids
+
+#: Request ids of precomputes (never a client's: a client id with this prefix is refused).
+RID_PREFIX = "sglc-precompute/"
+
+
+def next_prompt_ids(prompt: Prompt, output_text: str, hint: ProgramHint | None, tokenizer, vocab_size: int,
+                    max_context: int) -> list[int] | None:
+    """The token ids the program's next call starts with, or None when there is nothing to
+    precompute: no continuation, a prompt of token ids, or a text past the context."""
+    if hint is None or not hint.continuation or not isinstance(prompt, str):
+        return None
+    ids = to_token_ids(prompt + output_text + hint.continuation, tokenizer, vocab_size)
+    return ids if len(ids) + 1 <= max_context else None
+
+
+def check_client_rid(rid: str | None) -> None:
+    """ValueError for a client's request id that would pass for a precompute's."""
+    if isinstance(rid, str) and rid.startswith(RID_PREFIX):
+        raise ValueError(f"request ids starting with {RID_PREFIX!r} are the runtime's own (precompute)")
+
+
+def discard_output(chunk: object) -> None:
+    """A precompute's output callback: nobody reads it (its work is the K/V it leaves cached)."""
+
+
+def precompute_hint(hint: ProgramHint) -> ProgramHint:
+    """The precompute's own hint: the program's, its text read by the next call at once."""
+    return ProgramHint(hint.program_id, 0, hint.lease_ms)
+
+
+class Precomputes:
+    """The precomputes queued and not started, one per program (a newer one replaces it), so the
+    program's own next call, or its end, withdraws one that has not started. ``withdraw(rid)``
+    is the engine's: it drops a waiting request and says whether it did."""
+
+    def __init__(self, withdraw: Callable[[str], bool]) -> None:
+        self._withdraw = withdraw
+        self._queued: dict[str, str] = {}  # program id -> rid
+        self._seq = 0
+        self.counts = dict(submitted=0, withdrawn=0)
+
+    def new_rid(self, program_id: str) -> str:
+        self._seq += 1
+        return f"{RID_PREFIX}{self._seq}/{program_id}"
+
+    def queued(self, program_id: str, rid: str) -> None:
+        """``rid`` was queued for ``program_id`` (an older one still queued is withdrawn)."""
+        self.claim(program_id)
+        self._queued[program_id] = rid
+        self.counts["submitted"] += 1
+
+    def claim(self, program_id: str) -> None:
+        """The program's next call (or its end) arrived: withdraw its precompute if not started."""
+        rid = self._queued.pop(program_id, None)
+        if rid is not None and self._withdraw(rid):
+            self.counts["withdrawn"] += 1
+
+    def done(self, rid: str) -> None:
+        """Request ``rid`` ended (any request may be passed): nothing is left to withdraw."""
+        if rid.startswith(RID_PREFIX):
+            program_id = rid.split("/", 2)[2]
+            if self._queued.get(program_id) == rid:
+                del self._queued[program_id]
