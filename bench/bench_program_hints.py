@@ -112,17 +112,18 @@ WORKLOADS: dict[str, Callable[[int, int], tuple[Any, list[dict]]]] = {
 
 
 # --- one run --------------------------------------------------------------------------------------
-def new_engine(base: Any, slots: int) -> Any:
+def new_engine(base: Any, slots: int, **overrides: Any) -> Any:
     """A fresh engine of ``base``'s kind with ``slots`` KV slots (``base``: a torch Engine whose
-    model and queue policy it shares, or a NativeEngineConfig)."""
+    model and queue policy it shares, or a NativeEngineConfig); ``overrides``: other config fields."""
     from sglc_runtime.engine import Engine
     from sglc_runtime.engine.native_engine import NativeEngine
     from sglc_runtime.engine.native_engine_config import NativeEngineConfig
 
     if isinstance(base, NativeEngineConfig):
-        return NativeEngine(dataclasses.replace(base, num_kv_slots=slots))
+        return NativeEngine(dataclasses.replace(base, num_kv_slots=slots, **overrides))
     return Engine(share_model_with=base, dtype=base.config.dtype, quantization=base.config.quantization,
-                  schedule_policy=base.config.schedule_policy, num_kv_slots=slots, max_running_requests=64)
+                  schedule_policy=base.config.schedule_policy, num_kv_slots=slots, max_running_requests=64,
+                  **overrides)
 
 
 def program_table(engine: Any) -> Any:
@@ -131,12 +132,14 @@ def program_table(engine: Any) -> Any:
 
 
 def run_once(base: Any, compiled: Any, inputs: list[dict], slots: int, hints: bool,
-             warmup: list[dict] | None = None, watch: Callable[[Any], Any] | None = None) -> dict[str, Any]:
-    """A fresh engine with ``slots`` KV slots: ``warmup`` (untimed, same mode; a runtime that has
-    served the program before has learned its footprint), a flush, then every input at once."""
+             warmup: list[dict] | None = None, watch: Callable[[Any], Any] | None = None,
+             **overrides: Any) -> dict[str, Any]:
+    """A fresh engine with ``slots`` KV slots (``overrides``: other config fields): ``warmup``
+    (untimed, same mode; a runtime that has served the program before has learned its
+    footprint), a flush, then every input at once."""
     from sglc_runtime.server.engine_backend import EngineBackend
 
-    engine = new_engine(base, slots)
+    engine = new_engine(base, slots, **overrides)
     backend = EngineBackend(engine)
     try:
         for args in warmup or []:
@@ -193,6 +196,8 @@ def run_once(base: Any, compiled: Any, inputs: list[dict], slots: int, hints: bo
         "promoted_programs": after.promoted_programs - before.promoted_programs,
         "busy": round((after.busy_s - before.busy_s) / wall, 3),  # NOTE: share of the wall the engine was stepping
         "steps": after.num_steps - before.num_steps,
+        "precomputes": after.precomputes - before.precomputes,
+        "precomputes_withdrawn": after.precomputes_withdrawn - before.precomputes_withdrawn,
         "outputs": outputs,
     }
 

@@ -5,11 +5,12 @@ program's end) overtakes is withdrawn. Both engines, the real default model (Smo
 """
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from sglc.wire.program_hint import NEVER, ProgramHint
-
-pytestmark = pytest.mark.model
+from sglc_runtime.engine.precompute import Precomputes
 
 PROMPT = "Question: what is the capital of France?\nThink step by step:"
 CONTINUATION = "\nSo the answer, in one word, is:"
@@ -17,7 +18,8 @@ FIRST = {"max_new_tokens": 6, "temperature": 0}
 NEXT = {"max_new_tokens": 5, "temperature": 0}
 
 
-@pytest.fixture(scope="module", params=["native", "torch"])
+@pytest.fixture(scope="module", params=[pytest.param("native", marks=pytest.mark.model),
+                                        pytest.param("torch", marks=pytest.mark.model)])
 def engine(request):
     if request.param == "native":
         from sglc_runtime.engine.native_engine import NativeEngine
@@ -31,10 +33,20 @@ def engine(request):
     e.shutdown()
 
 
+def busy(e) -> bool:
+    stats = e.stats()
+    return bool(stats.num_waiting or stats.num_running)
+
+
 def drain(e) -> None:
-    """Step a thread-less engine until nothing is queued or running."""
-    while e.stats().num_waiting or e.stats().num_running:
+    """Step a thread-less engine until nothing is held, queued or running (an idle engine takes a
+    held precompute once it has been held about a step)."""
+    deadline = time.monotonic() + 60
+    while (e.precomputes.num_held or busy(e)) and time.monotonic() < deadline:
+        if not busy(e):
+            time.sleep(0.002)
         e.step()
+    assert not e.precomputes.num_held and not busy(e)
 
 
 def first_call(e, program_id: str, continuation: str = CONTINUATION, prompt=PROMPT):
@@ -48,7 +60,8 @@ def test_the_next_prompt_is_cached_when_the_call_ends_and_outputs_are_unchanged(
     before = e.stats()
     out = first_call(e, "p:cached")
     after = e.stats()
-    assert after.precomputes == before.precomputes + 1 and after.num_waiting == 1  # queued as the call ended
+    # NOTE: held as the call ended: an idle engine waits a step for the next call before it runs it
+    assert after.precomputes == before.precomputes + 1 and e.precomputes.num_held == 1 and not busy(e)
     drain(e)
     next_prompt = PROMPT + out.text + CONTINUATION
     ids = e.tokenizer.encode(next_prompt)
@@ -66,9 +79,10 @@ def test_a_precompute_the_next_call_overtakes_is_withdrawn(engine):
     before = e.stats()
     out = first_call(e, "p:overtaken")
     next_prompt = PROMPT + out.text + CONTINUATION
-    rid = e.submit(next_prompt, NEXT, hint=ProgramHint("p:overtaken", NEVER))  # before any step
+    rid = e.submit(next_prompt, NEXT, hint=ProgramHint("p:overtaken", NEVER))  # within the step it waits
     after = e.stats()
     assert after.precomputes_withdrawn == before.precomputes_withdrawn + 1 and after.num_waiting == 1
+    assert not e.precomputes.num_held
     assert e.wait(rid).text
     e.end_program("p:overtaken")
 
@@ -80,7 +94,24 @@ def test_the_end_of_a_program_withdraws_its_precompute(engine):
     e.end_program("p:ended")
     after = e.stats()
     assert after.precomputes_withdrawn == before.precomputes_withdrawn + 1
-    assert after.num_waiting == 0 and after.num_running == 0
+    assert after.num_waiting == 0 and after.num_running == 0 and not e.precomputes.num_held
+
+
+def test_a_busy_engine_runs_a_precompute_beside_its_other_requests(engine):
+    """Another request is decoding: the precompute joins the next step, without waiting."""
+    e = engine
+    assert e.flush_cache()
+    other = e.submit("Write a long story about a cat:", {"max_new_tokens": 40, "temperature": 0})
+    out = e.wait(e.submit(PROMPT, FIRST, hint=ProgramHint("p:busy", 0, continuation=CONTINUATION)))
+    assert e.precomputes.num_held == 1 and e.stats().num_running == 1
+    e.step()
+    assert not e.precomputes.num_held
+    drain(e)
+    next_prompt = PROMPT + out.text + CONTINUATION
+    hinted = e.wait(e.submit(next_prompt, NEXT, hint=ProgramHint("p:busy", NEVER)))
+    assert hinted.cached_tokens == len(e.tokenizer.encode(next_prompt)) - 1
+    assert e.wait(other).text
+    e.end_program("p:busy")
 
 
 @pytest.mark.parametrize("case", ["no continuation", "token ids", "aborted"])
@@ -95,9 +126,41 @@ def test_nothing_is_precomputed_without_a_text_to_extend(engine, case):
         rid = e.submit(PROMPT, FIRST, hint=ProgramHint("p:aborted", 0, continuation=CONTINUATION))
         e.abort(rid)
         assert e.wait(rid).finish_reason["type"] == "abort"
-    assert e.stats().precomputes == before and e.stats().num_waiting == 0
+    assert e.stats().precomputes == before and e.stats().num_waiting == 0 and not e.precomputes.num_held
 
 
 def test_a_client_cannot_use_a_precompute_request_id(engine):
     with pytest.raises(ValueError, match="the runtime's own"):
         engine.submit(PROMPT, FIRST, rid="sglc-precompute/1/p:x")
+
+
+def test_the_bookkeeping_holds_releases_and_withdraws_one_per_program():
+    """Precomputes alone (the engine's queue is a list here): held until due, one per program, the
+    program's next call withdraws it held or queued, not once the engine has started it."""
+    queue: list[str] = []
+
+    def withdraw(rid: str) -> bool:
+        if rid in queue:
+            queue.remove(rid)
+            return True
+        return False
+
+    p = Precomputes(withdraw)
+    a1, b1 = p.new_rid("a"), p.new_rid("b")
+    p.hold("a", a1, a1, now=0.0)
+    p.hold("b", b1, b1, now=0.5)
+    assert p.due(0.9, busy=False, grace=1.0) == [] and p.wait_s(0.9, 1.0) == pytest.approx(0.1)
+    queue += p.due(1.0, busy=False, grace=1.0)
+    assert queue == [a1] and p.num_held == 1
+    a2 = p.new_rid("a")
+    p.hold("a", a2, a2, now=1.0)  # a newer one for a: the queued one is withdrawn
+    assert queue == [] and p.counts == {"submitted": 3, "withdrawn": 1}
+    queue += p.due(1.0, busy=True, grace=1.0)  # busy: everything held goes
+    assert sorted(queue) == sorted([a2, b1]) and p.wait_s(1.0, 1.0) is None
+    queue.remove(b1)  # b's started: its next call withdraws nothing
+    p.claim("b")
+    p.claim("a")
+    assert queue == [] and p.counts == {"submitted": 3, "withdrawn": 2}
+    p.done(a2)
+    p.claim("a")
+    assert p.counts["withdrawn"] == 2

@@ -44,7 +44,7 @@ from ..scheduling.scheduler_config import SchedulerConfig
 from .engine_config import AUTO_CHUNK, DEFAULT_CHUNKED_PREFILL_SIZE, MIN_AUTO_CHUNK, EngineConfig
 from .engine_constraints import EngineConstraints
 from .prefill_pacer import PrefillPacer
-from .precompute import Precomputes, discard_output, check_client_rid, next_prompt_ids, precompute_hint
+from .precompute import FIRST_STEP_S, STEP_EWMA, Precomputes, discard_output, check_client_rid, next_prompt_ids, precompute_hint
 from .prompt_ids import Prompt, to_token_ids
 from . import request_trace
 from .request_trace import RequestTrace, TracedRequest
@@ -136,6 +136,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.precomputes = Precomputes(self._withdraw)
+        self._step_s = FIRST_STEP_S  # NOTE: recent steps' mean time: how long a held precompute waits
         self._constraints = EngineConstraints(self.tokenizer, self.model.device, self.scheduler, self._lock,
                                               jump_forward=not cfg.disable_jump_forward,
                                               compiler=cfg.constraint_compiler)
@@ -227,7 +228,9 @@ class Engine:
             with self._lock:
                 self.scheduler.config.chunk_size = chunk
         finished = self._process(batch, results)
-        self._timers.busy_s += time.perf_counter() - t0
+        took = time.perf_counter() - t0
+        self._timers.busy_s += took
+        self._step_s += STEP_EWMA * (took - self._step_s)
         return finished
 
     def _schedule(self) -> ScheduleBatch | None:
@@ -235,6 +238,12 @@ class Engine:
             t0 = time.perf_counter()
             if self._flush_when_idle and not self.scheduler.has_work():
                 self._flush_when_idle = not self.scheduler.flush_cache()
+            # NOTE: held precomputes join while other work runs, or once the engine idled a step
+            for pre in self.precomputes.due(time.monotonic(), self.scheduler.has_work(), self._step_s):
+                try:
+                    self.scheduler.add_request(pre)
+                except ValueError:  # NOTE: past the pool: the next call will say so itself
+                    self.precomputes.done(pre.rid)
             batch = self.scheduler.schedule()
             self._timers.schedule_s += time.perf_counter() - t0
             return batch
@@ -306,7 +315,7 @@ class Engine:
             self._trace.record(TracedRequest(req.rid, tuple(req.origin_input_ids), tuple(req.output_ids),
                                              req.cached_tokens, req.num_forced_at_submit))
         self.precomputes.done(req.rid)
-        if ended and not self._stopping:
+        if ended and self.config.precompute and not self._stopping:
             self._precompute_after(req, out.text)
         return out
 
@@ -325,11 +334,7 @@ class Engine:
         pre.output = RequestOutput(pre.rid, self.tokenizer, pre.sampling_params, self.eos_token_ids, ids,
                                    callback=discard_output)
         pre.hint, pre.internal = precompute_hint(req.hint), True
-        try:
-            self.scheduler.add_request(pre)
-        except ValueError:  # NOTE: past the pool: the next call will say so itself
-            return
-        self.precomputes.queued(req.hint.program_id, pre.rid)
+        self.precomputes.hold(req.hint.program_id, pre.rid, pre, time.monotonic())
 
     def _withdraw(self, rid: str) -> bool:
         """Drop a waiting precompute (its program's next call came first); False if it started."""
@@ -477,7 +482,10 @@ class Engine:
         while True:
             with self._lock:
                 while not self._stopping and not self.scheduler.has_work():
-                    self._cv.wait()
+                    due_in = self.precomputes.wait_s(time.monotonic(), self._step_s)
+                    if due_in is not None and due_in <= 0:
+                        break  # NOTE: a held precompute is due: _schedule() queues it
+                    self._cv.wait(due_in)
                 if self._stopping:
                     return
             try:

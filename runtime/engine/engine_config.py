@@ -66,6 +66,8 @@ class EngineConfig:
     - disable_radix_cache: no prefix reuse between requests (for comparisons).
     - hinted_share: the most of the KV pool that program hints (issue 28, ``cache/retention.py``)
       may keep for programs' next calls; 0 ignores hints in the cache.
+    - precompute: prefill a program's next prompt when a call whose hint carries its
+      continuation ends (precompute.py); False for comparisons.
     - disable_jump_forward: never append forced text without sampling it, whatever a request's
       ``jump_forward`` says (constraint masks still apply; for comparisons).
     - seed: seeds the sampler for requests without their own seed.
@@ -98,6 +100,7 @@ class EngineConfig:
     schedule_policy: str = "lpm"
     disable_radix_cache: bool = False
     hinted_share: float = 0.5
+    precompute: bool = True
     disable_jump_forward: bool = False
     seed: int = 0
     attention_backend: str = "auto"

@@ -55,7 +55,7 @@ from ..sampling.numpy_sampling import choose_token, log_softmax
 from ..sampling.sampling_state import prompt_logprob_span
 from .native_engine_config import NativeEngineConfig, start_model_load
 from .native_slots import RequestSlots
-from .precompute import Precomputes, discard_output, check_client_rid, next_prompt_ids, precompute_hint
+from .precompute import FIRST_STEP_S, STEP_EWMA, Precomputes, discard_output, check_client_rid, next_prompt_ids, precompute_hint
 from .native_step import NativeRequest, StepRows
 from .prompt_ids import Prompt, to_token_ids
 from . import request_trace
@@ -122,6 +122,7 @@ class NativeEngine:
         self._counts = dict(num_finished=0, num_steps=0, prompt_tokens=0, computed_prefill_tokens=0,
                             completion_tokens=0, cached_tokens=0)
         self._times = dict(schedule_s=0.0, forward_s=0.0, process_s=0.0, busy_s=0.0)
+        self._step_s = FIRST_STEP_S  # NOTE: recent steps' mean time: how long a held precompute waits
 
     # --- requests in ---------------------------------------------------------------------
     def submit(self, prompt: Prompt, params: SamplingParams | dict | None = None, *, rid: str | None = None,
@@ -212,6 +213,9 @@ class NativeEngine:
         """Admit, run one batch of rows, take its tokens; False when there was nothing to run."""
         t0 = time.perf_counter()
         with self._lock:
+            # NOTE: held precomputes join while other work runs, or once the engine idled a step
+            self._waiting.extend(self.precomputes.due(time.monotonic(), bool(self._waiting or self._running),
+                                                      self._step_s))
             self._admit()
             plan = self._plan()
             if plan is None:
@@ -237,6 +241,7 @@ class NativeEngine:
             self._times["forward_s"] += t2 - t1
             self._times["process_s"] += t3 - t2
             self._times["busy_s"] += t3 - t0
+            self._step_s += STEP_EWMA * (t3 - t0 - self._step_s)
             self._cv.notify_all()
         return True
 
@@ -359,7 +364,7 @@ class NativeEngine:
         if req.output.keeps_result:
             self._results[req.rid] = out
         self.precomputes.done(req.rid)
-        if not (req.aborted or req.output.failed or self._stopping):
+        if self.config.precompute and not (req.aborted or req.output.failed or self._stopping):
             self._precompute_after(req, out.text)
         if self._trace is not None and not req.aborted and not req.output.failed and not req.internal:
             n = req.num_prompt
@@ -379,9 +384,8 @@ class NativeEngine:
         rid = self.precomputes.new_rid(req.hint.program_id)
         params = SamplingParams(max_new_tokens=0)
         output = RequestOutput(rid, self.tokenizer, params, self.eos_token_ids, ids, callback=discard_output)
-        self._waiting.append(NativeRequest(rid, ids, len(ids), params, output, self._rng, hint=precompute_hint(req.hint),
-                                           internal=True))
-        self.precomputes.queued(req.hint.program_id, rid)
+        pre = NativeRequest(rid, ids, len(ids), params, output, self._rng, hint=precompute_hint(req.hint), internal=True)
+        self.precomputes.hold(req.hint.program_id, rid, pre, time.monotonic())
 
     def _withdraw(self, rid: str) -> bool:
         """Drop a waiting precompute (its program's next call came first); False if it started."""
@@ -481,9 +485,12 @@ class NativeEngine:
         while True:
             with self._lock:
                 while not self._stopping and not (self._waiting or self._running):
+                    due_in = self.precomputes.wait_s(time.monotonic(), self._step_s)
+                    if due_in is not None and due_in <= 0:
+                        break  # NOTE: a held precompute is due: step() queues it
                     if self._unsettled and self._counts["num_steps"] > 0:
                         self._settle_memory()
-                    self._cv.wait()
+                    self._cv.wait(due_in)
                 if self._stopping:
                     return
             try:

@@ -23,7 +23,8 @@ class NativeEngineConfig:
     dtype: the activations' and KV's ("bfloat16", as the torch engine's GGUF path, or "float32");
     hinted_share: the most of the KV pool program hints may keep (cache/retention.py);
     program_admit_share: new programs start while the in-flight ones' expected footprints fit this
-    share of the pool (scheduling/program_table.py)."""
+    share of the pool (scheduling/program_table.py); precompute: prefill a program's next prompt
+    when a call whose hint carries its continuation ends (precompute.py; False for comparisons)."""
 
     model: str = "default"
     num_kv_slots: int = 4096
@@ -36,6 +37,7 @@ class NativeEngineConfig:
     disable_radix_cache: bool = False
     hinted_share: float = 0.5
     program_admit_share: float = 0.9
+    precompute: bool = True
 
     def __post_init__(self) -> None:
         for name in ("num_kv_slots", "max_running_requests", "chunked_prefill_size"):

@@ -19,12 +19,15 @@ sent as token ids has no text to extend), and only after a call that ended norma
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from sglc.wire.program_hint import ProgramHint
 
 from .prompt_ids import Prompt, to_token_ids
 
+#: Weight of the newest step in an engine's mean step time (how long a precompute is held on an
+#: idle engine), and the mean before any step (seconds).
+STEP_EWMA, FIRST_STEP_S = 0.2, 0.02
 #: Request ids of precomputes (never a client's: a client id with this prefix is refused).
 RID_PREFIX = "sglc-precompute/"
 
@@ -55,13 +58,23 @@ def precompute_hint(hint: ProgramHint) -> ProgramHint:
 
 
 class Precomputes:
-    """The precomputes queued and not started, one per program (a newer one replaces it), so the
-    program's own next call, or its end, withdraws one that has not started. ``withdraw(rid)``
-    is the engine's: it drops a waiting request and says whether it did."""
+    """The precomputes not finished, at most one per program (a newer one replaces it).
+
+    A precompute is *held* first: the engine takes it into its queue (``due``) at once when it
+    is stepping other requests anyway (the prefill rides along in a step that runs regardless),
+    or once it has been held for ``grace`` seconds (about one step) while the engine idles: an
+    idle engine would otherwise spend a step of its own on it, and an executor that answers
+    within a step sends the next call first (it does the work itself, in the step that samples).
+    Measured on the embedded engine: a lone program's calls arrive ~1 ms after the previous
+    ends, well within a step. The program's next call, or its end, withdraws its precompute
+    while it is held or queued (``withdraw(rid)`` is the engine's: it drops a queued request
+    and says whether it did); once admitted it runs to its end.
+    """
 
     def __init__(self, withdraw: Callable[[str], bool]) -> None:
         self._withdraw = withdraw
-        self._queued: dict[str, str] = {}  # program id -> rid
+        self._held: dict[str, tuple[str, Any, float]] = {}  # program id -> (rid, request, when held)
+        self._queued: dict[str, str] = {}  # program id -> rid, in the engine's queue
         self._seq = 0
         self.counts = dict(submitted=0, withdrawn=0)
 
@@ -69,14 +82,37 @@ class Precomputes:
         self._seq += 1
         return f"{RID_PREFIX}{self._seq}/{program_id}"
 
-    def queued(self, program_id: str, rid: str) -> None:
-        """``rid`` was queued for ``program_id`` (an older one still queued is withdrawn)."""
+    def hold(self, program_id: str, rid: str, request: Any, now: float) -> None:
+        """Hold ``request`` (id ``rid``) for ``program_id`` (an older one is withdrawn)."""
         self.claim(program_id)
-        self._queued[program_id] = rid
+        self._held[program_id] = (rid, request, now)
         self.counts["submitted"] += 1
+
+    def due(self, now: float, busy: bool, grace: float) -> list[Any]:
+        """The held requests to queue now: all while ``busy``, else those held ``grace`` seconds."""
+        ready = [p for p, (_, _, t) in self._held.items() if busy or now - t >= grace]
+        out = []
+        for program_id in ready:
+            rid, request, _ = self._held.pop(program_id)
+            self._queued[program_id] = rid
+            out.append(request)
+        return out
+
+    def wait_s(self, now: float, grace: float) -> float | None:
+        """Seconds until the next held request is due on an idle engine; None when none is held."""
+        if not self._held:
+            return None
+        return max(0.0, min(t for _, _, t in self._held.values()) + grace - now)
+
+    @property
+    def num_held(self) -> int:
+        return len(self._held)
 
     def claim(self, program_id: str) -> None:
         """The program's next call (or its end) arrived: withdraw its precompute if not started."""
+        if self._held.pop(program_id, None) is not None:
+            self.counts["withdrawn"] += 1
+            return
         rid = self._queued.pop(program_id, None)
         if rid is not None and self._withdraw(rid):
             self.counts["withdrawn"] += 1
