@@ -4,7 +4,7 @@
                [--quantization auto|none|int8|int4]
                [--threads N]
                [--kv-slots N] [--chunked-prefill-size auto|N] [--schedule-policy lpm|fcfs|random]
-               [--disable-radix-cache] [--device auto|cpu|cuda] [--attention-backend auto|torch|triton|flashinfer]
+               [--disable-radix-cache] [--no-precompute] [--device auto|cpu|cuda] [--attention-backend auto|torch|triton|flashinfer]
                [--constraint-budget LIMIT=N,...] [--constraint-workers N] [--api-key KEY] [--limit NAME=VALUE ...]
                [--allowed-hosts NAME[:PORT],...] [--expose-paths]
 
@@ -68,6 +68,9 @@ def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--schedule-policy", choices=("lpm", "fcfs", "random"), default="lpm",
                    help="waiting-queue order (lpm: longest cached prefix first)")
     p.add_argument("--disable-radix-cache", action="store_true", help="no prefix reuse between requests")
+    p.add_argument("--no-precompute", action="store_true",
+                   help="do not prefill a program's next prompt when a call whose program hint carries the text "
+                        "that follows it ends (docs/program_hints.md; for comparisons)")
     p.add_argument("--max-running-requests", type=positive_int, default=64, metavar="N",
                    help="requests decoding at once (default: 64)")
     p.add_argument("--device", default="auto", metavar="auto|cpu|cuda[:N]",
@@ -142,8 +145,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         quantization=args.quantization, threads=args.threads,
         kv_slots=args.kv_slots,
         schedule_policy=args.schedule_policy,
-        disable_radix_cache=args.disable_radix_cache, max_running_requests=args.max_running_requests,
-        device=args.device, attention_backend=args.attention_backend, grace_s=max(0.0, args.grace),
+        disable_radix_cache=args.disable_radix_cache, precompute=not args.no_precompute,
+        max_running_requests=args.max_running_requests, device=args.device, attention_backend=args.attention_backend, grace_s=max(0.0, args.grace),
         constraint_compiler=ConstraintCompilerConfig(
             **({"budget": args.constraint_budget} if args.constraint_budget else {}),
             num_workers=args.constraint_workers),

@@ -239,6 +239,17 @@ def test_serve_constraint_flags_reach_the_engine_config(capsys, monkeypatch):
     assert compiler.budget.max_nfa_states == 50_000  # unnamed limits keep their defaults
 
 
+@pytest.mark.parametrize("flags, on", [([], True), (["--no-precompute"], False)])
+def test_serve_no_precompute_reaches_both_engines_configs(capsys, monkeypatch, flags, on):
+    from sglc_runtime.server import launch
+
+    captured = []
+    monkeypatch.setattr(launch, "serve", lambda config: captured.append(config) or 0)
+    code, _, _ = run_main(capsys, "serve", "--port", "0", *flags)
+    assert code == 0
+    assert captured[0].engine_config().precompute is on and captured[0].native_engine_config().precompute is on
+
+
 @pytest.mark.parametrize("flags, expected", [
     ([], ("int4", "bfloat16")),  # the default model ships as Q4_1: kept at 4 bits on a CPU
     (["--dtype", "float32"], ("none", "float32")),

@@ -308,3 +308,63 @@ def test_the_embedded_backend_passes_prompt_hints_on(runtime, seen):
         assert backend.end_program("prog-emb") > 0
     finally:
         backend.close()
+
+
+# --- precompute: a continuation on the wire (runtime/engine/precompute.py) ---
+def _precomputed(runtime, before: int) -> None:
+    """Wait until the engine has run the precompute queued after ``before`` (it holds one about a
+    step while idle)."""
+    import time
+
+    engine = runtime.engine
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        stats = engine.stats()
+        if stats.precomputes > before and not engine.precomputes.num_held and not (stats.num_waiting or stats.num_running):
+            return
+        time.sleep(0.01)
+    raise AssertionError("the precompute did not run")
+
+
+def test_a_continuation_over_grpc_has_the_next_prompt_cached(stub, runtime):
+    """A Generate whose hint carries a continuation: the engine prefills prompt + output + it, so the
+    program's next Generate finds all but its last token cached, and answers as without it."""
+    then = "\nIn one word, the answer is:"
+    before = runtime.engine.stats().precomputes
+    first = grpc_generate(stub, pb_hint(ProgramHint("prog-cont", 0, continuation=then)))
+    _precomputed(runtime, before)
+    text = PROMPT + first.text + then
+    hinted = grpc_generate(stub, pb_hint(ProgramHint("prog-cont", NEVER)), text=text)
+    assert hinted.cached_tokens == hinted.prompt_tokens - 1
+    stub.EndProgram(pb.EndProgramRequest(program_id="prog-cont"), timeout=30)
+    assert runtime.engine.flush_cache()
+    plain = grpc_generate(stub, text=text)
+    assert list(plain.output_ids) == list(hinted.output_ids)
+
+
+def test_a_continuation_over_http_has_the_next_prompt_cached(base, runtime):
+    then = "\nSo, briefly:"
+    before = runtime.engine.stats().precomputes
+    status, first = http_generate(base, program_hint={"program_id": "prog-cont-http", "continuation": then})
+    assert status == 200, first
+    _precomputed(runtime, before)
+    status, out = post_json(base, "/generate", {"text": PROMPT + first["text"] + then, "sampling_params": GREEDY,
+                                                "program_hint": {"program_id": "prog-cont-http", "next_use": -1}})
+    assert status == 200 and out["meta_info"]["cached_tokens"] == out["meta_info"]["prompt_tokens"] - 1, out
+    status, _ = post_json(base, "/end_program", {"program_id": "prog-cont-http"})
+    assert status == 200
+
+
+def test_a_continuation_over_the_limit_is_refused_naming_it(stub, base):
+    long = "x" * 5000
+    with pytest.raises(grpc.RpcError) as err:
+        grpc_generate(stub, _long_hint(long))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "continuation" in err.value.details()
+    status, body = http_generate(base, program_hint={"program_id": "prog-long", "continuation": long})
+    assert status == 400 and "continuation" in str(body)
+
+
+def _long_hint(text: str) -> pb.ProgramHint:
+    msg = pb.ProgramHint(program_id="prog-long")
+    msg.continuation = text
+    return msg

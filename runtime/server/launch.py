@@ -59,6 +59,7 @@ class ServeConfig:
     chunked_prefill_size: int | str | None = "auto"  # EngineConfig's: "auto", a fixed size, or None: off
     schedule_policy: str = "lpm"
     disable_radix_cache: bool = False
+    precompute: bool = True  # a program's next prompt prefilled when a call ends (engine/precompute.py)
     max_running_requests: int = 64
     device: str = "auto"
     attention_backend: str = "auto"
@@ -82,7 +83,7 @@ class ServeConfig:
                                   chunked_prefill_size=chunk if isinstance(chunk, int) and chunk > 0
                                   else NativeEngineConfig.chunked_prefill_size,
                                   threads=server_threads(self.threads), dtype=self.dtype or "bfloat16",
-                                  disable_radix_cache=self.disable_radix_cache)
+                                  disable_radix_cache=self.disable_radix_cache, precompute=self.precompute)
 
     def build_engine(self, while_loading: Callable[[], None] | None = None) -> Any:
         """The engine this config names, loaded (not started). ``while_loading``: called once the
@@ -112,7 +113,7 @@ class ServeConfig:
                             threads=server_threads(self.threads),
                             num_kv_slots=self.kv_slots,
                             chunked_prefill_size=self.chunked_prefill_size, schedule_policy=self.schedule_policy,
-                            disable_radix_cache=self.disable_radix_cache,
+                            disable_radix_cache=self.disable_radix_cache, precompute=self.precompute,
                             max_running_requests=self.max_running_requests, device=self.device,
                             attention_backend=self.attention_backend, **extra)
 
