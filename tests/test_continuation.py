@@ -9,25 +9,11 @@ from __future__ import annotations
 
 import pytest
 from test_executor_support import default_reply
-from test_program_hints_executor import RecordingBackend
+from test_program_hints_executor import RecordingBackend, chain, multi_turn
 
 import sglc as sgl
 from sglc.wire.backend import GenParams, Prompt
 from sglc.wire.program_hint import MAX_CONTINUATION_CHARS, NEVER, ProgramHint
-
-
-@sgl.function
-def chain(s, q):
-    s += "Q: " + q + "\nThink:" + sgl.gen("think", max_tokens=4) + "\nAnswer:" + sgl.gen("answer", max_tokens=4)
-
-
-@sgl.function
-def chat(s, q1, q2):
-    s += sgl.system("You are brief.")
-    s += sgl.user(q1)
-    s += sgl.assistant(sgl.gen("a1", max_tokens=4))
-    s += sgl.user(q2)
-    s += sgl.assistant(sgl.gen("a2", max_tokens=4))
 
 
 @sgl.function
@@ -96,7 +82,7 @@ def test_constant_text_after_a_gen_is_its_continuation():
 
 def test_chat_role_markers_and_the_next_user_turn_are_known():
     """After the first answer: the assistant's end, the user's turn with its argument, the assistant's start."""
-    backend = run(chat, q1="Hi", q2="Bye")
+    backend = run(multi_turn, q1="Hi", q2="Bye")
     assert check_extended(backend) == ["<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"]
 
 
