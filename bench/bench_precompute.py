@@ -17,6 +17,7 @@ programs' outputs differ between the modes (greedy; information, see bench_progr
     python bench/bench_precompute.py                               # native engine, 1 / 8 / 64 programs
     python bench/bench_precompute.py --programs 1,4 --workloads multi_turn --repeats 3
     python bench/bench_precompute.py --engine torch
+    python bench/bench_precompute.py --workloads multi_turn_long --programs 1,4 --rtt-ms 20   # a remote executor
 
 Writes bench/out/precompute.json (precompute_torch.json with --engine torch). One benchmark at a
 time on a quiet machine (`uptime`).
@@ -34,7 +35,23 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_program_hints import WARMUP_PROGRAMS, WORKLOADS, _cpu_flags, run_once  # noqa: E402
+from bench.bench_program_hints import WARMUP_PROGRAMS, WORKLOADS as HINT_WORKLOADS, _cpu_flags, run_once  # noqa: E402
+
+def multi_turn_long(n: int, seed: int) -> tuple[Any, list[dict]]:
+    """multi_turn with long user turns (each follow-up carries a ~150-token paragraph): the text
+    between two calls is long, so its prefill is what precompute can take off the path."""
+    from bench.suite.workloads import multi_turn as w
+    from bench.suite.workloads.synthetic import paragraph, rng_for
+
+    rng = rng_for("multi_turn_long_hints", seed, "inputs")
+    inputs = []
+    for _ in range(n):
+        turns = w.conversation_input(rng, 3)
+        inputs.append({k: v + " " + paragraph(rng, 8) for k, v in turns.items()})
+    return w.make_program("multi_turn_long", [12, 12, 12, 12]), inputs
+
+
+WORKLOADS = {**HINT_WORKLOADS, "multi_turn_long": multi_turn_long}
 
 #: The pool of every run: the workloads' programs all fit (what precompute does under memory
 #: pressure is bench_program_hints' question; its hints-on rows include precompute).
@@ -49,6 +66,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=1, help="alternating on/off pairs per row")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rtt-ms", type=float, default=0.0,
+                    help="added to every generate call, half before and half after (an executor over a network)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     out = Path(args.out or ROOT / "bench" / "out" / ("precompute.json" if args.engine == "native" else "precompute_torch.json"))
@@ -68,9 +87,9 @@ def main() -> None:
 
         base = Engine(quantization="auto", threads=args.threads)
     report: dict[str, Any] = {"engine": args.engine, "cpu": _cpu_flags(), "load_before": os.getloadavg()[0],
-                              "slots": SLOTS, "workloads": {}}
-    print(f"# precompute on vs off (program hints on in both), {args.engine} engine; cpu {report['cpu']}; "
-          f"load {report['load_before']:.2f}")
+                              "slots": SLOTS, "rtt_ms": args.rtt_ms, "workloads": {}}
+    print(f"# precompute on vs off (program hints on in both), {args.engine} engine, executor round trip "
+          f"+{args.rtt_ms:g} ms; cpu {report['cpu']}; load {report['load_before']:.2f}")
     print(f"{'workload':18} {'progs':>5} {'mode':4} {'prog/s':>7} {'p50 s':>7} {'p99 s':>7} {'precomp':>7} "
           f"{'withdr':>6} {'computed':>9} {'busy':>5} {'diff':>4} {'steps':>6}")
     for name in names:
@@ -84,7 +103,8 @@ def main() -> None:
             for rep in range(args.repeats):
                 pair = {}
                 for on in ((False, True) if rep % 2 == 0 else (True, False)):
-                    pair[on] = run_once(base, compiled, inputs, SLOTS, True, warmup, precompute=on)
+                    pair[on] = run_once(base, compiled, inputs, SLOTS, True, warmup, rtt_s=args.rtt_ms / 1000,
+                                        precompute=on)
                 differ = sum(a != b for a, b in zip(pair[True]["outputs"], pair[False]["outputs"]))
                 for on in (False, True):
                     r = pair[on]

@@ -131,21 +131,40 @@ def program_table(engine: Any) -> Any:
     return engine.programs if hasattr(engine, "programs") else engine.scheduler.programs
 
 
-def run_once(base: Any, compiled: Any, inputs: list[dict], slots: int, hints: bool,
-             warmup: list[dict] | None = None, watch: Callable[[Any], Any] | None = None,
-             **overrides: Any) -> dict[str, Any]:
-    """A fresh engine with ``slots`` KV slots (``overrides``: other config fields): ``warmup``
-    (untimed, same mode; a runtime that has served the program before has learned its
-    footprint), a flush, then every input at once."""
+def delayed_backend(engine: Any, rtt_s: float) -> Any:
+    """An EngineBackend whose generate calls take ``rtt_s`` more, half before the engine sees the
+    call and half after it answers: an executor that reaches the runtime over a network (what
+    the engine does meanwhile is the point; 0: the plain embedded backend)."""
     from sglc_runtime.server.engine_backend import EngineBackend
 
+    if rtt_s <= 0:
+        return EngineBackend(engine)
+
+    class Delayed(EngineBackend):
+        def generate(self, prompt, params):  # noqa: ANN001, ANN202
+            time.sleep(rtt_s / 2)
+            result = super().generate(prompt, params)
+            time.sleep(rtt_s / 2)
+            return result
+
+    return Delayed(engine)
+
+
+def run_once(base: Any, compiled: Any, inputs: list[dict], slots: int, hints: bool,
+             warmup: list[dict] | None = None, watch: Callable[[Any], Any] | None = None,
+             rtt_s: float = 0.0, **overrides: Any) -> dict[str, Any]:
+    """A fresh engine with ``slots`` KV slots (``overrides``: other config fields): ``warmup``
+    (untimed, same mode; a runtime that has served the program before has learned its
+    footprint), a flush, then every input at once. ``rtt_s``: delayed_backend."""
     engine = new_engine(base, slots, **overrides)
-    backend = EngineBackend(engine)
+    backend = delayed_backend(engine, rtt_s)
     try:
         for args in warmup or []:
             compiled.run(backend=backend, temperature=0.0, program_hints=hints, **args)
         while not engine.flush_cache():
             time.sleep(0.01)
+        if hasattr(engine, "wait_settled"):  # NOTE: the native model's move into huge pages, not timed
+            engine.wait_settled()
         before = engine.stats()
         engine.start_trace()
         stop_watch = watch(engine) if watch is not None else None

@@ -119,6 +119,7 @@ class NativeEngine:
         #: the model's memory, loaded in ordinary pages, still to be moved into huge pages
         #: (_settle_memory: at the first idle moment after a step, so no first answer waits on it)
         self._unsettled = True
+        self._settling: threading.Thread | None = None
         self._counts = dict(num_finished=0, num_steps=0, prompt_tokens=0, computed_prefill_tokens=0,
                             completion_tokens=0, cached_tokens=0)
         self._times = dict(schedule_s=0.0, forward_s=0.0, process_s=0.0, busy_s=0.0)
@@ -496,7 +497,8 @@ class NativeEngine:
             try:
                 if not self.step():
                     with self._lock:  # NOTE: work exists but none fits (slots): wait for a change
-                        self._cv.wait(0.05)
+                        due_in = self.precomputes.wait_s(time.monotonic(), self._step_s)
+                        self._cv.wait(0.05 if due_in is None else min(0.05, due_in))
             except Exception:  # NOTE: a bug here must not leave waiters hanging forever
                 log.exception("native engine step failed; aborting all requests")
                 with self._lock:
@@ -509,7 +511,17 @@ class NativeEngine:
         """Move the model into huge pages (its load deferred them: model/native/binding/weight_arena.h)
         in a thread of its own: decode streams every weight each step, ~1.4x faster from huge pages."""
         self._unsettled = False
-        threading.Thread(target=self.model.collapse_huge_pages, name="sglc-huge-pages", daemon=True).start()
+        self._settling = threading.Thread(target=self.model.collapse_huge_pages, name="sglc-huge-pages", daemon=True)
+        self._settling.start()
+
+    def wait_settled(self, timeout: float | None = None) -> bool:
+        """Move the model into huge pages now if that has not started, and wait for it (benchmarks:
+        the move takes seconds of a core beside the steps); True once it has ended."""
+        with self._lock:
+            if self._unsettled:
+                self._settle_memory()
+        self._settling.join(timeout)
+        return not self._settling.is_alive()
 
     # --- in-process use ------------------------------------------------------------------
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams | dict | None = None) -> list[GenerateOutput]:

@@ -28,6 +28,7 @@ from .prompt_ids import Prompt, to_token_ids
 #: Weight of the newest step in an engine's mean step time (how long a precompute is held on an
 #: idle engine), and the mean before any step (seconds).
 STEP_EWMA, FIRST_STEP_S = 0.2, 0.02
+EARLY_S = 0.001
 #: Request ids of precomputes (never a client's: a client id with this prefix is refused).
 RID_PREFIX = "sglc-precompute/"
 
@@ -90,7 +91,8 @@ class Precomputes:
 
     def due(self, now: float, busy: bool, grace: float) -> list[Any]:
         """The held requests to queue now: all while ``busy``, else those held ``grace`` seconds."""
-        ready = [p for p, (_, _, t) in self._held.items() if busy or now - t >= grace]
+        # NOTE: a timed wait may wake a hair early: that counts as due, not as another wait
+        ready = [p for p, (_, _, t) in self._held.items() if busy or now - t >= grace - EARLY_S]
         out = []
         for program_id in ready:
             rid, request, _ = self._held.pop(program_id)
