@@ -53,9 +53,10 @@ def multi_turn_long(n: int, seed: int) -> tuple[Any, list[dict]]:
 
 WORKLOADS = {**HINT_WORKLOADS, "multi_turn_long": multi_turn_long}
 
-#: The pool of every run: the workloads' programs all fit (what precompute does under memory
-#: pressure is bench_program_hints' question; its hints-on rows include precompute).
-SLOTS = 131072
+#: The pool of every run (--slots): 64 programs of every workload but tool_agents fit (what
+#: precompute does under memory pressure is bench_program_hints' question; its hints-on rows
+#: include precompute). NOTE: ~23 KB of bf16 KV a slot for SmolLM2-135M, allocated per engine.
+SLOTS = 32768
 
 
 def main() -> None:
@@ -68,6 +69,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rtt-ms", type=float, default=0.0,
                     help="added to every generate call, half before and half after (an executor over a network)")
+    ap.add_argument("--slots", type=int, default=SLOTS, help="KV slots of every run's engine")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     out = Path(args.out or ROOT / "bench" / "out" / ("precompute.json" if args.engine == "native" else "precompute_torch.json"))
@@ -87,7 +89,7 @@ def main() -> None:
 
         base = Engine(quantization="auto", threads=args.threads)
     report: dict[str, Any] = {"engine": args.engine, "cpu": _cpu_flags(), "load_before": os.getloadavg()[0],
-                              "slots": SLOTS, "rtt_ms": args.rtt_ms, "workloads": {}}
+                              "slots": args.slots, "rtt_ms": args.rtt_ms, "workloads": {}}
     print(f"# precompute on vs off (program hints on in both), {args.engine} engine, executor round trip "
           f"+{args.rtt_ms:g} ms; cpu {report['cpu']}; load {report['load_before']:.2f}")
     print(f"{'workload':18} {'progs':>5} {'mode':4} {'prog/s':>7} {'p50 s':>7} {'p99 s':>7} {'precomp':>7} "
@@ -98,12 +100,12 @@ def main() -> None:
             program, inputs = WORKLOADS[name](n + WARMUP_PROGRAMS, args.seed)
             inputs, warmup = inputs[:n], inputs[n:]
             compiled = program.compile()
-            run_once(base, compiled, inputs[:1], SLOTS, hints=True)  # warm-up: compile paths, caches
+            run_once(base, compiled, inputs[:1], args.slots, hints=True)  # warm-up: compile paths, caches
             p50 = {True: [], False: []}
             for rep in range(args.repeats):
                 pair = {}
                 for on in ((False, True) if rep % 2 == 0 else (True, False)):
-                    pair[on] = run_once(base, compiled, inputs, SLOTS, True, warmup, rtt_s=args.rtt_ms / 1000,
+                    pair[on] = run_once(base, compiled, inputs, args.slots, True, warmup, rtt_s=args.rtt_ms / 1000,
                                         precompute=on)
                 differ = sum(a != b for a, b in zip(pair[True]["outputs"], pair[False]["outputs"]))
                 for on in (False, True):

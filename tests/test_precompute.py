@@ -136,16 +136,17 @@ def test_a_client_cannot_use_a_precompute_request_id(engine):
 
 def test_the_bookkeeping_holds_releases_and_withdraws_one_per_program():
     """Precomputes alone (the engine's queue is a list here): held until due, one per program, the
-    program's next call withdraws it held or queued, not once the engine has started it."""
+    program's next call withdraws it held (here) or queued (names it for the engine), not once the
+    engine has started it."""
     queue: list[str] = []
 
-    def withdraw(rid: str) -> bool:
+    def claim(p: Precomputes, program_id: str) -> None:  # NOTE: what each engine's _claim_precompute does
+        rid = p.claim(program_id)
         if rid in queue:
             queue.remove(rid)
-            return True
-        return False
+            p.withdrawn()
 
-    p = Precomputes(withdraw)
+    p = Precomputes()
     a1, b1 = p.new_rid("a"), p.new_rid("b")
     p.hold("a", a1, a1, now=0.0)
     p.hold("b", b1, b1, now=0.5)
@@ -153,14 +154,18 @@ def test_the_bookkeeping_holds_releases_and_withdraws_one_per_program():
     queue += p.due(1.0, busy=False, grace=1.0)
     assert queue == [a1] and p.num_held == 1
     a2 = p.new_rid("a")
-    p.hold("a", a2, a2, now=1.0)  # a newer one for a: the queued one is withdrawn
-    assert queue == [] and p.counts == {"submitted": 3, "withdrawn": 1}
+    claim(p, "a")  # a newer one for a: the queued one goes first
+    p.hold("a", a2, a2, now=1.0)
+    assert p.counts == {"submitted": 3, "withdrawn": 1}
     queue += p.due(1.0, busy=True, grace=1.0)  # busy: everything held goes
     assert sorted(queue) == sorted([a2, b1]) and p.wait_s(1.0, 1.0) is None
     queue.remove(b1)  # b's started: its next call withdraws nothing
-    p.claim("b")
-    p.claim("a")
+    claim(p, "b")
+    claim(p, "a")
     assert queue == [] and p.counts == {"submitted": 3, "withdrawn": 2}
     p.done(a2)
-    p.claim("a")
+    claim(p, "a")
     assert p.counts["withdrawn"] == 2
+    p.hold("c", "c1", "c1", now=2.0)
+    claim(p, "c")  # held: dropped by the table itself
+    assert p.num_held == 0 and p.counts["withdrawn"] == 3

@@ -135,7 +135,7 @@ class Engine:
         self._flush_when_idle = False
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self.precomputes = Precomputes(self._withdraw)
+        self.precomputes = Precomputes()
         self._step_s = FIRST_STEP_S  # NOTE: recent steps' mean time: how long a held precompute waits
         self._constraints = EngineConstraints(self.tokenizer, self.model.device, self.scheduler, self._lock,
                                               jump_forward=not cfg.disable_jump_forward,
@@ -189,7 +189,7 @@ class Engine:
         with self._lock:
             self.scheduler.add_request(req)  # ValueError on a duplicate id
             if hint is not None:  # NOTE: the program's next call is here: it does the work itself
-                self.precomputes.claim(hint.program_id)
+                self._claim_precompute(hint.program_id)
             if stream:
                 # NOTE: registered here, not looked up in chunks(): the engine thread may finish
                 # the request before the caller asks for its chunks.
@@ -334,7 +334,14 @@ class Engine:
         pre.output = RequestOutput(pre.rid, self.tokenizer, pre.sampling_params, self.eos_token_ids, ids,
                                    callback=discard_output)
         pre.hint, pre.internal = precompute_hint(req.hint), True
+        self._claim_precompute(req.hint.program_id)  # NOTE: a newer precompute replaces an older one
         self.precomputes.hold(req.hint.program_id, pre.rid, pre, time.monotonic())
+
+    def _claim_precompute(self, program_id: str) -> None:
+        """The program's next call (or its end) is here: its precompute goes if it has not started."""
+        rid = self.precomputes.claim(program_id)
+        if rid is not None and self._withdraw(rid):
+            self.precomputes.withdrawn()
 
     def _withdraw(self, rid: str) -> bool:
         """Drop a waiting precompute (its program's next call came first); False if it started."""
@@ -432,7 +439,7 @@ class Engine:
         now on). Returns the cached tokens released; 0 for a program it holds nothing for."""
         check_program_id(program_id)
         with self._lock:
-            self.precomputes.claim(program_id)
+            self._claim_precompute(program_id)
             return self.scheduler.end_program(program_id)
 
     # --- control -------------------------------------------------------------------------

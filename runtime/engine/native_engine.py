@@ -106,7 +106,7 @@ class NativeEngine:
         self.tree = RadixCache(self.pool, disable=cfg.disable_radix_cache, hinted_share=cfg.hinted_share)
         self.slots = RequestSlots(self.pool, self.tree)
         self.programs = ProgramTable()  # NOTE: programs in flight, for admission by program (issue 28)
-        self.precomputes = Precomputes(self._withdraw)
+        self.precomputes = Precomputes()
         self._trace: RequestTrace | None = None
         self._waiting: deque[NativeRequest] = deque()
         self._running: list[NativeRequest] = []
@@ -161,7 +161,7 @@ class NativeEngine:
             if self._find(rid) is not None:
                 raise ValueError(f"request id {rid!r} is already queued or running")
             if hint is not None:  # NOTE: the program's next call is here: it does the work itself
-                self.precomputes.claim(hint.program_id)
+                self._claim_precompute(hint.program_id)
             self._waiting.append(req)
             self._counts["prompt_tokens"] += len(ids)
             self._cv.notify_all()
@@ -386,7 +386,14 @@ class NativeEngine:
         params = SamplingParams(max_new_tokens=0)
         output = RequestOutput(rid, self.tokenizer, params, self.eos_token_ids, ids, callback=discard_output)
         pre = NativeRequest(rid, ids, len(ids), params, output, self._rng, hint=precompute_hint(req.hint), internal=True)
+        self._claim_precompute(req.hint.program_id)  # NOTE: a newer precompute replaces an older one
         self.precomputes.hold(req.hint.program_id, rid, pre, time.monotonic())
+
+    def _claim_precompute(self, program_id: str) -> None:
+        """The program's next call (or its end) is here: its precompute goes if it has not started."""
+        rid = self.precomputes.claim(program_id)
+        if rid is not None and self._withdraw(rid):
+            self.precomputes.withdrawn()
 
     def _withdraw(self, rid: str) -> bool:
         """Drop a waiting precompute (its program's next call came first); False if it started."""
@@ -408,7 +415,7 @@ class NativeEngine:
         from now on). Returns the cached tokens released; 0 for a program it holds nothing for."""
         check_program_id(program_id)
         with self._lock:
-            self.precomputes.claim(program_id)
+            self._claim_precompute(program_id)
             self.programs.end(program_id)
             return self.tree.retention.end_program(program_id)
 

@@ -9,6 +9,11 @@ it; the next call finds them in the radix cache. The text is tokenized exactly a
 prompt will be (the whole string, not output tokens + continuation tokens), so the cache holds
 the ids that call looks up.
 
+It pays where the executor is far from the engine: on the 2-core CPU of docs/benchmarks.md, with
+a 200 ms round trip and ~150-token user turns, a lone conversation's latency fell 18%; embedded, or
+at 50 ms, it is within noise (the prefill it moves is the same work, and the window it can hide in
+is the round trip).
+
 Safety: a precompute is an ordinary prefill-only call of the program (its slots reserved and
 released as any call's, admitted by the same rules, so memory goes where it would have gone a
 few milliseconds later); its K/V are the model's for its own tokens, so a cache hit on them never
@@ -19,7 +24,7 @@ sent as token ids has no text to extend), and only after a call that ended norma
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from sglc.wire.program_hint import ProgramHint
 
@@ -66,14 +71,13 @@ class Precomputes:
     or once it has been held for ``grace`` seconds (about one step) while the engine idles: an
     idle engine would otherwise spend a step of its own on it, and an executor that answers
     within a step sends the next call first (it does the work itself, in the step that samples).
-    Measured on the embedded engine: a lone program's calls arrive ~1 ms after the previous
-    ends, well within a step. The program's next call, or its end, withdraws its precompute
-    while it is held or queued (``withdraw(rid)`` is the engine's: it drops a queued request
-    and says whether it did); once admitted it runs to its end.
+    On the embedded engine a lone program's next call always came first (bench_precompute.py:
+    every precompute withdrawn). The program's next call, or its end, withdraws its precompute
+    while it is held or queued (the engine drops a queued one, ``claim`` names it); once
+    admitted it runs to its end. No callback into the engine: the table holds no reference to it.
     """
 
-    def __init__(self, withdraw: Callable[[str], bool]) -> None:
-        self._withdraw = withdraw
+    def __init__(self) -> None:
         self._held: dict[str, tuple[str, Any, float]] = {}  # program id -> (rid, request, when held)
         self._queued: dict[str, str] = {}  # program id -> rid, in the engine's queue
         self._seq = 0
@@ -84,8 +88,7 @@ class Precomputes:
         return f"{RID_PREFIX}{self._seq}/{program_id}"
 
     def hold(self, program_id: str, rid: str, request: Any, now: float) -> None:
-        """Hold ``request`` (id ``rid``) for ``program_id`` (an older one is withdrawn)."""
-        self.claim(program_id)
+        """Hold ``request`` (id ``rid``) for ``program_id`` (the engine claims an older one first)."""
         self._held[program_id] = (rid, request, now)
         self.counts["submitted"] += 1
 
@@ -110,14 +113,18 @@ class Precomputes:
     def num_held(self) -> int:
         return len(self._held)
 
-    def claim(self, program_id: str) -> None:
-        """The program's next call (or its end) arrived: withdraw its precompute if not started."""
+    def claim(self, program_id: str) -> str | None:
+        """The program's next call (or its end) arrived: its held precompute is dropped here; the
+        id of one in the engine's queue is returned for the engine to withdraw if it has not
+        started (then ``withdrawn()``). None: nothing left to withdraw."""
         if self._held.pop(program_id, None) is not None:
             self.counts["withdrawn"] += 1
-            return
-        rid = self._queued.pop(program_id, None)
-        if rid is not None and self._withdraw(rid):
-            self.counts["withdrawn"] += 1
+            return None
+        return self._queued.pop(program_id, None)
+
+    def withdrawn(self) -> None:
+        """The engine dropped a queued precompute that ``claim`` named."""
+        self.counts["withdrawn"] += 1
 
     def done(self, rid: str) -> None:
         """Request ``rid`` ended (any request may be passed): nothing is left to withdraw."""
