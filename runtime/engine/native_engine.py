@@ -19,7 +19,9 @@ schema / EBNF) and stop_regex. Program hints (issue 28) work as in the torch eng
 cache evicts by them (cache/retention.py: a hinted call's final text is kept for its program, a
 program with a call queued keeps its texts longest, an ended program's go first) and admission
 is by program (scheduling/program_gate.py: calls of programs in flight first, a new program held
-back while memory is tight, started provisional when nothing runs). Hints never change outputs.
+back while memory is tight, started provisional when nothing runs), and a call whose hint carries
+its continuation has the program's next prompt prefilled when it ends (precompute.py; the KV-slot
+side of a request is native_slots.py). Hints never change outputs.
 A prompt is cached as soon as it is prefilled (the torch engine caches after every chunk), and
 a waiting request whose prompt shares a long prefix with one being prefilled waits for it (the
 torch scheduler's in-batch prefix dedup). Seeded sampling is
