@@ -140,25 +140,29 @@ def test_the_bookkeeping_holds_releases_and_withdraws_one_per_program():
     engine has started it."""
     queue: list[str] = []
 
-    def claim(p: Precomputes, program_id: str) -> None:  # NOTE: what each engine's _claim_precompute does
-        rid = p.claim(program_id)
+    def withdraw(rid: str) -> bool:  # NOTE: what each engine's _withdraw does with its queue
         if rid in queue:
             queue.remove(rid)
-            p.withdrawn()
+            return True
+        return False
+
+    def claim(p: Precomputes, program_id: str) -> None:
+        p.claim(program_id, withdraw)
 
     p = Precomputes()
+    p.step_s = 1.0  # NOTE: a held precompute waits about a step on an idle engine
     a1, b1 = p.new_rid("a"), p.new_rid("b")
     p.hold("a", a1, a1, now=0.0)
     p.hold("b", b1, b1, now=0.5)
-    assert p.due(0.9, busy=False, grace=1.0) == [] and p.wait_s(0.9, 1.0) == pytest.approx(0.1)
-    queue += p.due(1.0, busy=False, grace=1.0)
+    assert p.due(0.9, busy=False) == [] and p.wait_s(0.9) == pytest.approx(0.1)
+    queue += p.due(1.0, busy=False)
     assert queue == [a1] and p.num_held == 1
     a2 = p.new_rid("a")
     claim(p, "a")  # a newer one for a: the queued one goes first
     p.hold("a", a2, a2, now=1.0)
     assert p.counts == {"submitted": 3, "withdrawn": 1}
-    queue += p.due(1.0, busy=True, grace=1.0)  # busy: everything held goes
-    assert sorted(queue) == sorted([a2, b1]) and p.wait_s(1.0, 1.0) is None
+    queue += p.due(1.0, busy=True)  # busy: everything held goes
+    assert sorted(queue) == sorted([a2, b1]) and p.wait_s(1.0) is None
     queue.remove(b1)  # b's started: its next call withdraws nothing
     claim(p, "b")
     claim(p, "a")

@@ -44,7 +44,7 @@ from ..scheduling.scheduler_config import SchedulerConfig
 from .engine_config import AUTO_CHUNK, DEFAULT_CHUNKED_PREFILL_SIZE, MIN_AUTO_CHUNK, EngineConfig
 from .engine_constraints import EngineConstraints
 from .prefill_pacer import PrefillPacer
-from .precompute import FIRST_STEP_S, STEP_EWMA, Precomputes, discard_output, check_client_rid, next_prompt_ids, precompute_hint
+from .precompute import Precomputes, discard_output, check_client_rid, next_prompt_ids, precompute_hint
 from .prompt_ids import Prompt, to_token_ids
 from . import request_trace
 from .request_trace import RequestTrace, TracedRequest
@@ -136,7 +136,6 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.precomputes = Precomputes()
-        self._step_s = FIRST_STEP_S  # NOTE: recent steps' mean time: how long a held precompute waits
         self._constraints = EngineConstraints(self.tokenizer, self.model.device, self.scheduler, self._lock,
                                               jump_forward=not cfg.disable_jump_forward,
                                               compiler=cfg.constraint_compiler)
@@ -189,7 +188,7 @@ class Engine:
         with self._lock:
             self.scheduler.add_request(req)  # ValueError on a duplicate id
             if hint is not None:  # NOTE: the program's next call is here: it does the work itself
-                self._claim_precompute(hint.program_id)
+                self.precomputes.claim(hint.program_id, self._withdraw)
             if stream:
                 # NOTE: registered here, not looked up in chunks(): the engine thread may finish
                 # the request before the caller asks for its chunks.
@@ -230,7 +229,7 @@ class Engine:
         finished = self._process(batch, results)
         took = time.perf_counter() - t0
         self._timers.busy_s += took
-        self._step_s += STEP_EWMA * (took - self._step_s)
+        self.precomputes.observe_step(took)
         return finished
 
     def _schedule(self) -> ScheduleBatch | None:
@@ -239,7 +238,7 @@ class Engine:
             if self._flush_when_idle and not self.scheduler.has_work():
                 self._flush_when_idle = not self.scheduler.flush_cache()
             # NOTE: held precomputes join while other work runs, or once the engine idled a step
-            for pre in self.precomputes.due(time.monotonic(), self.scheduler.has_work(), self._step_s):
+            for pre in self.precomputes.due(time.monotonic(), self.scheduler.has_work()):
                 try:
                     self.scheduler.add_request(pre)
                 except ValueError:  # NOTE: past the pool: the next call will say so itself
@@ -334,14 +333,8 @@ class Engine:
         pre.output = RequestOutput(pre.rid, self.tokenizer, pre.sampling_params, self.eos_token_ids, ids,
                                    callback=discard_output)
         pre.hint, pre.internal = precompute_hint(req.hint), True
-        self._claim_precompute(req.hint.program_id)  # NOTE: a newer precompute replaces an older one
+        self.precomputes.claim(req.hint.program_id, self._withdraw)  # NOTE: a newer precompute replaces an older one
         self.precomputes.hold(req.hint.program_id, pre.rid, pre, time.monotonic())
-
-    def _claim_precompute(self, program_id: str) -> None:
-        """The program's next call (or its end) is here: its precompute goes if it has not started."""
-        rid = self.precomputes.claim(program_id)
-        if rid is not None and self._withdraw(rid):
-            self.precomputes.withdrawn()
 
     def _withdraw(self, rid: str) -> bool:
         """Drop a waiting precompute (its program's next call came first); False if it started."""
@@ -439,7 +432,7 @@ class Engine:
         now on). Returns the cached tokens released; 0 for a program it holds nothing for."""
         check_program_id(program_id)
         with self._lock:
-            self._claim_precompute(program_id)
+            self.precomputes.claim(program_id, self._withdraw)
             return self.scheduler.end_program(program_id)
 
     # --- control -------------------------------------------------------------------------
@@ -489,7 +482,7 @@ class Engine:
         while True:
             with self._lock:
                 while not self._stopping and not self.scheduler.has_work():
-                    due_in = self.precomputes.wait_s(time.monotonic(), self._step_s)
+                    due_in = self.precomputes.wait_s(time.monotonic())
                     if due_in is not None and due_in <= 0:
                         break  # NOTE: a held precompute is due: _schedule() queues it
                     self._cv.wait(due_in)

@@ -57,7 +57,7 @@ from ..sampling.numpy_sampling import choose_token, log_softmax
 from ..sampling.sampling_state import prompt_logprob_span
 from .native_engine_config import NativeEngineConfig, start_model_load
 from .native_slots import RequestSlots
-from .precompute import FIRST_STEP_S, STEP_EWMA, Precomputes, discard_output, check_client_rid, next_prompt_ids, precompute_hint
+from .precompute import Precomputes, discard_output, check_client_rid, next_prompt_ids, precompute_hint
 from .native_step import NativeRequest, StepRows
 from .prompt_ids import Prompt, to_token_ids
 from . import request_trace
@@ -125,7 +125,6 @@ class NativeEngine:
         self._counts = dict(num_finished=0, num_steps=0, prompt_tokens=0, computed_prefill_tokens=0,
                             completion_tokens=0, cached_tokens=0)
         self._times = dict(schedule_s=0.0, forward_s=0.0, process_s=0.0, busy_s=0.0)
-        self._step_s = FIRST_STEP_S  # NOTE: recent steps' mean time: how long a held precompute waits
 
     # --- requests in ---------------------------------------------------------------------
     def submit(self, prompt: Prompt, params: SamplingParams | dict | None = None, *, rid: str | None = None,
@@ -163,7 +162,7 @@ class NativeEngine:
             if self._find(rid) is not None:
                 raise ValueError(f"request id {rid!r} is already queued or running")
             if hint is not None:  # NOTE: the program's next call is here: it does the work itself
-                self._claim_precompute(hint.program_id)
+                self.precomputes.claim(hint.program_id, self._withdraw)
             self._waiting.append(req)
             self._counts["prompt_tokens"] += len(ids)
             self._cv.notify_all()
@@ -217,8 +216,7 @@ class NativeEngine:
         t0 = time.perf_counter()
         with self._lock:
             # NOTE: held precomputes join while other work runs, or once the engine idled a step
-            self._waiting.extend(self.precomputes.due(time.monotonic(), bool(self._waiting or self._running),
-                                                      self._step_s))
+            self._waiting.extend(self.precomputes.due(time.monotonic(), bool(self._waiting or self._running)))
             self._admit()
             plan = self._plan()
             if plan is None:
@@ -244,7 +242,7 @@ class NativeEngine:
             self._times["forward_s"] += t2 - t1
             self._times["process_s"] += t3 - t2
             self._times["busy_s"] += t3 - t0
-            self._step_s += STEP_EWMA * (t3 - t0 - self._step_s)
+            self.precomputes.observe_step(t3 - t0)
             self._cv.notify_all()
         return True
 
@@ -388,14 +386,8 @@ class NativeEngine:
         params = SamplingParams(max_new_tokens=0)
         output = RequestOutput(rid, self.tokenizer, params, self.eos_token_ids, ids, callback=discard_output)
         pre = NativeRequest(rid, ids, len(ids), params, output, self._rng, hint=precompute_hint(req.hint), internal=True)
-        self._claim_precompute(req.hint.program_id)  # NOTE: a newer precompute replaces an older one
+        self.precomputes.claim(req.hint.program_id, self._withdraw)  # NOTE: a newer precompute replaces an older one
         self.precomputes.hold(req.hint.program_id, rid, pre, time.monotonic())
-
-    def _claim_precompute(self, program_id: str) -> None:
-        """The program's next call (or its end) is here: its precompute goes if it has not started."""
-        rid = self.precomputes.claim(program_id)
-        if rid is not None and self._withdraw(rid):
-            self.precomputes.withdrawn()
 
     def _withdraw(self, rid: str) -> bool:
         """Drop a waiting precompute (its program's next call came first); False if it started."""
@@ -417,7 +409,7 @@ class NativeEngine:
         from now on). Returns the cached tokens released; 0 for a program it holds nothing for."""
         check_program_id(program_id)
         with self._lock:
-            self._claim_precompute(program_id)
+            self.precomputes.claim(program_id, self._withdraw)
             self.programs.end(program_id)
             return self.tree.retention.end_program(program_id)
 
@@ -495,7 +487,7 @@ class NativeEngine:
         while True:
             with self._lock:
                 while not self._stopping and not (self._waiting or self._running):
-                    due_in = self.precomputes.wait_s(time.monotonic(), self._step_s)
+                    due_in = self.precomputes.wait_s(time.monotonic())
                     if due_in is not None and due_in <= 0:
                         break  # NOTE: a held precompute is due: step() queues it
                     if self._unsettled and self._counts["num_steps"] > 0:
@@ -506,7 +498,7 @@ class NativeEngine:
             try:
                 if not self.step():
                     with self._lock:  # NOTE: work exists but none fits (slots): wait for a change
-                        due_in = self.precomputes.wait_s(time.monotonic(), self._step_s)
+                        due_in = self.precomputes.wait_s(time.monotonic())
                         self._cv.wait(0.05 if due_in is None else min(0.05, due_in))
             except Exception:  # NOTE: a bug here must not leave waiters hanging forever
                 log.exception("native engine step failed; aborting all requests")

@@ -24,7 +24,7 @@ sent as token ids has no text to extend), and only after a call that ended norma
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from sglc.wire.program_hint import ProgramHint
 
@@ -73,11 +73,12 @@ class Precomputes:
     within a step sends the next call first (it does the work itself, in the step that samples).
     On the embedded engine a lone program's next call always came first (bench_precompute.py:
     every precompute withdrawn). The program's next call, or its end, withdraws its precompute
-    while it is held or queued (the engine drops a queued one, ``claim`` names it); once
-    admitted it runs to its end. No callback into the engine: the table holds no reference to it.
+    while it is held or queued; once admitted it runs to its end. The table holds no reference
+    to its engine (a stored callback made every engine a reference cycle).
     """
 
     def __init__(self) -> None:
+        self.step_s = FIRST_STEP_S  # NOTE: the engine's recent steps' mean time: how long one is held
         self._held: dict[str, tuple[str, Any, float]] = {}  # program id -> (rid, request, when held)
         self._queued: dict[str, str] = {}  # program id -> rid, in the engine's queue
         self._seq = 0
@@ -92,8 +93,13 @@ class Precomputes:
         self._held[program_id] = (rid, request, now)
         self.counts["submitted"] += 1
 
-    def due(self, now: float, busy: bool, grace: float) -> list[Any]:
-        """The held requests to queue now: all while ``busy``, else those held ``grace`` seconds."""
+    def observe_step(self, seconds: float) -> None:
+        """The engine ran a step that took ``seconds`` (a held precompute waits about one)."""
+        self.step_s += STEP_EWMA * (seconds - self.step_s)
+
+    def due(self, now: float, busy: bool) -> list[Any]:
+        """The held requests to queue now: all while ``busy``, else those held about a step."""
+        grace = self.step_s
         # NOTE: a timed wait may wake a hair early: that counts as due, not as another wait
         ready = [p for p, (_, _, t) in self._held.items() if busy or now - t >= grace - EARLY_S]
         out = []
@@ -103,28 +109,27 @@ class Precomputes:
             out.append(request)
         return out
 
-    def wait_s(self, now: float, grace: float) -> float | None:
+    def wait_s(self, now: float) -> float | None:
         """Seconds until the next held request is due on an idle engine; None when none is held."""
         if not self._held:
             return None
-        return max(0.0, min(t for _, _, t in self._held.values()) + grace - now)
+        return max(0.0, min(t for _, _, t in self._held.values()) + self.step_s - now)
 
     @property
     def num_held(self) -> int:
         return len(self._held)
 
-    def claim(self, program_id: str) -> str | None:
-        """The program's next call (or its end) arrived: its held precompute is dropped here; the
-        id of one in the engine's queue is returned for the engine to withdraw if it has not
-        started (then ``withdrawn()``). None: nothing left to withdraw."""
+    def claim(self, program_id: str, withdraw: Callable[[str], bool]) -> None:
+        """The program's next call (or its end) arrived: its precompute goes if it has not started:
+        a held one here, a queued one by ``withdraw(rid)`` (the engine's: drops it from its queue,
+        False if it has started). The engine passes ``withdraw`` per call: the table keeps no
+        reference to it."""
         if self._held.pop(program_id, None) is not None:
             self.counts["withdrawn"] += 1
-            return None
-        return self._queued.pop(program_id, None)
-
-    def withdrawn(self) -> None:
-        """The engine dropped a queued precompute that ``claim`` named."""
-        self.counts["withdrawn"] += 1
+            return
+        rid = self._queued.pop(program_id, None)
+        if rid is not None and withdraw(rid):
+            self.counts["withdrawn"] += 1
 
     def done(self, rid: str) -> None:
         """Request ``rid`` ended (any request may be passed): nothing is left to withdraw."""
