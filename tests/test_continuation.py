@@ -132,8 +132,16 @@ def test_the_hint_carries_its_continuation_on_every_wire():
     message = runtime_pb2.ProgramHint()
     hint.to_pb(message)
     assert ProgramHint.from_pb(message) == hint
-    # NOTE: a request id has no room for it (behind sglang-router): the rest of the hint survives
-    assert ProgramHint.from_rid(hint.to_rid("n1")) == ProgramHint("p:1", 0, 5)
+    # behind sglang-router the request id carries it verbatim after the program id
+    for text in ("\nAnswer:", "a/b/c\n\tü €", "/", "x" * MAX_CONTINUATION_CHARS):
+        with_text = ProgramHint("p:1", 0, 5, continuation=text)
+        rid = with_text.to_rid("n1")
+        assert ProgramHint.from_rid(rid) == with_text and ProgramHint.rid_head(rid) == "sglc-ph/0/5/n1/p:1"
+    assert ProgramHint.from_rid(ProgramHint("p:1", 0, 5).to_rid("n1")) == ProgramHint("p:1", 0, 5)
+    with pytest.raises(ValueError, match="rid .*continuation has 4097 characters"):
+        ProgramHint.from_rid("sglc-ph/0/0/n1/p/" + "x" * (MAX_CONTINUATION_CHARS + 1))
+    long_tail = "sglc-ph/0/0/n1/p/" + "x" * (MAX_CONTINUATION_CHARS + 1)
+    assert ProgramHint.rid_head(long_tail) == long_tail and ProgramHint.rid_head("req-1") == "req-1"
     with pytest.raises(ValueError, match="continuation has 4097 characters"):
         ProgramHint("p", 0, continuation="x" * (MAX_CONTINUATION_CHARS + 1))
     with pytest.raises(TypeError, match="continuation must be a string"):

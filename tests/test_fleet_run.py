@@ -81,6 +81,10 @@ def requests_per_worker(fleet) -> list[float]:
     return [worker_metrics(url)["num_requests"] for url, _, _ in fleet.workers]
 
 
+def precomputes(fleet) -> int:
+    return sum(worker_metrics(url)["precomputes"] for url, _, _ in fleet.workers)
+
+
 def test_router_gives_single_worker_outputs_and_keeps_each_prefix_group_on_one_worker(fleet, graph, tmp_path):
     """Greedy outputs through the router equal one worker's; every request of a group (sharing a long
     context) lands on one worker, and the select and the regex gen obey their constraints."""
@@ -88,9 +92,11 @@ def test_router_gives_single_worker_outputs_and_keeps_each_prefix_group_on_one_w
     for group in CONTEXTS:
         inputs = write_inputs(tmp_path / f"{group}.jsonl", group)
         alone = run_ok(graph, single_worker, inputs, tmp_path / f"{group}.alone.jsonl", "--concurrency", "1")
-        before = requests_per_worker(fleet)
+        before, precomputed = requests_per_worker(fleet), precomputes(fleet)
         routed = run_ok(graph, fleet.url, inputs, tmp_path / f"{group}.routed.jsonl", "--concurrency", "1")
         delta = [b - a for a, b in zip(before, requests_per_worker(fleet))]
+        # NOTE: the gen "answer" is followed by constant text: its hint's continuation, in the rid
+        assert precomputes(fleet) > precomputed, "no precompute behind the router"
         assert [r["variables"] for r in routed] == [r["variables"] for r in alone]
         for r in routed:
             assert r["variables"]["verdict"] in ("yes", "no")
@@ -142,6 +148,35 @@ def test_program_hints_reach_the_workers_through_the_router(fleet):
     finally:
         backend.close()
     assert SGLangBackend(fleet.workers[0][0]).sglc_workers == ()  # one server: its own program_hint field
+
+
+def test_a_continuation_is_precomputed_behind_the_router(fleet):
+    """The request id carries the hint's continuation through the router: the worker that ran the
+    call prefills prompt + output + continuation, and the program's next call, which the router's
+    cache_aware policy sends to the same worker, finds all but its last token cached."""
+    from sglc.executor.backends.sglang_http import SGLangBackend
+    from sglc.wire.backend import GenParams, Prompt
+    from sglc.wire.program_hint import NEVER, ProgramHint
+
+    def busy() -> bool:
+        return any(worker_metrics(url)["precomputes_pending"] for url, _, _ in fleet.workers)
+
+    backend = SGLangBackend(fleet.url)
+    try:
+        params = GenParams(max_new_tokens=4, temperature=0.0)
+        text = CONTEXTS["france"] + "\nQuestion: Name a river.\nAnswer:"
+        then = "\nIs the answer right? Think about the rivers of France / Europe first, then say yes or no:"
+        before = precomputes(fleet)
+        first = backend.generate(Prompt(text, hint=ProgramHint("fleet-cont", 0, 60_000, continuation=then)), params)
+        deadline = time.monotonic() + 60  # NOTE: counted when held; then wait until it has run
+        while (precomputes(fleet) == before or busy()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert precomputes(fleet) == before + 1 and not busy()
+        nxt = backend.generate(Prompt(text + first.text + then, hint=ProgramHint("fleet-cont", NEVER)), params)
+        assert nxt.meta.cached_tokens == nxt.meta.prompt_tokens - 1, nxt.meta
+        assert backend.end_program("fleet-cont") > 0
+    finally:
+        backend.close()
 
 
 def test_a_killed_worker_loses_only_its_inputs_with_a_clear_error(fleet, graph, tmp_path):

@@ -355,6 +355,26 @@ def test_a_continuation_over_http_has_the_next_prompt_cached(base, runtime):
     assert status == 200
 
 
+def test_a_continuation_in_the_request_id_has_the_next_prompt_cached(base, runtime):
+    """Behind sglang-router the hint rides in ``rid`` with its continuation (here ~3,000 characters,
+    past the 256-byte request-id limit that the id less its continuation still meets): the worker
+    precomputes as for ``program_hint``; a continuation over its limit in the rid is a 400."""
+    then = "\nGiven that, and also " + "the river / the sea, " * 140 + "answer:"
+    hint = ProgramHint("prog-cont-rid", 0, continuation=then)
+    before = runtime.engine.stats().precomputes
+    status, first = http_generate(base, rid=hint.to_rid("n1"))
+    assert status == 200 and first["meta_info"]["id"] == hint.to_rid("n1"), first
+    _precomputed(runtime, before)
+    status, out = post_json(base, "/generate", {"text": PROMPT + first["text"] + then, "sampling_params": GREEDY,
+                                                "rid": ProgramHint("prog-cont-rid", NEVER).to_rid("n2")})
+    assert status == 200 and out["meta_info"]["cached_tokens"] == out["meta_info"]["prompt_tokens"] - 1, out
+    assert post_json(base, "/end_program", {"program_id": "prog-cont-rid"})[0] == 200
+    status, out = http_generate(base, rid="sglc-ph/0/0/n3/prog-cont-rid/" + "x" * 4097)
+    assert status == 400 and out["error"]["param"] == "rid" and "continuation" in out["error"]["message"], out
+    status, out = http_generate(base, rid="plain-" + "x" * 300)
+    assert status == 400 and "request id" in out["error"]["message"], out
+
+
 def test_a_continuation_over_the_limit_is_refused_naming_it(stub, base):
     long = "x" * 5000
     with pytest.raises(grpc.RpcError) as err:

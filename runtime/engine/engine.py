@@ -535,6 +535,7 @@ class Engine:
                 provisional_programs=s.provisional_programs, promoted_programs=s.promoted_programs,
                 precomputes=self.precomputes.counts["submitted"],
                 precomputes_withdrawn=self.precomputes.counts["withdrawn"],
+                precomputes_pending=self.precomputes.num_pending,
             )
 
     def reset_timers(self) -> None:

@@ -452,7 +452,8 @@ class NativeEngine:
                 provisional_programs=self.programs.counts["provisional"],
                 promoted_programs=self.programs.counts["promoted"],
                 precomputes=self.precomputes.counts["submitted"],
-                precomputes_withdrawn=self.precomputes.counts["withdrawn"])
+                precomputes_withdrawn=self.precomputes.counts["withdrawn"],
+                precomputes_pending=self.precomputes.num_pending)
 
     # --- control -------------------------------------------------------------------------
     def start(self) -> None:

@@ -119,6 +119,11 @@ class Precomputes:
     def num_held(self) -> int:
         return len(self._held)
 
+    @property
+    def num_pending(self) -> int:
+        """Precomputes not finished: held, queued or running."""
+        return len(self._held) + len(self._queued)
+
     def claim(self, program_id: str, withdraw: Callable[[str], bool]) -> None:
         """The program's next call (or its end) arrived: its precompute goes if it has not started:
         a held one here, a queued one by ``withdraw(rid)`` (the engine's: drops it from its queue,

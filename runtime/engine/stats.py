@@ -63,8 +63,9 @@ class EngineStats:
     radix_s (radix cache calls alone), forward_s (model runner: forward, sampling, logprobs),
     process_s (detokenization, stop checks, output delivery), busy_s (inside step()).
     Programs (issue 28): hinted_tokens held for hints, hint_evictions, programs in flight;
-    precomputes queued (a program's next prompt prefilled when a call ends: precompute.py) and
-    those withdrawn before they started (the program's next call came first).
+    precomputes queued (a program's next prompt prefilled when a call ends: precompute.py),
+    those withdrawn before they started (the program's next call came first), and those pending
+    now (held, queued or running).
     """
 
     num_waiting: int
@@ -94,6 +95,7 @@ class EngineStats:
     promoted_programs: int = 0
     precomputes: int = 0
     precomputes_withdrawn: int = 0
+    precomputes_pending: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)

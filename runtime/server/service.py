@@ -193,8 +193,8 @@ class RuntimeService:
                                f"{self.model_info().context_length} tokens")
 
     def check_rid(self, rid: str) -> None:
-        if rid:
-            self.limits.check_text("max_rid_bytes", "the request id", rid)
+        if rid:  # NOTE: behind sglang-router a hinted id carries a continuation, bounded on its own
+            self.limits.check_text("max_rid_bytes", "the request id", ProgramHint.rid_head(rid))
 
     def capped_hint(self, hint: ProgramHint | None) -> ProgramHint | None:
         """`hint` with its lease capped to ``limits.max_hint_lease_ms`` (a longer lease is not an

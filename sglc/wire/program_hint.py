@@ -27,9 +27,11 @@ every prefix still held for the program is released at once.
 
 Behind sglang-router (``sglc fleet``) a hint rides in the request id: the router (0.3.2) rebuilds
 ``/generate`` bodies from its own struct, dropping ``program_hint``, but forwards ``rid``.
-``to_rid`` writes ``sglc-ph/<next_use>/<lease_ms>/<nonce>/<program_id>`` (``/`` is never in a
-program id, the nonce keeps request ids unique) and ``from_rid`` reads it back on the worker. A
-request id has no room for a continuation: behind the router there is no precompute.
+``to_rid`` writes ``sglc-ph/<next_use>/<lease_ms>/<nonce>/<program_id>``, then ``/<continuation>``
+when there is one (``/`` is never in a program id, so everything after the fifth ``/`` is the
+continuation verbatim; the nonce keeps request ids unique), and ``from_rid`` reads it back on the
+worker. The server's request-id limit counts the id less its continuation (``rid_head``): the
+continuation has its own, ``MAX_CONTINUATION_CHARS``.
 """
 from __future__ import annotations
 
@@ -122,7 +124,8 @@ class ProgramHint:
         """A request id carrying this hint; ``nonce`` (1-64 letters and digits) keeps ids unique."""
         if not isinstance(nonce, str) or not _NONCE.fullmatch(nonce):
             raise ValueError(f"a hint's rid nonce must be 1-64 letters and digits, got {nonce!r}")
-        return f"{RID_PREFIX}{self.next_use}/{self.lease_ms}/{nonce}/{self.program_id}"
+        head = f"{RID_PREFIX}{self.next_use}/{self.lease_ms}/{nonce}/{self.program_id}"
+        return f"{head}/{self.continuation}" if self.continuation else head
 
     @classmethod
     def from_rid(cls, rid: Any, what: str = "rid") -> ProgramHint | None:
@@ -130,12 +133,26 @@ class ProgramHint:
         id that starts like one but is malformed."""
         if not isinstance(rid, str) or not rid.startswith(RID_PREFIX):
             return None
-        parts = rid[len(RID_PREFIX):].split("/", 3)
-        if len(parts) != 4 or not _NONCE.fullmatch(parts[2]) or not all(
+        parts = rid[len(RID_PREFIX):].split("/", 4)
+        if len(parts) < 4 or not _NONCE.fullmatch(parts[2]) or not all(
                 re.fullmatch(r"-?[0-9]{1,10}", p) for p in parts[:2]):
             raise ValueError(f"{what} {rid[:60]!r} starts with {RID_PREFIX!r} but is not "
-                             f"{RID_PREFIX}<next_use>/<lease_ms>/<nonce>/<program_id>")
-        return cls(parts[3], int(parts[0]), int(parts[1]))
+                             f"{RID_PREFIX}<next_use>/<lease_ms>/<nonce>/<program_id>[/<continuation>]")
+        try:
+            return cls(parts[3], int(parts[0]), int(parts[1]), parts[4] if len(parts) == 5 else "")
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"{what} {rid[:60]!r}: {err}") from None
+
+    @staticmethod
+    def rid_head(rid: str) -> str:
+        """``rid`` less the continuation a hinted request id carries (what a server's request-id
+        limit counts); any other id, or one whose tail is past ``MAX_CONTINUATION_CHARS``, whole."""
+        if not rid.startswith(RID_PREFIX):
+            return rid
+        parts = rid[len(RID_PREFIX):].split("/", 4)
+        if len(parts) < 5 or len(parts[4]) > MAX_CONTINUATION_CHARS:
+            return rid
+        return rid[:len(rid) - len(parts[4]) - 1]
 
     # --- protobuf (runtime.proto ProgramHint) -------------------------------------------------
     def to_pb(self, message: Any) -> None:
