@@ -302,12 +302,14 @@ def test_a_program_in_flight_goes_before_new_programs(oracle):
 
 
 def test_new_programs_wait_while_the_families_footprints_fill_the_pool():
-    """A family's ended run needed 90 tokens: a pool of 200 runs two such programs at once
-    (2 x 90 <= 0.9 x 200); a third waits while they run, and starts once one has ended."""
+    """A family's ended run grew 64 tokens after its first call: a pool of 200 runs two such
+    programs at once (2 x (26 + 64) <= 0.9 x 200); a third waits while they run, and starts once
+    one has ended."""
     e = engine(num_kv_slots=200, max_running_requests=8)
+    e.wait(_hinted(e, [50 + k for k in range(20)], "agent:warm", max_new=6))
     e.wait(_hinted(e, [50 + k for k in range(80)], "agent:warm", max_new=10))
     e.end_program("agent:warm")
-    assert e.programs.family_footprint("agent:x") == 90
+    assert e.programs.family_growth("agent:x") == 64
     rids = {p: _hinted(e, [ord(p) + k for k in range(20)], f"agent:{p}", max_new=6) for p in "abc"}
     e.step()
     assert sorted(_running(e)) == sorted([rids["a"], rids["b"]])
@@ -326,8 +328,9 @@ def test_an_idle_engine_starts_a_held_program_provisional_and_keeps_committed_te
     rule but nothing runs: it starts provisional. When a's next call needs memory, c's text goes
     before b's; once a and b end, c is promoted."""
     e = engine(num_kv_slots=100, max_running_requests=8)
+    e.wait(_hinted(e, [50 + k for k in range(10)], "agent:warm"))
     e.wait(_hinted(e, [50 + k for k in range(40)], "agent:warm", max_new=5))
-    e.end_program("agent:warm")  # the family's runs need 45 tokens: two fit 0.9 x 100, three do not
+    e.end_program("agent:warm")  # 12 tokens, then 33 more: two such runs fit 0.9 x 100, three do not
     e.tree.evict(e.tree.evictable_size())
     texts = {p: [ord(p) + k for k in range(10)] for p in "abc"}
     for rid in [_hinted(e, texts[p], f"agent:{p}") for p in "ab"]:

@@ -348,18 +348,20 @@ def test_a_late_call_of_an_ended_program_runs_unhinted():
 
 
 def test_families_learn_footprints_and_new_programs_wait_while_memory_is_tight():
-    """After one run of a family ended needing ~90 tokens, a pool of 200 slots runs two such
+    """After one run of a family grew from 22 tokens to 90, a pool of 200 slots runs two such
     programs at once; a third waits for one of them to end (while anything runs)."""
     s = make_sched(num_kv_slots=200, max_running=8, policy="fcfs", max_context=200)
     runner = SlotCheckingRunner()
-    s.add_request(hinted("warm", toks(50, 80), "agent:warm", max_new=10))
+    s.add_request(hinted("warm1", toks(50, 20), "agent:warm", max_new=2))
+    drain(s, runner)
+    s.add_request(hinted("warm2", toks(50, 80), "agent:warm", max_new=10))
     drain(s, runner)
     s.end_program("agent:warm")
-    assert s.programs.family_footprint("agent:x") == 90
+    assert s.programs.family_growth("agent:x") == 68
     for p in "abc":
         s.add_request(hinted(f"{p}1", toks(ord(p), 20), f"agent:{p}", max_new=2))
     batch = s.schedule()
-    assert sorted(e.req.rid for e in batch.reqs) == ["a1", "b1"]  # 2 x 90 <= 0.9 x 200 < 3 x 90
+    assert sorted(e.req.rid for e in batch.reqs) == ["a1", "b1"]  # 2 x (22 + 68) <= 0.9 x 200 < 3 x 90
     s.process_results(batch, runner(batch))
     while s.running:
         batch = s.schedule()
@@ -368,6 +370,33 @@ def test_families_learn_footprints_and_new_programs_wait_while_memory_is_tight()
     s.end_program("agent:a")
     drain(s, runner)
     assert s.get_request("c1") is None
+
+
+class _Call:
+    """What ProgramTable reads of a request: its hint and, once admitted, its program's rank."""
+
+    def __init__(self, program_id: str) -> None:
+        self.hint, self.program_rank = ProgramHint(program_id), None
+
+
+def test_a_program_is_expected_to_need_its_first_call_plus_its_familys_growth():
+    """A family's runs grow by the same graph, but where they start depends on the cache: the first
+    run of an agent pays its memory block, the others find it cached. Each is expected to need
+    what its own first call needed plus the growth the family's ended runs showed."""
+    table = ProgramTable()
+    first = _Call("agents:1")
+    table.on_admitted(first, 500, 0)  # the agent's block and its first question, nothing cached
+    table.on_admitted(_Call("agents:1"), 560, 500)  # its last call: 60 tokens more
+    assert table.end("agents:1") and table.family_growth("agents:2") == 60
+    assert table.expected_new(_Call("agents:2"), 40) == 100  # the block cached: 40 tokens of its own
+    assert table.expected_new(_Call("agents:3"), 500) == 560  # another agent's block: not cached
+    table.on_admitted(_Call("agents:2"), 540, 500)
+    table.on_admitted(_Call("agents:3"), 500, 0)
+    assert table.expected_in_flight() == 100 + 560
+    table.on_admitted(_Call("agents:2"), 620, 500)  # a run that grows past its family's: its own counts
+    assert table.expected_in_flight() == 120 + 560
+    assert table.end("agents:2") and table.family_growth("agents:9") == 70  # the mean of 60 and 80
+    assert table.expected_new(_Call("plain"), 40) == 40  # a family with no ended run: no growth known yet
 
 
 def test_a_hostile_client_cannot_starve_unhinted_requests():
@@ -458,9 +487,11 @@ def test_idle_engine_starts_a_held_program_provisional_and_keeps_committed_texts
     text goes before b's; once a and b end, c is promoted."""
     s = make_sched(num_kv_slots=200, max_running=8, policy="fcfs", max_context=200)
     runner = SlotCheckingRunner()
-    s.add_request(hinted("warm", toks(50, 80), "agent:warm", max_new=10))
+    s.add_request(hinted("warm1", toks(50, 20), "agent:warm", max_new=2))
     drain(s, runner)
-    s.end_program("agent:warm")  # the family's runs need 90 tokens
+    s.add_request(hinted("warm2", toks(50, 80), "agent:warm", max_new=10))
+    drain(s, runner)
+    s.end_program("agent:warm")  # the family's runs grow 68 tokens after a 22-token first call
     s.tree_cache.evict(s.tree_cache.evictable_size())
     texts = {p: toks(ord(p), 20) for p in "abc"}
     for p in "ab":
@@ -468,7 +499,7 @@ def test_idle_engine_starts_a_held_program_provisional_and_keeps_committed_texts
     drain(s, runner)
     c1 = hinted("c1", texts["c"], "agent:c", max_new=2)
     s.add_request(c1)
-    batch = s.schedule()  # 3 x 90 > 0.9 x 200, but the engine would idle: c starts provisional
+    batch = s.schedule()  # 3 x (22 + 68) > 0.9 x 200, but the engine would idle: c starts provisional
     assert [e.req.rid for e in batch.reqs] == ["c1"] and s.programs.is_provisional(c1)
     s.process_results(batch, runner(batch))
     drain(s, runner)

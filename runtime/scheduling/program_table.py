@@ -9,11 +9,15 @@ observation; here by program arrival, which also keeps the working set of live p
 Memory: each in-flight program has a *footprint*, the longest text (prompt + max_new_tokens) any
 of its calls asked for, less what it shared with the cache when it started (a few-shot prefix
 every run shares is not any one run's memory), and each program *family* (the id's part before its last ``:``; the
-executor names runs ``graph_name:uuid``) learns how long its runs' footprints end up, from the
-runs that ended. A call that would start a program is held back while the expected footprints of
-the programs in flight (each: the larger of its own and its family's) plus its own would pass
-``admit_share`` of the KV pool: when memory is tight, in-flight programs finish before new ones
-start, instead of every program thrashing everyone's prefixes.
+executor names runs ``graph_name:uuid``) learns how much its runs' footprints *grow* after their
+first call, from the runs that ended. A program is expected to need its first call's tokens (what
+that call needed beyond the cache) plus its family's growth: the first call says what this run
+starts from (a run whose agent's memory block another run already cached starts small, the first
+run of that agent large), the growth what the program's graph appends to it (the same for every
+run of it). A call that would start a program is held back while the expected footprints of
+the programs in flight (each: the larger of its own so far and that expectation) plus its own
+would pass ``admit_share`` of the KV pool: when memory is tight, in-flight programs finish before
+new ones start, instead of every program thrashing everyone's prefixes.
 
 Provisional programs: when nothing runs (every program in flight waits on a tool, say) the
 scheduler still starts a new program, so the engine never idles because of a hint, but one the
@@ -45,7 +49,7 @@ if TYPE_CHECKING:  # NOTE: the torch-free engine admits by this table too; reque
 
 MAX_PROGRAMS = 4096
 IDLE_S = 60.0
-#: Weight of the newest ended run in its family's learned footprint.
+#: Weight of the newest ended run in its family's learned growth.
 FAMILY_EWMA = 0.5
 
 
@@ -54,6 +58,7 @@ class _Program:
     rank: int  # start order (larger = younger)
     seen: float  # last activity (clock seconds)
     shared: int  # tokens of its first call already cached when it started
+    first: int  # what its first call needed beyond ``shared``
     footprint: int  # longest prompt + max_new_tokens of its calls so far, less ``shared``
 
 
@@ -63,7 +68,7 @@ def family_of(program_id: str) -> str:
 
 
 class ProgramTable:
-    """In-flight programs by id: start order, activity and footprint; families' learned sizes."""
+    """In-flight programs by id: start order, activity and footprint; families' learned growth."""
 
     def __init__(self, *, max_programs: int = MAX_PROGRAMS, idle_s: float = IDLE_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -72,7 +77,7 @@ class ProgramTable:
         self.clock = clock
         self._started: OrderedDict[str, _Program] = OrderedDict()  # by last activity
         self._ended: OrderedDict[str, None] = OrderedDict()
-        self._families: OrderedDict[str, float] = OrderedDict()  # family -> learned footprint
+        self._families: OrderedDict[str, float] = OrderedDict()  # family -> learned growth after the first call
         self._next_rank = 0
         self._provisional: frozenset[str] = frozenset()
         self.counts = dict(provisional=0, promoted=0)
@@ -102,15 +107,19 @@ class ProgramTable:
         return self._provisional
 
     # --- memory -----------------------------------------------------------------------------------
-    def family_footprint(self, program_id: str) -> int:
-        """What runs of ``program_id``'s family ended up needing (0 before any ended)."""
+    def family_growth(self, program_id: str) -> int:
+        """How much runs of ``program_id``'s family grew after their first call (0 before any ended)."""
         return round(self._families.get(family_of(program_id), 0.0))
+
+    def _expected(self, program_id: str, entry: _Program) -> int:
+        return max(entry.footprint, entry.first + self.family_growth(program_id))
 
     def expected_in_flight(self) -> int:
         """Tokens the in-flight programs are expected to need: each the larger of its footprint
-        so far and its family's learned one. Programs idle past ``idle_s`` are forgotten first."""
+        so far and its first call's plus its family's growth. Programs idle past ``idle_s`` are
+        forgotten first."""
         self._expire(self.clock())
-        return sum(max(p.footprint, self.family_footprint(pid)) for pid, p in self._started.items())
+        return sum(self._expected(pid, p) for pid, p in self._started.items())
 
     def promote(self, limit: float) -> int:
         """Commit provisional programs in start order while the committed programs' expected
@@ -119,11 +128,10 @@ class ProgramTable:
         if not self._provisional:
             return 0
         self._expire(self.clock())
-        committed = sum(max(p.footprint, self.family_footprint(pid)) for pid, p in self._started.items()
-                        if pid not in self._provisional)
+        committed = sum(self._expected(pid, p) for pid, p in self._started.items() if pid not in self._provisional)
         promoted = []
         for pid in sorted(self._provisional, key=lambda pid: self._started[pid].rank):
-            need = max(self._started[pid].footprint, self.family_footprint(pid))
+            need = self._expected(pid, self._started[pid])
             if committed and committed + need > limit:
                 break
             committed += need
@@ -141,7 +149,7 @@ class ProgramTable:
     def expected_new(self, req: Req, call_tokens: int) -> int:
         """Tokens a program that ``req`` would start is expected to need (``call_tokens``: what
         its first call needs beyond the cached prefix)."""
-        return max(call_tokens, self.family_footprint(req.hint.program_id)) if req.hint is not None else call_tokens
+        return call_tokens + self.family_growth(req.hint.program_id) if req.hint is not None else call_tokens
 
     # --- lifecycle ----------------------------------------------------------------------------------
     def on_admitted(self, req: Req, call_tokens: int, cached: int, *, provisional: bool = False) -> None:
@@ -159,7 +167,7 @@ class ProgramTable:
             self._expire(now)
             while len(self._started) >= self.max_programs:
                 self._forget(next(iter(self._started)))
-            entry = self._started[pid] = _Program(self._next_rank, now, cached, 0)
+            entry = self._started[pid] = _Program(self._next_rank, now, cached, call_tokens - cached, 0)
             self._next_rank += 1
             if provisional:
                 self._provisional = self._provisional | {pid}
@@ -170,7 +178,7 @@ class ProgramTable:
         req.program_rank = entry.rank
 
     def end(self, program_id: str) -> bool:
-        """The program ended (its footprint teaches its family); False if it was not in flight."""
+        """The program ended (its growth teaches its family); False if it was not in flight."""
         self._ended[program_id] = None
         self._ended.move_to_end(program_id)
         while len(self._ended) > self.max_programs:
@@ -180,8 +188,8 @@ class ProgramTable:
             return False
         family = family_of(program_id)
         old = self._families.pop(family, None)
-        self._families[family] = entry.footprint if old is None else \
-            FAMILY_EWMA * entry.footprint + (1 - FAMILY_EWMA) * old
+        growth = entry.footprint - entry.first
+        self._families[family] = growth if old is None else FAMILY_EWMA * growth + (1 - FAMILY_EWMA) * old
         while len(self._families) > self.max_programs:
             self._families.popitem(last=False)
         return True
